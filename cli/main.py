@@ -1,0 +1,276 @@
+"""The ``zbroker`` command: start a node, publish, subscribe, inspect.
+
+Every option of ``start`` can also come from an environment variable (``ZBROKER_PORT``, ...)
+and from the TOML config file; precedence is flag > environment > file > default.
+User mistakes (bad topic, unreachable node, bad config) print one line and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from click.core import ParameterSource
+
+from zbroker import Broker, Client, NodeConfig, ZBrokerError, load_config
+from zbroker.config import LOG_LEVELS
+
+from .format import format_message_json, format_message_text, format_status
+
+DEFAULT_BROKER = "tcp://127.0.0.1:7100"
+
+
+class _Group(click.Group):
+    """Turns zbroker errors into one clear line and exit status 1 (no traceback)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ZBrokerError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.group(cls=_Group, context_settings={"auto_envvar_prefix": "ZBROKER"})
+@click.version_option(package_name="zbroker")
+def cli() -> None:
+    """zbroker: a peer-to-peer message broker on ZeroMQ."""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _broker_option() -> Callable[[F], F]:
+    return click.option(
+        "--broker",
+        "-b",
+        default=DEFAULT_BROKER,
+        show_default=True,
+        envvar="ZBROKER_BROKER",
+        help="The node's well-known address.",
+    )
+
+
+def _timeout_option() -> Callable[[F], F]:
+    return click.option(
+        "--timeout",
+        default=5.0,
+        show_default=True,
+        type=float,
+        help="Seconds to wait for the node.",
+    )
+
+
+@cli.command()
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="ZBROKER_CONFIG",
+    help="TOML config file.",
+)
+@click.option(
+    "--id",
+    "broker_id",
+    envvar="ZBROKER_ID",
+    help="Broker ID (default: generated once, kept in the data dir).",
+)
+@click.option(
+    "--host", envvar="ZBROKER_HOST", default="127.0.0.1", show_default=True, help="Address to bind."
+)
+@click.option(
+    "--port",
+    envvar="ZBROKER_PORT",
+    type=int,
+    default=7100,
+    show_default=True,
+    help="Well-known port; PORT+1 takes publishes, PORT+2 delivers.",
+)
+@click.option(
+    "--data-dir",
+    envvar="ZBROKER_DATA_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Data directory [default: ~/.local/share/zbroker/node-PORT].",
+)
+@click.option(
+    "--log-level",
+    envvar="ZBROKER_LOG_LEVEL",
+    type=click.Choice(LOG_LEVELS),
+    default="info",
+    show_default=True,
+)
+@click.pass_context
+def start(ctx: click.Context, /, config_file: Path | None, **flags: Any) -> None:
+    """Run a broker node in the foreground until Ctrl-C or SIGTERM."""
+    config = load_config(config_file) if config_file else NodeConfig()
+    overrides = {
+        name: value
+        for name, value in flags.items()
+        if ctx.get_parameter_source(name)
+        in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+        or (config_file is None and value is not None)
+    }
+    config = config.replace(**overrides)
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    broker = Broker(config).start()
+    click.echo(
+        f"zbroker node {broker.broker_id} (incarnation {broker.incarnation}) ready at "
+        f"{broker.endpoint}",
+        err=True,
+    )
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        broker.stop()
+        click.echo("zbroker node stopped", err=True)
+
+
+def _parse_headers(values: tuple[str, ...]) -> dict[str, Any] | None:
+    headers: dict[str, Any] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--header")
+        headers[key] = value
+    return headers or None
+
+
+@cli.command()
+@click.argument("topic")
+@click.argument("message", required=False, default="")
+@_broker_option()
+@click.option(
+    "--count",
+    "-n",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="How many times to publish MESSAGE.",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Messages per second (default: as fast as possible).",
+)
+@click.option("--header", "-H", "headers", multiple=True, help="Header KEY=VALUE (repeatable).")
+@_timeout_option()
+def pub(
+    topic: str,
+    message: str,
+    broker: str,
+    count: int,
+    rate: float | None,
+    headers: tuple[str, ...],
+    timeout: float,
+) -> None:
+    """Publish MESSAGE on TOPIC (MESSAGE '-' publishes each line of stdin)."""
+    hdrs = _parse_headers(headers)
+    from zbroker.topics import validate_publish_topic
+
+    validate_publish_topic(topic)
+
+    def payloads() -> Iterator[bytes]:
+        if message == "-":
+            for line in sys.stdin:
+                yield line.rstrip("\n").encode()
+        else:
+            data = message.encode()
+            for _ in range(count):
+                yield data
+
+    sent = 0
+    with Client(broker, timeout=timeout, publish_timeout=timeout) as client:
+        start_t = time.monotonic()
+        for payload in payloads():
+            if rate:
+                delay = start_t + sent / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            client.publish(topic, payload, headers=hdrs)
+            sent += 1
+    click.echo(f"published {sent} message(s) to {topic}", err=True)
+
+
+@cli.command()
+@click.argument("patterns", nargs=-1, required=True)
+@_broker_option()
+@click.option(
+    "--count", "-n", type=click.IntRange(min=1), default=None, help="Exit after this many messages."
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@_timeout_option()
+def sub(
+    patterns: tuple[str, ...], broker: str, count: int | None, as_json: bool, timeout: float
+) -> None:
+    """Print messages matching PATTERN(s) until Ctrl-C (or --count)."""
+    from zbroker.topics import validate_pattern
+
+    for p in patterns:
+        validate_pattern(p)
+    done = threading.Event()
+    seen = 0
+    lock = threading.Lock()
+    fmt = format_message_json if as_json else format_message_text
+
+    def on_message(msg: Any) -> None:
+        nonlocal seen
+        with lock:
+            if done.is_set():
+                return
+            click.echo(fmt(msg))
+            seen += 1
+            if count is not None and seen >= count:
+                done.set()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    with Client(broker, timeout=timeout) as client:
+        for p in patterns:
+            client.subscribe(p, on_message)
+        click.echo(f"subscribed to {', '.join(patterns)} on {client.broker_id}", err=True)
+        try:
+            while not done.wait(0.2):
+                pass
+        except KeyboardInterrupt:
+            pass
+
+
+@cli.command()
+@_broker_option()
+@click.option("--json", "as_json", is_flag=True, help="Print the raw status as JSON.")
+@_timeout_option()
+def status(broker: str, as_json: bool, timeout: float) -> None:
+    """Show a node's identity, endpoints, counters and subscriptions."""
+    with Client(broker, timeout=timeout) as client:
+        st = client.status()
+    click.echo(json.dumps(st, indent=2) if as_json else format_status(st))
+
+
+def main() -> None:
+    cli(prog_name="zbroker")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""zbroker: a peer-to-peer message broker on ZeroMQ.
+
+Public API::
+
+    from zbroker import Broker, Client
+
+    with Broker(port=7100) as broker, Client(broker.endpoint) as client:
+        client.subscribe("PRICE.>", print)
+        client.publish("PRICE.STOCK.IBM", b"101.5")
+"""
+
+from __future__ import annotations
+
+from .broker import Broker
+from .client import Client, Message, MessageId, Subscription
+from .config import NodeConfig, load_config
+from .errors import (
+    AddressInUse,
+    BrokerUnreachable,
+    ClientClosed,
+    ConfigError,
+    DataDirError,
+    InvalidTopic,
+    PayloadError,
+    ProtocolError,
+    PublishTimeout,
+    RequestError,
+    ReservedTopic,
+    ZBrokerError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AddressInUse",
+    "Broker",
+    "BrokerUnreachable",
+    "Client",
+    "ClientClosed",
+    "ConfigError",
+    "DataDirError",
+    "InvalidTopic",
+    "Message",
+    "MessageId",
+    "NodeConfig",
+    "PayloadError",
+    "ProtocolError",
+    "PublishTimeout",
+    "RequestError",
+    "ReservedTopic",
+    "Subscription",
+    "ZBrokerError",
+    "__version__",
+    "load_config",
+]

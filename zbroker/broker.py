@@ -1,0 +1,202 @@
+"""Broker: the embedding facade. Runs a node's I/O loop in its own thread.
+
+    with Broker(port=7100, data_dir="./data") as broker:
+        print(broker.endpoint, broker.status())
+
+``start()`` returns once every socket is bound (or raises the bind error); ``stop()`` asks
+the loop to finish, joins the thread with a bounded wait, closes the sockets and releases
+the data directory. Other threads talk to the node only through its inproc command
+channel (ZeroMQ sockets are not thread-safe).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import zmq
+
+from .config import NodeConfig, default_data_dir
+from .const import START_TIMEOUT, STOP_TIMEOUT
+from .errors import ZBrokerError
+from .identity import DataDirLock, Identity, open_identity
+from .node import CALL, STOP, Node, command_client, format_endpoint
+
+__all__ = ["Broker"]
+
+log = logging.getLogger("zbroker.broker")
+
+
+class Broker:
+    """A broker node embedded in this process.
+
+    Pass a :class:`~zbroker.config.NodeConfig`, keyword options (the same field names), or
+    both (keywords override the config). ``port=0`` picks free ports; with ``port=0`` and no
+    ``data_dir`` the node uses a temporary data directory removed by ``stop()``.
+    """
+
+    def __init__(self, config: NodeConfig | None = None, **options: Any) -> None:
+        base = config or NodeConfig()
+        self.config = base.replace(**options) if options else base
+        self._thread: threading.Thread | None = None
+        self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._node: Node | None = None
+        self._cmd: zmq.Socket[bytes] | None = None
+        self._cmd_lock = threading.Lock()
+        self._lock: DataDirLock | None = None
+        self._identity: Identity | None = None
+        self._tmpdir: str | None = None
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> Broker:
+        """Open the data directory, bind every socket, start serving; return self."""
+        if self._thread is not None:
+            raise ZBrokerError("broker already started")
+        cfg = self.config
+        if cfg.data_dir is not None:
+            data_dir = cfg.data_dir
+        elif cfg.port == 0:
+            self._tmpdir = tempfile.mkdtemp(prefix="zbroker-")
+            data_dir = Path(self._tmpdir)
+        else:
+            data_dir = default_data_dir(cfg.port)
+        try:
+            self._identity, self._lock = open_identity(data_dir, cfg.broker_id)
+        except BaseException:
+            self._cleanup_tmp()
+            raise
+        self._ctx = zmq.Context()
+        endpoint = f"inproc://zbroker-cmd-{uuid.uuid4().hex}"
+        self._node = Node(cfg, self._identity, self._ctx, endpoint)
+        self._thread = threading.Thread(
+            target=self._run, name=f"zbroker-node-{self._identity.broker_id}", daemon=True
+        )
+        self._thread.start()
+        if not self._ready.wait(START_TIMEOUT):
+            self._start_error = ZBrokerError("node did not become ready in time")
+        if self._start_error is not None:
+            error = self._start_error
+            self._teardown()
+            raise error
+        self._cmd = command_client(self._ctx, endpoint)
+        return self
+
+    def _run(self) -> None:
+        node = self._node
+        assert node is not None
+        try:
+            node.bind()
+        except BaseException as exc:
+            self._start_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            node.run()
+        except Exception:  # a bug, not bad input: log it loudly, never hang the embedder
+            log.exception("node loop crashed")
+        finally:
+            node.close()
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Stop serving: loop finished, sockets closed, thread joined (bounded wait)."""
+        if self._thread is None:
+            return
+        if self._cmd is not None:
+            with self._cmd_lock:
+                try:
+                    self._cmd.send(STOP, zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.error("node thread did not stop within %.1f s", timeout)
+        self._teardown()
+
+    def _teardown(self) -> None:
+        if self._cmd is not None:
+            self._cmd.close(linger=0)
+            self._cmd = None
+        if self._ctx is not None and (self._thread is None or not self._thread.is_alive()):
+            self._ctx.term()
+        self._ctx = None
+        self._thread = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+        self._cleanup_tmp()
+
+    def _cleanup_tmp(self) -> None:
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    def __enter__(self) -> Broker:
+        return self.start() if self._thread is None else self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- information -------------------------------------------------------------------
+
+    def _require_node(self) -> Node:
+        if self._node is None or self._identity is None:
+            raise ZBrokerError("broker not started")
+        return self._node
+
+    @property
+    def broker_id(self) -> str:
+        return self._require_node().broker_id
+
+    @property
+    def incarnation(self) -> int:
+        return self._require_node().incarnation
+
+    @property
+    def endpoint(self) -> str:
+        """The well-known address (``tcp://HOST:PORT``) clients and peers connect to."""
+        node = self._require_node()
+        host = self.config.host
+        if host in ("0.0.0.0", "*"):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        return format_endpoint(host, node.ports["control"])
+
+    @property
+    def ports(self) -> dict[str, int]:
+        return dict(self._require_node().ports)
+
+    def call(self, fn: Callable[[Node], Any], timeout: float = STOP_TIMEOUT) -> Any:
+        """Run ``fn(node)`` inside the node thread and return its result."""
+        node = self._require_node()
+        if self._cmd is None or not self.running:
+            raise ZBrokerError("broker not running")
+        fut = node.submit(fn)
+        with self._cmd_lock:
+            self._cmd.send(CALL)
+        return fut.result(timeout)
+
+    def status(self) -> dict[str, Any]:
+        """id, incarnation, endpoints, uptime, counters, subscriptions (a fresh dict)."""
+        result: dict[str, Any] = self.call(lambda node: node.status())
+        return result

@@ -1,0 +1,55 @@
+"""Defaults and tunables, each with its unit and the reason for its value.
+
+Runtime settings are frozen config objects (:mod:`zbroker.config`) built from these; nothing
+else in the package hard-codes a number that a user might want to change.
+"""
+
+from __future__ import annotations
+
+#: Well-known port (ROUTER: control requests and peer links). PORT+1 takes client publishes,
+#: PORT+2 delivers to subscribers.
+DEFAULT_PORT = 7100
+#: Loopback by default: a node reachable from the network is a decision the user makes
+#: (``--host 0.0.0.0``), not an accident of running ``zbroker start``.
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_BROKER = f"tcp://{DEFAULT_HOST}:{DEFAULT_PORT}"
+
+PROTOCOL_VERSION = 1
+
+#: bytes. Frames larger than this from a client or peer are counted and dropped.
+DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
+#: bytes of UTF-8 in a topic name or pattern.
+MAX_TOPIC_BYTES = 512
+#: segments in a topic name or pattern.
+MAX_TOPIC_SEGMENTS = 32
+
+#: messages. Send/receive high-water marks on data sockets: deep enough to absorb bursts
+#: of 100-byte messages at several hundred thousand per second.
+DEFAULT_HWM = 100_000
+
+#: messages drained from one socket per poll pass before the loop looks at the others, so
+#: a flood on one socket cannot starve control requests.
+DRAIN_BATCH = 512
+
+#: entries in the subscription trie's literal-topic match cache.
+MATCH_CACHE_SIZE = 4096
+#: entries in the node's cache of topics already validated.
+TOPIC_CACHE_SIZE = 16_384
+
+#: seconds. Rate limit of "bad input" log lines, per source and reason.
+BAD_INPUT_LOG_INTERVAL = 60.0
+
+#: milliseconds. Linger on close: long enough to flush a goodbye, short enough never to hang.
+CLOSE_LINGER_MS = 200
+#: seconds. How long Broker.start() waits for the node thread to bind.
+START_TIMEOUT = 10.0
+#: seconds. How long Broker.stop() waits for the node thread to finish.
+STOP_TIMEOUT = 5.0
+
+#: seconds. Default time a client waits for a node's answer (HELLO, subscribe, status).
+DEFAULT_CLIENT_TIMEOUT = 5.0
+#: seconds. Default time publish() waits for room in the send queue before PublishTimeout.
+DEFAULT_PUBLISH_TIMEOUT = 5.0
+
+#: Topics under this prefix belong to the node.
+RESERVED_PREFIX = "$ZB"

@@ -1,0 +1,150 @@
+"""Topic names and subscription patterns: the naming rules, validation and single matching.
+
+Rules (the syntax of ActiveMQ's destination wildcards, also used by NATS):
+
+* A **topic name** is one or more dot-separated segments: ``PRICE.STOCK.NYSE.IBM``.
+  A segment is non-empty and holds no whitespace, no control character, no ``*``, ``>``
+  or NUL. Names are at most :data:`~zbroker.const.MAX_TOPIC_BYTES` bytes of UTF-8 and
+  :data:`~zbroker.const.MAX_TOPIC_SEGMENTS` segments.
+* A **pattern** is a name whose segments may also be ``*`` (exactly one segment) or, as the
+  last segment only, ``>`` (one or more remaining segments). ``*`` and ``>`` must stand
+  alone in their segment: ``PRICE.NY*`` is an error, not a prefix match.
+* Names under ``$ZB`` (``$ZB`` itself and ``$ZB.anything``) are reserved for the node:
+  clients may subscribe to them, not publish.
+
+Every function that takes a name from outside the process calls :func:`validate_topic` or
+:func:`validate_pattern`; both raise :class:`~zbroker.errors.InvalidTopic` with a message
+that says what is wrong.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .const import MAX_TOPIC_BYTES, MAX_TOPIC_SEGMENTS, RESERVED_PREFIX
+from .errors import InvalidTopic, ReservedTopic
+
+__all__ = [
+    "is_pattern",
+    "is_reserved",
+    "match",
+    "patterns_overlap",
+    "validate_pattern",
+    "validate_publish_topic",
+    "validate_topic",
+]
+
+# Characters that may not appear inside a segment: separators, wildcards, NUL (the frame
+# delimiter on the delivery socket), whitespace and other control characters.
+_BAD_CHAR = re.compile(r"[\x00-\x20\x7f*>]")
+
+
+def _check_common(value: object, what: str) -> list[str]:
+    if not isinstance(value, str):
+        raise InvalidTopic(f"{what} must be a string, not {type(value).__name__}")
+    if not value:
+        raise InvalidTopic(f"{what} is empty")
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_TOPIC_BYTES:
+        raise InvalidTopic(f"{what} {value[:40]!r}... is longer than {MAX_TOPIC_BYTES} bytes")
+    segments = value.split(".")
+    if len(segments) > MAX_TOPIC_SEGMENTS:
+        raise InvalidTopic(f"{what} {value!r} has more than {MAX_TOPIC_SEGMENTS} segments")
+    return segments
+
+
+def _check_segment(value: str, what: str, segment: str, index: int) -> None:
+    if not segment:
+        raise InvalidTopic(f"{what} {value!r} has an empty segment at position {index + 1}")
+    bad = _BAD_CHAR.search(segment)
+    if bad is not None:
+        char = bad.group()
+        if char in "*>":
+            raise InvalidTopic(
+                f"{what} {value!r}: wildcard {char!r} must stand alone in its segment"
+                if len(segment) > 1
+                else f"{what} {value!r}: a topic name cannot contain wildcard {char!r}"
+            )
+        raise InvalidTopic(f"{what} {value!r} contains a forbidden character {char!r}")
+    try:
+        segment.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidTopic(f"{what} {value!r} is not valid UTF-8") from exc
+
+
+def validate_topic(value: object) -> str:
+    """Return ``value`` if it is a valid topic name (no wildcards), else raise InvalidTopic."""
+    segments = _check_common(value, "topic")
+    assert isinstance(value, str)
+    for i, seg in enumerate(segments):
+        _check_segment(value, "topic", seg, i)
+    return value
+
+
+def validate_publish_topic(value: object) -> str:
+    """Validate a topic a client publishes to: a valid name outside the reserved ``$ZB``."""
+    topic = validate_topic(value)
+    if is_reserved(topic):
+        raise ReservedTopic(
+            f"topic {topic!r} is reserved for the node: clients cannot publish under "
+            f"{RESERVED_PREFIX}."
+        )
+    return topic
+
+
+def validate_pattern(value: object) -> str:
+    """Return ``value`` if it is a valid subscription pattern, else raise InvalidTopic."""
+    segments = _check_common(value, "pattern")
+    assert isinstance(value, str)
+    last = len(segments) - 1
+    for i, seg in enumerate(segments):
+        if seg == "*":
+            continue
+        if seg == ">":
+            if i != last:
+                raise InvalidTopic(
+                    f"pattern {value!r}: '>' may only be the last segment (it matches the rest)"
+                )
+            continue
+        _check_segment(value, "pattern", seg, i)
+    return value
+
+
+def is_pattern(value: str) -> bool:
+    """True if ``value`` (already valid) has a wildcard segment."""
+    return any(seg in ("*", ">") for seg in value.split("."))
+
+
+def is_reserved(topic: str) -> bool:
+    """True for ``$ZB`` and every name under ``$ZB.``."""
+    return topic == RESERVED_PREFIX or topic.startswith(RESERVED_PREFIX + ".")
+
+
+def match(pattern: str, topic: str) -> bool:
+    """True if literal ``topic`` matches ``pattern`` (both assumed valid)."""
+    p = pattern.split(".")
+    t = topic.split(".")
+    for i, seg in enumerate(p):
+        if seg == ">":
+            return len(t) > i
+        if i >= len(t):
+            return False
+        if seg != "*" and seg != t[i]:
+            return False
+    return len(p) == len(t)
+
+
+def patterns_overlap(a: str, b: str) -> bool:
+    """True if some topic name matches both patterns ``a`` and ``b``."""
+    pa = a.split(".")
+    pb = b.split(".")
+    for i in range(max(len(pa), len(pb))):
+        sa = pa[i] if i < len(pa) else None
+        sb = pb[i] if i < len(pb) else None
+        if sa == ">" or sb == ">":
+            # '>' needs at least one more segment; the other side has one here or has '>'.
+            return sa is not None and sb is not None
+        if sa is None or sb is None:
+            return False
+        if sa != "*" and sb != "*" and sa != sb:
+            return False
+    return True
