@@ -12,9 +12,16 @@ File layout (all keys optional)::
     data_dir = "/var/lib/zbroker" # identity (and later, the store)
     log_level = "info"
 
+    group = "default"             # only nodes of the same network group link
+
     [limits]
     max_frame_bytes = 1048576     # larger frames are counted and dropped
     hwm = 100000                  # socket high-water marks, messages
+
+    [[link]]                      # one table per link this node dials (see LinkConfig)
+    name = "to-b"
+    uri = "tcp://10.0.0.2:7100"
+    duplex = true
 
 Precedence where several sources set a value: command-line flag > environment variable
 (``ZBROKER_<KEY>``) > config file > default. :func:`load_config` reads a file;
@@ -31,10 +38,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .const import DEFAULT_HOST, DEFAULT_HWM, DEFAULT_MAX_FRAME_BYTES, DEFAULT_PORT
-from .errors import ConfigError
+from .const import (
+    DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_HEARTBEAT_TIMEOUT,
+    DEFAULT_HOST,
+    DEFAULT_HWM,
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_PORT,
+    DEFAULT_RECONNECT_INITIAL,
+    DEFAULT_RECONNECT_MAX,
+    DEFAULT_RECONNECT_MULTIPLIER,
+)
+from .errors import ConfigError, InvalidTopic
+from .routing import DEFAULT_TTL, LinkOptions
+from .topics import validate_pattern
 
-__all__ = ["LOG_LEVELS", "NodeConfig", "default_data_dir", "load_config", "validate_broker_id"]
+__all__ = [
+    "LOG_LEVELS",
+    "LinkConfig",
+    "NodeConfig",
+    "default_data_dir",
+    "load_config",
+    "peer_link",
+    "validate_broker_id",
+]
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -57,6 +84,94 @@ def default_data_dir(port: int) -> Path:
     return Path(base) / "zbroker" / f"node-{port}"
 
 
+def _check_float(value: object, where: str, lo: float, hi: float) -> float:
+    if type(value) not in (int, float):
+        raise ConfigError(f"{where}: {value!r} is not a number")
+    assert isinstance(value, int | float)
+    if not lo <= value <= hi:
+        raise ConfigError(f"{where}: {value} is out of range ({lo:g}..{hi:g})")
+    return float(value)
+
+
+def _check_patterns(value: object, where: str) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ConfigError(f"{where}: {value!r} is not a list of patterns")
+    for p in value:
+        try:
+            validate_pattern(p)
+        except InvalidTopic as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+    return tuple(value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkConfig:
+    """A link this node dials (the options travel in the handshake, so both ends agree).
+
+    ``duplex``: messages flow both ways over one connection; otherwise only from this node
+    (the dialer) to the acceptor, and interest flows the other way. ``ttl``: max hops for
+    messages and interest. ``conduit``: one copy per message over the link (off: one per
+    remote subscription). ``include``/``exclude``: a message crosses only if it matches some
+    include pattern (when any) and no exclude pattern. ``static``: patterns forwarded over
+    the link regardless of interest. Liveness: heartbeats every ``heartbeat_interval``
+    seconds; no frame for ``heartbeat_timeout`` seconds means the link is down. Redial:
+    exponential backoff from ``reconnect_initial_delay`` to ``reconnect_max_delay``,
+    multiplied by ``reconnect_multiplier``; ``reconnect_max_attempts`` 0 = forever.
+    """
+
+    name: str
+    uri: str
+    duplex: bool = True
+    ttl: int = DEFAULT_TTL
+    conduit: bool = True
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    static: tuple[str, ...] = ()
+    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
+    heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
+    reconnect_initial_delay: float = DEFAULT_RECONNECT_INITIAL
+    reconnect_max_delay: float = DEFAULT_RECONNECT_MAX
+    reconnect_multiplier: float = DEFAULT_RECONNECT_MULTIPLIER
+    reconnect_max_attempts: int = 0
+    source: str = field(default="keyword", compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"{self.source}: link {self.name!r}"
+        validate_broker_id(self.name, f"{self.source}: link.name")
+        if not isinstance(self.uri, str) or not self.uri.startswith("tcp://"):
+            raise ConfigError(f"{where}: uri {self.uri!r} is not of the form tcp://HOST:PORT")
+        for flag in ("duplex", "conduit"):
+            if type(getattr(self, flag)) is not bool:
+                raise ConfigError(f"{where}: {flag} must be true or false")
+        _check_int(self.ttl, f"{where}: ttl", 1, 255)
+        for name in ("include", "exclude", "static"):
+            object.__setattr__(self, name, _check_patterns(getattr(self, name), f"{where}: {name}"))
+        _check_float(self.heartbeat_interval, f"{where}: heartbeat_interval", 0.01, 3600)
+        _check_float(self.heartbeat_timeout, f"{where}: heartbeat_timeout", 0.05, 86400)
+        if self.heartbeat_timeout <= self.heartbeat_interval:
+            raise ConfigError(f"{where}: heartbeat_timeout must exceed heartbeat_interval")
+        _check_float(self.reconnect_initial_delay, f"{where}: reconnect_initial_delay", 0.001, 3600)
+        _check_float(self.reconnect_max_delay, f"{where}: reconnect_max_delay", 0.001, 86400)
+        _check_float(self.reconnect_multiplier, f"{where}: reconnect_multiplier", 1.0, 100)
+        _check_int(self.reconnect_max_attempts, f"{where}: reconnect_max_attempts", 0, 1 << 31)
+
+    @property
+    def options(self) -> LinkOptions:
+        return LinkOptions(
+            ttl=self.ttl,
+            conduit=self.conduit,
+            include=self.include,
+            exclude=self.exclude,
+            static=self.static,
+        )
+
+
+def peer_link(uri: str) -> LinkConfig:
+    """A duplex link with default options, as ``zbroker start --peer URI`` makes."""
+    name = "peer-" + "".join(c if c.isalnum() else "-" for c in uri.removeprefix("tcp://"))
+    return LinkConfig(name=name.strip("-")[:64], uri=uri, source="--peer")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeConfig:
     """Everything a node needs to start. Build with keywords, :func:`load_config` or
@@ -69,6 +184,8 @@ class NodeConfig:
     log_level: str = "info"
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     hwm: int = DEFAULT_HWM
+    group: str = "default"
+    links: tuple[LinkConfig, ...] = ()
     #: where the values came from, for error messages ("file.toml", "keyword", ...)
     source: str = field(default="keyword", compare=False)
 
@@ -87,6 +204,16 @@ class NodeConfig:
             )
         _check_int(self.max_frame_bytes, f"{src}: limits.max_frame_bytes", 64, 1 << 30)
         _check_int(self.hwm, f"{src}: limits.hwm", 1, 10_000_000)
+        validate_broker_id(self.group, f"{src}: node.group")
+        links = tuple(self.links)
+        for link in links:
+            if not isinstance(link, LinkConfig):
+                raise ConfigError(f"{src}: links must be LinkConfig objects, not {link!r}")
+        names = [link.name for link in links]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ConfigError(f"{src}: link name(s) used twice: {', '.join(sorted(dup))}")
+        object.__setattr__(self, "links", links)
 
     def replace(self, **changes: Any) -> NodeConfig:
         """A copy with ``changes`` applied (``None`` values are ignored), validated again."""
@@ -112,6 +239,7 @@ _SCHEMA: dict[str, dict[str, str]] = {
         "port": "port",
         "data_dir": "data_dir",
         "log_level": "log_level",
+        "group": "group",
     },
     "limits": {"max_frame_bytes": "max_frame_bytes", "hwm": "hwm"},
 }
@@ -121,10 +249,14 @@ def config_from_mapping(data: dict[str, Any], source: str) -> NodeConfig:
     """Build a NodeConfig from parsed TOML; unknown tables and keys are errors."""
     kwargs: dict[str, Any] = {}
     for table, value in data.items():
+        if table == "link":
+            kwargs["links"] = _links_from_toml(value, source)
+            continue
         keys = _SCHEMA.get(table)
         if keys is None:
             raise ConfigError(
-                f"{source}: unknown table [{table}] (known: {', '.join(f'[{t}]' for t in _SCHEMA)})"
+                f"{source}: unknown table [{table}] (known: "
+                f"{', '.join(f'[{t}]' for t in _SCHEMA)}, [[link]])"
             )
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: {table} must be a table, not {type(value).__name__}")
@@ -140,6 +272,29 @@ def config_from_mapping(data: dict[str, Any], source: str) -> NodeConfig:
                 item = Path(item).expanduser()
             kwargs[name] = item
     return NodeConfig(source=source, **kwargs)
+
+
+_LINK_KEYS = {f.name for f in dataclasses.fields(LinkConfig)} - {"source"}
+
+
+def _links_from_toml(value: Any, source: str) -> tuple[LinkConfig, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{source}: links are written as [[link]] tables")
+    links = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise ConfigError(f"{source}: [[link]] #{i + 1} is not a table")
+        unknown = set(item) - _LINK_KEYS
+        if unknown:
+            raise ConfigError(
+                f"{source}: [[link]] #{i + 1}: unknown key(s) {', '.join(sorted(unknown))} "
+                f"(known: {', '.join(sorted(_LINK_KEYS))})"
+            )
+        for required in ("name", "uri"):
+            if required not in item:
+                raise ConfigError(f"{source}: [[link]] #{i + 1}: missing key {required!r}")
+        links.append(LinkConfig(source=source, **item))
+    return tuple(links)
 
 
 def load_config(path: str | os.PathLike[str]) -> NodeConfig:

@@ -53,3 +53,17 @@ DEFAULT_PUBLISH_TIMEOUT = 5.0
 
 #: Topics under this prefix belong to the node.
 RESERVED_PREFIX = "$ZB"
+
+#: seconds. Links send a heartbeat this often...
+DEFAULT_HEARTBEAT_INTERVAL = 1.0
+#: seconds. ...and declare the link down after this long without any frame from the peer.
+#: Three missed heartbeats: one lost to a GC pause or a busy core is not an outage.
+DEFAULT_HEARTBEAT_TIMEOUT = 3.0
+#: seconds. First redial delay after a link fails; doubles (multiplier) up to the maximum.
+DEFAULT_RECONNECT_INITIAL = 0.5
+DEFAULT_RECONNECT_MAX = 15.0
+DEFAULT_RECONNECT_MULTIPLIER = 2.0
+#: messages per MSGS frame on a link (one drain pass rarely finds more).
+LINK_BATCH = 512
+#: seconds. Granularity of the node's timers (heartbeats, liveness, redial).
+TICK_INTERVAL = 0.05

@@ -2,15 +2,19 @@
 
 Sockets (DESIGN §4)::
 
-    control  ROUTER  tcp://HOST:PORT     control requests (HELLO, STATUS, PING)
+    control  ROUTER  tcp://HOST:PORT     control requests; links dialled by other nodes
     publish  PULL    tcp://HOST:PORT+1   clients' PUSH: publishes
     deliver  XPUB    tcp://HOST:PORT+2   clients' SUB: deliveries; reports subscriptions
     command  PAIR    inproc://...        the embedding Broker: stop, calls into the loop
+    links    DEALER  (one per dialled link) connected to another node's ROUTER
 
 One poller, one ``_on_<socket>`` handler per socket. Data sockets are drained in batches
 (poll once, then non-blocking receives until EAGAIN or :data:`DRAIN_BATCH`), which is what
 makes a Python forwarder fast. Frames are decoded by :mod:`zbroker.wire`, routing decisions
 come from the sans-IO :class:`~zbroker.routing.RoutingEngine`.
+
+Every poll pass ends by flushing what the pass produced: one MSGS frame per link holding
+every message queued for it, then the routing engine's batched interest changes.
 
 Publishing uses PUSH/PULL rather than PUB/XSUB: PUSH blocks (and the client reports a
 timeout) when the node cannot keep up, where PUB would drop silently.
@@ -28,18 +32,30 @@ from typing import Any
 import zmq
 
 from . import wire
-from .config import NodeConfig
+from .config import NodeConfig, validate_broker_id
 from .const import (
     BAD_INPUT_LOG_INTERVAL,
     CLOSE_LINGER_MS,
     DRAIN_BATCH,
+    LINK_BATCH,
     PROTOCOL_VERSION,
+    TICK_INTERVAL,
     TOPIC_CACHE_SIZE,
 )
-from .errors import AddressInUse, InvalidTopic, ProtocolError
+from .errors import AddressInUse, ConfigError, InvalidTopic, ProtocolError
 from .identity import Identity
-from .routing import LocalSubscribe, LocalUnsubscribe, RoutingEngine
-from .topics import validate_pattern, validate_publish_topic
+from .links import Link, LinkKind, LinkState
+from .routing import (
+    AdvertIn,
+    DedupeWindow,
+    LinkDown,
+    LinkOptions,
+    LinkUp,
+    LocalSubscribe,
+    LocalUnsubscribe,
+    RoutingEngine,
+)
+from .topics import patterns_overlap, validate_pattern, validate_publish_topic, validate_topic
 
 __all__ = ["Node", "format_endpoint"]
 
@@ -111,6 +127,27 @@ class Node:
         self.delivered = 0
         self.bad_input = 0
         self.dropped: dict[str, int] = {}
+        self.forwarded = 0
+        self.links_up = 0
+        self.links_down = 0
+        self.handshakes_refused = 0
+        self.dedupe = DedupeWindow()
+        self._dialers: dict[str, Link] = {
+            lc.name: Link(
+                name=lc.name,
+                kind=LinkKind.STATIC,
+                duplex=lc.duplex,
+                options=lc.options,
+                heartbeat_interval=lc.heartbeat_interval,
+                heartbeat_timeout=lc.heartbeat_timeout,
+                config=lc,
+            )
+            for lc in config.links
+        }
+        self._accepted: dict[bytes, Link] = {}
+        self._by_engine_id: dict[str, Link] = {}
+        self._dirty: list[Link] = []  # links with a non-empty outbox
+        self._next_tick = 0.0
 
     # -- lifecycle (all in the node thread) ---------------------------------------------
 
@@ -120,6 +157,10 @@ class Node:
         ctx = self._ctx
         self.control = ctx.socket(zmq.ROUTER)
         self.control.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        # a redialling peer reuses its routing id: the new connection takes it over
+        self.control.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        self.control.setsockopt(zmq.SNDHWM, cfg.hwm)
+        self.control.setsockopt(zmq.RCVHWM, cfg.hwm)
         self.publish = ctx.socket(zmq.PULL)
         self.publish.setsockopt(zmq.RCVHWM, cfg.hwm)
         self.deliver = ctx.socket(zmq.XPUB)
@@ -189,6 +230,10 @@ class Node:
             raise AddressInUse(f"cannot bind {format_endpoint(host, port)}: {exc}") from exc
 
     def close(self) -> None:
+        for link in self._dialers.values():
+            if link.socket is not None:
+                link.socket.close(linger=0)
+                link.socket = None
         for s in getattr(self, "_sockets", []):
             s.close()
 
@@ -199,26 +244,39 @@ class Node:
 
     def run(self) -> None:
         """Serve until a stop command arrives. Never raises for bad input."""
-        poller = zmq.Poller()
-        handlers: dict[zmq.Socket[bytes], Callable[[], None]] = {
+        self._poller = poller = zmq.Poller()
+        self._handlers: dict[zmq.Socket[bytes], Callable[[], None]] = {
             self.publish: self._on_publish,
             self.deliver: self._on_deliver,
             self.control: self._on_control,
             self.command: self._on_command,
         }
-        for sock in handlers:
+        for sock in self._handlers:
             poller.register(sock, zmq.POLLIN)
         self._running = True
         self.started_at = time.time()
         log.info(
-            "node %s (incarnation %d) serving on %s",
+            "node %s (incarnation %d, group %s) serving on %s",
             self.broker_id,
             self.incarnation,
+            self.config.group,
             ", ".join(f"{k} {v}" for k, v in self.endpoints.items()),
         )
+        for link in self._dialers.values():
+            self._dial(link, time.monotonic())
+        handlers = self._handlers
         while self._running:
-            for sock, _ in poller.poll(1000):
+            timeout = 1000 if not (self._dialers or self._accepted) else int(TICK_INTERVAL * 1000)
+            for sock, _ in poller.poll(timeout):
                 handlers[sock]()
+            if self._dirty:
+                self._flush_outboxes()
+            self._flush_adverts()
+            now = time.monotonic()
+            if now >= self._next_tick:
+                self._next_tick = now + TICK_INTERVAL
+                self._tick(now)
+        self._say_goodbye()
         log.info("node %s stopping", self.broker_id)
 
     # -- handlers -----------------------------------------------------------------------
@@ -228,7 +286,9 @@ class Node:
         send = self.deliver.send
         valid = self._valid_topics
         prefix = self._prefix
-        local_matches = self.engine.local_matches
+        engine = self.engine
+        local_matches = engine.local_matches
+        route = engine.route
         decode = wire.decode_publish
         encode = wire.encode_delivery_body
         origin = self.broker_id
@@ -259,10 +319,19 @@ class Node:
                 continue
             self.seq += 1
             self.received += 1
-            patterns = local_matches(topic)
+            ts = now()
+            if engine.links:
+                patterns, sends = route(topic, (), None)
+                if sends:
+                    self._enqueue(
+                        sends,
+                        [topic, payload, fmt, headers, origin, inc, self.seq, ts, [origin], None],
+                    )
+            else:
+                patterns = local_matches(topic)
             if not patterns:
                 continue
-            body = encode(topic, payload, fmt, headers, origin, inc, self.seq, now())
+            body = encode(topic, payload, fmt, headers, origin, inc, self.seq, ts)
             for pattern in patterns:
                 pfx = prefix.get(pattern)
                 if pfx is None:
@@ -306,8 +375,8 @@ class Node:
             event = (
                 LocalSubscribe(pattern=pattern) if subscribe else LocalUnsubscribe(pattern=pattern)
             )
-            for action in self.engine.handle(event):
-                log.debug("interest %s %s", "+" if action.added else "-", action.pattern)
+            self.engine.handle(event)
+            log.debug("local interest %s %s", "+" if subscribe else "-", pattern)
 
     def _on_control(self) -> None:
         sock = self.control
@@ -317,27 +386,40 @@ class Node:
             except zmq.Again:
                 return
             ident = frames[0]
-            source = f"control:{ident.hex()[:16]}"
             if len(frames) != 2:
                 self._bad(
-                    source,
+                    self._source(ident),
                     "bad_frame_count",
                     f"{len(frames)} frames, expected 1 after the identity",
                 )
                 continue
-            if len(frames[1]) > self.config.max_frame_bytes:
-                self._bad(source, "oversized", f"{len(frames[1])} bytes")
+            body = frames[1]
+            if len(body) > self.config.max_frame_bytes:
+                self._bad(self._source(ident), "oversized", f"{len(body)} bytes")
                 continue
             try:
-                op, req_id, body = wire.decode_control(frames[1])
+                value = wire.decode_frame(body)
+                op = value[0]
+                if op in wire.LINK_TYPES:
+                    self._on_accepted_frame(ident, value, len(body))
+                    continue
+                if len(value) != 3 or type(value[1]) is not int or type(value[2]) is not dict:
+                    raise ProtocolError("bad_shape", "control frame must be [op, req_id, body]")
             except ProtocolError as exc:
-                self._bad(source, exc.reason, exc.detail)
+                self._bad(self._source(ident), exc.reason, exc.detail)
                 continue
-            reply = self._control_reply(op, body)
+            _, req_id, req = value
+            reply = self._control_reply(op, req)
             if reply is None:
-                self._bad(source, "unknown_op", f"op {op}")
+                self._bad(self._source(ident), "unknown_op", f"op {op}")
                 reply = (wire.ERROR, {"message": f"unknown request op {op}"})
             self._send_control(ident, reply[0], req_id, reply[1])
+
+    def _source(self, ident: bytes) -> str:
+        link = self._accepted.get(ident)
+        if link is not None:
+            return f"link {link.name} from {link.peer}"
+        return f"control:{ident.hex()[:16]}"
 
     def _control_reply(self, op: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
         if op == wire.HELLO:
@@ -352,6 +434,16 @@ class Node:
             return op, self.status()
         if op == wire.PING:
             return op, {}
+        if op == wire.ROUTES:
+            pattern = body.get("pattern")
+            routes = self.engine.interest()
+            if isinstance(pattern, str) and pattern:
+                try:
+                    validate_pattern(pattern)
+                except InvalidTopic as exc:
+                    return wire.ERROR, {"message": str(exc)}
+                routes = [r for r in routes if patterns_overlap(pattern, str(r["pattern"]))]
+            return op, {"routes": routes}
         return None
 
     def _send_control(self, ident: bytes, op: int, req_id: int, body: dict[str, Any]) -> None:
@@ -380,10 +472,499 @@ class Node:
         self._calls.put((fn, fut))
         return fut
 
+    # -- links: data path -------------------------------------------------------------------
+
+    def _all_links(self) -> list[Link]:
+        return [*self._dialers.values(), *self._accepted.values()]
+
+    def _enqueue(
+        self, sends: list[tuple[str, tuple[str, ...] | None, int]], msg: list[Any]
+    ) -> None:
+        """Queue ``msg`` (path already ends with us) on each send's link for this pass."""
+        by_id = self._by_engine_id
+        for link_id, targets, copies in sends:
+            link = by_id.get(link_id)
+            if link is None:
+                continue
+            m = (
+                msg
+                if targets is None and msg[9] is None
+                else [*msg[:9], None if targets is None else list(targets)]
+            )
+            if not link.outbox:
+                self._dirty.append(link)
+            if copies == 1:
+                link.outbox.append(m)
+            else:
+                link.outbox.extend([m] * copies)
+
+    def _flush_outboxes(self) -> None:
+        now = time.monotonic()
+        for link in self._dirty:
+            box = link.outbox
+            link.outbox = []
+            if link.state is not LinkState.UP:
+                link.drops += len(box)
+                self._drop("link_down", len(box))
+                continue
+            for i in range(0, len(box), LINK_BATCH):
+                chunk = box[i : i + LINK_BATCH]
+                frame = wire.encode_link(wire.MSGS, chunk)
+                if self._send_link(link, frame, now):
+                    link.msgs_out += len(chunk)
+                    self.forwarded += len(chunk)
+                else:
+                    link.drops += len(chunk)
+                    self._drop("link_queue_full", len(chunk))
+        self._dirty.clear()
+
+    def _flush_adverts(self) -> None:
+        actions = self.engine.flush()
+        if not actions:
+            return
+        now = time.monotonic()
+        for action in actions:
+            link = self._by_engine_id.get(action.link)
+            if link is None or link.state is not LinkState.UP:
+                continue
+            entries = [
+                [p, o, None if path is None else list(path)] for p, o, path in action.entries
+            ]
+            if not self._send_link(link, wire.encode_link(wire.ADVERT, action.full, entries), now):
+                # losing an advertisement would leave the peer's table wrong: restart the link
+                self._link_down(link, "advertisement could not be sent (queue full)", now)
+
+    def _send_link(self, link: Link, frame: bytes, now: float) -> bool:
+        try:
+            if link.dialer:
+                assert link.socket is not None
+                link.socket.send(frame, zmq.NOBLOCK)
+            else:
+                self.control.send_multipart([link.ident, frame], zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                return False
+            raise
+        link.last_sent = now
+        link.bytes_out += len(frame)
+        return True
+
+    def _on_link_frame(self, link: Link, value: list[Any], size: int, now: float) -> None:
+        """A frame from a link that is up (either side)."""
+        link.last_recv = now
+        link.bytes_in += size
+        op = value[0]
+        if op == wire.MSGS:
+            if len(value) != 2 or type(value[1]) is not list:
+                raise ProtocolError("bad_shape", "MSGS must be [21, messages]")
+            if not link.can_receive:
+                link.drops += len(value[1])
+                self._drop("wrong_direction", len(value[1]))
+                return
+            self._on_msgs(link, value[1])
+        elif op == wire.HEARTBEAT:
+            pass
+        elif op == wire.ADVERT:
+            full, entries = wire.decode_advert(value)
+            for pattern, origin, _ in entries:
+                try:
+                    validate_pattern(pattern)
+                    validate_broker_id(origin)
+                except (InvalidTopic, ConfigError) as exc:
+                    raise ProtocolError("bad_advert", str(exc)) from exc
+            self.engine.handle(AdvertIn(link=link.engine_id, full=full, entries=entries))
+        elif op == wire.BYE:
+            reason = (
+                value[1].get("reason", "") if len(value) > 1 and isinstance(value[1], dict) else ""
+            )
+            self._link_down(
+                link, f"peer said goodbye ({reason})" if reason else "peer said goodbye", now
+            )
+        elif op == wire.LINK_REFUSE:
+            info = wire.check_link_map(value)
+            self._link_down(link, f"peer dropped the link: {info.get('reason', '?')}", now)
+        else:
+            raise ProtocolError("unexpected", f"link frame type {op} on an established link")
+
+    def _on_msgs(self, link: Link, batch: list[Any]) -> None:
+        me = self.broker_id
+        valid = self._valid_topics
+        seen = self.dedupe.seen
+        route = self.engine.route
+        prefix = self._prefix
+        send = self.deliver.send
+        encode = wire.encode_delivery_body
+        check = wire.check_link_msg
+        link.msgs_in += len(batch)
+        for m in batch:
+            try:
+                check(m)
+                topic = m[0]
+                if topic not in valid:
+                    validate_topic(topic)
+                    if len(valid) >= TOPIC_CACHE_SIZE:
+                        valid.clear()
+                    valid.add(topic)
+            except ProtocolError as exc:
+                self._bad(self._link_source(link), exc.reason, exc.detail)
+                continue
+            except InvalidTopic as exc:
+                self._bad(self._link_source(link), "bad_topic", str(exc))
+                continue
+            topic, payload, fmt, headers, origin, inc, seq, ts, path, targets = m
+            if me in path:
+                self._drop("loop")
+                continue
+            if seen(origin, inc, seq):
+                continue
+            patterns, sends = route(topic, tuple(path), None if targets is None else tuple(targets))
+            if sends:
+                self._enqueue(
+                    sends, [topic, payload, fmt, headers, origin, inc, seq, ts, [*path, me], None]
+                )
+            if not patterns:
+                continue
+            body = encode(topic, payload, fmt, headers, origin, inc, seq, ts)
+            for pattern in patterns:
+                pfx = prefix.get(pattern)
+                if pfx is None:
+                    pfx = prefix[pattern] = pattern.encode() + b"\0"
+                try:
+                    send(pfx + body, zmq.NOBLOCK)
+                    self.delivered += 1
+                except zmq.Again:
+                    self._drop("subscriber_queue_full")
+
+    def _link_source(self, link: Link) -> str:
+        return f"link {link.name} ({link.peer or link.engine_id})"
+
+    # -- links: dialer side -----------------------------------------------------------------
+
+    def _dial(self, link: Link, now: float) -> None:
+        cfg = link.config
+        assert cfg is not None
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.ROUTING_ID, f"{self.broker_id}/{link.name}".encode())
+        sock.setsockopt(zmq.SNDHWM, self.config.hwm)
+        sock.setsockopt(zmq.RCVHWM, self.config.hwm)
+        if "[" in cfg.uri:
+            sock.setsockopt(zmq.IPV6, 1)
+        try:
+            sock.connect(cfg.uri)
+        except zmq.ZMQError as exc:
+            sock.close()
+            link.last_error = f"cannot connect to {cfg.uri}: {exc}"
+            log.error("link %s: %s", link.name, link.last_error)
+            link.state = LinkState.FAILED
+            return
+        link.socket = sock
+        link.attempts += 1
+        hello = {
+            "id": self.broker_id,
+            "incarnation": self.incarnation,
+            "group": self.config.group,
+            "version": PROTOCOL_VERSION,
+            "name": link.name,
+            "duplex": cfg.duplex,
+            "ttl": cfg.ttl,
+            "conduit": cfg.conduit,
+            "include": list(cfg.include),
+            "exclude": list(cfg.exclude),
+            "static": list(cfg.static),
+            "heartbeat_interval": cfg.heartbeat_interval,
+            "heartbeat_timeout": cfg.heartbeat_timeout,
+        }
+        sock.send(wire.encode_link(wire.LINK_HELLO, hello))
+        link.state = LinkState.HANDSHAKING
+        link.deadline = now + cfg.heartbeat_timeout
+        self._handlers[sock] = lambda: self._on_dialer(link)
+        self._poller.register(sock, zmq.POLLIN)
+        log.debug("link %s: dialling %s (attempt %d)", link.name, cfg.uri, link.attempts)
+
+    def _on_dialer(self, link: Link) -> None:
+        sock = link.socket
+        for _ in range(DRAIN_BATCH):
+            if sock is None or link.socket is not sock:
+                return  # the link was torn down while draining
+            try:
+                body = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            now = time.monotonic()
+            try:
+                if len(body) > self.config.max_frame_bytes:
+                    raise ProtocolError("oversized", f"{len(body)} bytes")
+                value = wire.decode_frame(body)
+                if link.state is LinkState.HANDSHAKING:
+                    self._on_handshake_reply(link, value, now)
+                elif link.state is LinkState.UP:
+                    self._on_link_frame(link, value, len(body), now)
+            except ProtocolError as exc:
+                self._bad(self._link_source(link), exc.reason, exc.detail)
+
+    def _on_handshake_reply(self, link: Link, value: list[Any], now: float) -> None:
+        op = value[0]
+        info = wire.check_link_map(value) if op in (wire.LINK_WELCOME, wire.LINK_REFUSE) else {}
+        if op == wire.LINK_REFUSE:
+            self.handshakes_refused += 1
+            reason = str(info.get("reason", "no reason given"))
+            retry = info.get("retry", True) is not False
+            self._close_dialer(link)
+            link.last_error = f"refused by peer: {reason}"
+            if retry:
+                link.state = LinkState.WAITING
+                link.deadline = now + link.backoff()
+                log.warning(
+                    "link %s to %s refused: %s (retrying in %.1f s)",
+                    link.name,
+                    link.config and link.config.uri,
+                    reason,
+                    link.deadline - now,
+                )
+            else:
+                link.state = LinkState.REFUSED
+                log.error(
+                    "link %s to %s refused: %s (not retrying)",
+                    link.name,
+                    link.config and link.config.uri,
+                    reason,
+                )
+            return
+        if op != wire.LINK_WELCOME:
+            raise ProtocolError("unexpected", f"frame type {op} before the handshake finished")
+        peer = info.get("id")
+        inc = info.get("incarnation")
+        if not isinstance(peer, str) or type(inc) is not int:
+            raise ProtocolError("bad_type", "LINK_WELCOME needs id and incarnation")
+        problem = self._handshake_problem(peer, info)
+        if problem is not None:
+            self.handshakes_refused += 1
+            self._close_dialer(link)
+            link.last_error = problem
+            link.state = LinkState.WAITING
+            link.deadline = now + link.backoff()
+            log.warning("link %s: %s", link.name, problem)
+            return
+        link.peer = peer
+        link.peer_incarnation = inc
+        self._up(link, now)
+
+    def _handshake_problem(self, peer: str, info: dict[str, Any]) -> str | None:
+        if peer == self.broker_id:
+            return f"refused link to self ({peer})"
+        group = info.get("group")
+        if group != self.config.group:
+            return f"refused peer {peer}: it is in group {group!r}, we are in {self.config.group!r}"
+        version = info.get("version")
+        if version != PROTOCOL_VERSION:
+            return f"refused peer {peer}: protocol version {version!r}, we speak {PROTOCOL_VERSION}"
+        return None
+
+    def _close_dialer(self, link: Link) -> None:
+        if link.socket is not None:
+            self._poller.unregister(link.socket)
+            self._handlers.pop(link.socket, None)
+            link.socket.close(linger=0)
+            link.socket = None
+
+    # -- links: acceptor side ---------------------------------------------------------------
+
+    def _on_accepted_frame(self, ident: bytes, value: list[Any], size: int) -> None:
+        now = time.monotonic()
+        if value[0] == wire.LINK_HELLO:
+            self._accept_hello(ident, wire.check_link_map(value), now)
+            return
+        link = self._accepted.get(ident)
+        if link is None:
+            # we do not know this link (we restarted, or it timed out here): ask for a
+            # new handshake instead of letting the peer talk into the void
+            if value[0] != wire.BYE:
+                self._send_raw(
+                    ident,
+                    wire.encode_link(
+                        wire.LINK_REFUSE, {"reason": "unknown link: handshake again", "retry": True}
+                    ),
+                )
+            return
+        self._on_link_frame(link, value, size, now)
+
+    def _send_raw(self, ident: bytes, frame: bytes) -> None:
+        try:
+            self.control.send_multipart([ident, frame], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+
+    def _accept_hello(self, ident: bytes, info: dict[str, Any], now: float) -> None:
+        peer = info.get("id")
+        name = info.get("name")
+        try:
+            if not isinstance(peer, str) or not isinstance(name, str):
+                raise ProtocolError("bad_type", "LINK_HELLO needs id and name strings")
+            validate_broker_id(peer)
+            validate_broker_id(name)
+            inc = info.get("incarnation")
+            if type(inc) is not int:
+                raise ProtocolError("bad_type", "LINK_HELLO incarnation must be an integer")
+            options = LinkOptions(
+                ttl=_int(info, "ttl", 1, 255),
+                conduit=_bool(info, "conduit"),
+                include=_patterns(info, "include"),
+                exclude=_patterns(info, "exclude"),
+                static=_patterns(info, "static"),
+            )
+            duplex = _bool(info, "duplex")
+            hb_interval = _num(info, "heartbeat_interval")
+            hb_timeout = _num(info, "heartbeat_timeout")
+        except (ProtocolError, ConfigError, InvalidTopic) as exc:
+            self.handshakes_refused += 1
+            reason = f"malformed handshake: {exc}"
+            log.warning("refused link from %s: %s", ident[:64], reason)
+            self._send_raw(
+                ident, wire.encode_link(wire.LINK_REFUSE, {"reason": reason, "retry": False})
+            )
+            return
+        problem = self._handshake_problem(peer, info)
+        if problem is not None:
+            self.handshakes_refused += 1
+            log.warning("link %s: %s", name, problem)
+            self._send_raw(
+                ident,
+                wire.encode_link(
+                    wire.LINK_REFUSE, {"reason": problem, "retry": peer != self.broker_id}
+                ),
+            )
+            return
+        for old in list(self._accepted.values()):
+            if old.peer == peer and old.name == name:
+                if old.peer_incarnation > inc:
+                    self._send_raw(
+                        ident,
+                        wire.encode_link(
+                            wire.LINK_REFUSE, {"reason": "stale incarnation", "retry": False}
+                        ),
+                    )
+                    return
+                # a restarted (or redialling) peer replaces its stale link
+                self._link_down(old, f"replaced by incarnation {inc} of {peer}", now)
+        link = Link(
+            name=name,
+            kind=LinkKind.ACCEPTED,
+            duplex=duplex,
+            options=options,
+            heartbeat_interval=hb_interval,
+            heartbeat_timeout=hb_timeout,
+            ident=ident,
+            peer=peer,
+            peer_incarnation=inc,
+        )
+        self._accepted[ident] = link
+        welcome = {
+            "id": self.broker_id,
+            "incarnation": self.incarnation,
+            "group": self.config.group,
+            "version": PROTOCOL_VERSION,
+        }
+        self._send_raw(ident, wire.encode_link(wire.LINK_WELCOME, welcome))
+        self._up(link, now)
+
+    # -- links: both sides ------------------------------------------------------------------
+
+    def _up(self, link: Link, now: float) -> None:
+        link.state = LinkState.UP
+        link.up_since = now
+        link.last_recv = now
+        link.last_sent = now
+        link.attempts = 0
+        link.last_error = ""
+        link.ups += 1
+        self.links_up += 1
+        self._by_engine_id[link.engine_id] = link
+        self.engine.handle(
+            LinkUp(
+                link=link.engine_id,
+                peer=link.peer,
+                can_send=link.can_send,
+                can_receive=link.can_receive,
+                options=link.options,
+            )
+        )
+        log.info(
+            "link %s %s %s (incarnation %d) is up",
+            link.name,
+            "to" if link.dialer else "from",
+            link.peer,
+            link.peer_incarnation,
+        )
+
+    def _link_down(self, link: Link, reason: str, now: float) -> None:
+        was_up = link.state is LinkState.UP
+        if was_up:
+            self.links_down += 1
+            self.engine.handle(LinkDown(link=link.engine_id))
+            self._by_engine_id.pop(link.engine_id, None)
+            log.warning(
+                "link %s %s %s is down: %s",
+                link.name,
+                "to" if link.dialer else "from",
+                link.peer,
+                reason,
+            )
+        link.last_error = reason
+        if link.outbox:
+            link.drops += len(link.outbox)
+            self._drop("link_down", len(link.outbox))
+            link.outbox = []
+        if link.dialer:
+            self._close_dialer(link)
+            cfg = link.config
+            assert cfg is not None
+            if cfg.reconnect_max_attempts and link.attempts >= cfg.reconnect_max_attempts:
+                link.state = LinkState.FAILED
+                log.error("link %s: giving up after %d attempts", link.name, link.attempts)
+            else:
+                link.state = LinkState.WAITING
+                link.deadline = now + (0.0 if was_up else link.backoff())
+        else:
+            self._accepted.pop(link.ident, None)
+
+    def _tick(self, now: float) -> None:
+        hb = wire.encode_link(wire.HEARTBEAT)
+        for link in self._all_links():
+            state = link.state
+            if state is LinkState.UP:
+                if now - link.last_recv > link.heartbeat_timeout:
+                    self._link_down(link, f"no heartbeat for {link.heartbeat_timeout:g} s", now)
+                elif now - link.last_sent >= link.heartbeat_interval:
+                    self._send_link(link, hb, now)
+            elif state is LinkState.HANDSHAKING and now >= link.deadline:
+                self._close_dialer(link)
+                link.last_error = "no answer to the handshake"
+                link.state = LinkState.WAITING
+                link.deadline = now + link.backoff()
+            elif state is LinkState.WAITING and link.dialer and now >= link.deadline:
+                cfg = link.config
+                assert cfg is not None
+                if cfg.reconnect_max_attempts and link.attempts >= cfg.reconnect_max_attempts:
+                    link.state = LinkState.FAILED
+                    log.error("link %s: giving up after %d attempts", link.name, link.attempts)
+                else:
+                    self._dial(link, now)
+
+    def _say_goodbye(self) -> None:
+        """Tell every peer we are leaving, so it withdraws our interest at once."""
+        bye = wire.encode_link(wire.BYE, {"reason": "node stopping"})
+        now = time.monotonic()
+        for link in self._all_links():
+            if link.state is LinkState.UP:
+                self._send_link(link, bye, now)
+
     # -- accounting -----------------------------------------------------------------------
 
-    def _drop(self, reason: str) -> None:
-        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+    def _drop(self, reason: str, n: int = 1) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + n
 
     def _bad(self, source: str, reason: str, detail: str) -> None:
         self.bad_input += 1
@@ -392,20 +973,64 @@ class Node:
 
     def status(self) -> dict[str, Any]:
         patterns = sorted(self.engine.local_patterns)
+        now = time.monotonic()
+        routes = self.engine.interest()
         return {
             "broker_id": self.broker_id,
             "incarnation": self.incarnation,
+            "group": self.config.group,
             "version": PROTOCOL_VERSION,
             "endpoints": self.endpoints,
             "uptime": round(time.time() - self.started_at, 3),
             "counters": {
                 "received": self.received,
+                "forwarded": self.forwarded,
                 "delivered": self.delivered,
+                "duplicates": self.dedupe.duplicates,
                 "bad_input": self.bad_input,
+                "links_up": self.links_up,
+                "links_down": self.links_down,
+                "handshakes_refused": self.handshakes_refused,
                 "dropped": dict(sorted(self.dropped.items())),
             },
             "subscriptions": {"count": len(patterns), "patterns": patterns},
+            "links": [link.describe(now) for link in self._all_links()],
+            "interest": {
+                "routes": len(routes),
+                "remote": sum(1 for r in routes if r["link"] is not None),
+                "origins": sorted({str(r["origin"]) for r in routes}),
+                "entries": self.engine.entry_count(),
+                "rejected": dict(sorted(self.engine.rejected.items())),
+            },
         }
+
+
+def _int(info: dict[str, Any], key: str, lo: int, hi: int) -> int:
+    v = info.get(key)
+    if type(v) is not int or not lo <= v <= hi:
+        raise ProtocolError("bad_type", f"{key} must be an integer in {lo}..{hi}")
+    return v
+
+
+def _bool(info: dict[str, Any], key: str) -> bool:
+    v = info.get(key)
+    if type(v) is not bool:
+        raise ProtocolError("bad_type", f"{key} must be a boolean")
+    return v
+
+
+def _num(info: dict[str, Any], key: str) -> float:
+    v = info.get(key)
+    if not isinstance(v, int | float) or isinstance(v, bool) or not 0 < v < 86400:
+        raise ProtocolError("bad_type", f"{key} must be a positive number of seconds")
+    return float(v)
+
+
+def _patterns(info: dict[str, Any], key: str) -> tuple[str, ...]:
+    v = info.get(key, [])
+    if type(v) is not list:
+        raise ProtocolError("bad_type", f"{key} must be a list of patterns")
+    return tuple(validate_pattern(p) for p in v)
 
 
 def command_client(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str) -> zmq.Socket[bytes]:

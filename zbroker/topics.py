@@ -35,8 +35,9 @@ __all__ = [
 ]
 
 # Characters that may not appear inside a segment: separators, wildcards, NUL (the frame
-# delimiter on the delivery socket), whitespace and other control characters.
-_BAD_CHAR = re.compile(r"[\x00-\x20\x7f*>]")
+# delimiter on the delivery socket), whitespace and other control characters (the C0 and C1
+# ranges and DEL; ``\s`` also covers Unicode whitespace such as U+00A0 and U+3000).
+_BAD_CHAR = re.compile(r"[\x00-\x20\x7f-\x9f\s*>]")
 
 
 def _check_common(value: object, what: str) -> list[str]:

@@ -39,8 +39,28 @@ HELLO      1      request ``{}``; reply ``{broker_id, incarnation, version, endp
                   ports: {control, publish, deliver}}``
 STATUS     2      request ``{}``; reply: the node's status map
 PING       3      request ``{}``; reply ``{}``
+ROUTES     4      request ``{pattern?: str}``; reply ``{routes: [{pattern, origin, path,
+                  hops, link}]}``
 ERROR      15     reply ``{message: str}``
 =========  =====  ===========================================================
+
+Links (dialing node's DEALER → other node's ROUTER, ``PORT``; the DEALER's routing id is
+``broker_id/link_name``). Every link frame is an array whose first element is its type;
+types 16 and up, so the ROUTER tells them from control requests by the first element::
+
+    LINK_HELLO    [16, {id, incarnation, group, version, name, duplex, ttl, conduit,
+                        include, exclude, static, heartbeat_interval, heartbeat_timeout}]
+    LINK_WELCOME  [17, {id, incarnation, group, version}]
+    LINK_REFUSE   [18, {reason: str, retry: bool}]
+    HEARTBEAT     [19]
+    ADVERT        [20, full: bool, [[pattern, origin, path: [str] | nil], ...]]
+    MSGS          [21, [[topic, payload, fmt, headers, origin, incarnation, seq, ts,
+                         path: [str], targets: [str] | nil], ...]]
+    BYE           [22, {reason: str}]
+
+``ADVERT`` carries interest entries (``path`` nil withdraws; ``full`` replaces the
+receiver's table for this link). ``MSGS`` batches every message one drain pass found for
+the link into one frame (a ROUTER adds an identity frame per send: amortize it).
 """
 
 from __future__ import annotations
@@ -75,8 +95,18 @@ _FMTS = (FMT_BYTES, FMT_MSGPACK)
 HELLO = 1
 STATUS = 2
 PING = 3
+ROUTES = 4
 ERROR = 15
-OPS = {HELLO: "HELLO", STATUS: "STATUS", PING: "PING", ERROR: "ERROR"}
+OPS = {HELLO: "HELLO", STATUS: "STATUS", PING: "PING", ROUTES: "ROUTES", ERROR: "ERROR"}
+
+LINK_HELLO = 16
+LINK_WELCOME = 17
+LINK_REFUSE = 18
+HEARTBEAT = 19
+ADVERT = 20
+MSGS = 21
+BYE = 22
+LINK_TYPES = frozenset({LINK_HELLO, LINK_WELCOME, LINK_REFUSE, HEARTBEAT, ADVERT, MSGS, BYE})
 
 #: First byte of a subscription-sync key. Not a valid pattern character, so it never
 #: collides with a real subscription.
@@ -168,3 +198,69 @@ def decode_control(frame: bytes) -> tuple[int, int, dict[str, Any]]:
     if type(body) is not dict:
         raise ProtocolError("bad_type", "control body must be a map")
     return op, req_id, body
+
+
+# -- links ------------------------------------------------------------------------------
+
+
+def encode_link(*parts: Any) -> bytes:
+    """Encode a link frame ``[type, ...]``."""
+    return _packb(list(parts))  # type: ignore[no-any-return]
+
+
+def decode_frame(frame: bytes) -> list[Any]:
+    """Decode any ROUTER/DEALER body into its array; the first element is an int type."""
+    value = _unpack(frame)
+    if type(value) is not list or not value or type(value[0]) is not int:
+        raise ProtocolError("bad_shape", "frame must be an array starting with its type")
+    return value
+
+
+def _str_list(value: Any, what: str) -> tuple[str, ...]:
+    if type(value) is not list or not all(type(v) is str for v in value):
+        raise ProtocolError("bad_type", f"{what} must be an array of strings")
+    return tuple(value)
+
+
+def check_link_map(value: list[Any], size: int = 2) -> dict[str, Any]:
+    """``[type, {map}]`` frames (HELLO, WELCOME, REFUSE, BYE): return the map."""
+    if len(value) != size or type(value[1]) is not dict:
+        raise ProtocolError("bad_shape", "link frame must be [type, map]")
+    result: dict[str, Any] = value[1]
+    return result
+
+
+def decode_advert(
+    value: list[Any],
+) -> tuple[bool, tuple[tuple[str, str, tuple[str, ...] | None], ...]]:
+    """Check an ADVERT frame's array; return (full, entries). Patterns are checked by the
+    caller (the node validates them with :mod:`zbroker.topics`)."""
+    if len(value) != 3 or type(value[1]) is not bool or type(value[2]) is not list:
+        raise ProtocolError("bad_shape", "ADVERT must be [20, full, entries]")
+    entries = []
+    for e in value[2]:
+        if type(e) is not list or len(e) != 3 or type(e[0]) is not str or type(e[1]) is not str:
+            raise ProtocolError("bad_type", "ADVERT entry must be [pattern, origin, path]")
+        path = None if e[2] is None else _str_list(e[2], "ADVERT path")
+        entries.append((e[0], e[1], path))
+    return value[1], tuple(entries)
+
+
+def check_link_msg(m: Any) -> None:
+    """Type-check one message of a MSGS batch (raises ProtocolError)."""
+    if type(m) is not list or len(m) != 10:
+        raise ProtocolError("bad_shape", "MSGS entry must be a 10-element array")
+    topic, payload, fmt, headers, origin, inc, seq, ts, path, targets = m
+    if (
+        type(topic) is not str
+        or type(payload) is not bytes
+        or fmt not in _FMTS
+        or (headers is not None and type(headers) is not dict)
+        or type(origin) is not str
+        or type(inc) is not int
+        or type(seq) is not int
+        or type(ts) not in (float, int)
+        or type(path) is not list
+        or (targets is not None and type(targets) is not list)
+    ):
+        raise ProtocolError("bad_type", "MSGS entry has wrong field types")

@@ -4,6 +4,32 @@ network simulator."""
 
 from __future__ import annotations
 
-from .engine import Action, Event, LocalSubscribe, LocalUnsubscribe, RoutingEngine
+from .dedupe import DedupeWindow
+from .engine import (
+    DEFAULT_TTL,
+    Action,
+    AdvertIn,
+    Event,
+    LinkDown,
+    LinkOptions,
+    LinkUp,
+    LocalSubscribe,
+    LocalUnsubscribe,
+    RoutingEngine,
+    SendAdvert,
+)
 
-__all__ = ["Action", "Event", "LocalSubscribe", "LocalUnsubscribe", "RoutingEngine"]
+__all__ = [
+    "DEFAULT_TTL",
+    "Action",
+    "AdvertIn",
+    "DedupeWindow",
+    "Event",
+    "LinkDown",
+    "LinkOptions",
+    "LinkUp",
+    "LocalSubscribe",
+    "LocalUnsubscribe",
+    "RoutingEngine",
+    "SendAdvert",
+]

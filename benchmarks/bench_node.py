@@ -1,0 +1,970 @@
+#!/usr/bin/env python3
+"""Single-node benchmark (issue 2): raw pyzmq ceiling vs. one zbroker node.
+
+    .venv/bin/python benchmarks/bench_node.py            # full run (200,000 messages)
+    .venv/bin/python benchmarks/bench_node.py --quick    # smoke run
+    .venv/bin/python benchmarks/bench_node.py --json     # machine-readable result on stdout
+    .venv/bin/python benchmarks/bench_node.py --profile  # cProfile the zbroker flood run
+
+Measures, in one run, with every role in its own process (multiprocessing "spawn"):
+
+(a) raw pyzmq PUB -> SUB throughput, 100-byte payload, one frame per message: the ceiling.
+(b) zbroker: publisher process (``Client.publish``) -> node process (``zbroker.Broker``)
+    -> subscriber process (``Client.subscribe`` with a counting callback); delivered
+    messages/s and lost = published - delivered. If the flood run loses messages, paced
+    runs look for a rate with zero loss.
+(c) b / a.
+(d) one-hop latency publish() -> callback through the node at a fixed rate (2,000 msg/s
+    for 5 s); the timestamp travels in the payload. ``time.perf_counter_ns`` is
+    CLOCK_MONOTONIC on Linux, one clock for every process on the machine.
+
+Throughput window: from the publisher's first measured send to the subscriber's last
+receive (both perf_counter_ns). Every socket binds/connects on 127.0.0.1 only. Every child
+process is stopped by its PID in a ``finally`` block; each child also exits on its own if
+its parent goes away or a hard deadline passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import math
+import multiprocessing as mp
+import os
+import platform
+import pstats
+import queue
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import zmq
+
+HOST = "127.0.0.1"
+PAYLOAD_SIZE = 100
+TOPIC = "BENCH.DATA"
+WARM_TOPIC = "BENCH.WARM"
+STOP_TOPIC = "BENCH.STOP"
+HWM = 100_000  # zbroker's DEFAULT_HWM, used for the raw sockets too
+WARMUP = 1_000  # messages sent (on a separate topic / shape) before any measured run
+LATENCY_LEAD_IN = 100  # first latency messages not counted (connection/cache warm-up)
+IDLE_END_S = 3.0  # subscriber gives up this long after the publisher finished
+CHILD_DEADLINE_S = 240.0  # a child process never lives longer than this
+RUN_DEADLINE_S = 300  # the whole benchmark (SIGALRM in the parent)
+
+TARGET_RATE = 150_000.0
+TARGET_RATIO = 0.15
+TARGET_P99_MS = 1.5
+LATENCY_RATE = 2_000.0
+
+_PROCS: list[mp.process.BaseProcess] = []
+
+
+def log(*args: Any) -> None:
+    print(*args, file=sys.stderr, flush=True)
+
+
+# -- helpers shared by the children ---------------------------------------------------------
+
+
+def _guard_child() -> None:
+    """Exit this child if the parent disappears or the hard deadline passes."""
+    parent = os.getppid()
+    end = time.monotonic() + CHILD_DEADLINE_S
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent or time.monotonic() > end:
+                os._exit(3)
+
+    threading.Thread(target=watch, daemon=True, name="bench-guard").start()
+
+
+def _pace(i: int, t0: int, interval_ns: float) -> None:
+    """Sleep until message ``i``'s slot (absolute schedule: no drift)."""
+    delay = t0 + i * interval_ns - time.perf_counter_ns()
+    if delay > 0:
+        time.sleep(delay / 1e9)
+
+
+def _latency_payload(seq: int, size: int) -> bytes:
+    return (
+        time.perf_counter_ns().to_bytes(8, "little") + seq.to_bytes(8, "little") + bytes(size - 16)
+    )
+
+
+# -- raw pyzmq roles ------------------------------------------------------------------------
+
+
+def raw_pub(
+    q: Any,
+    sub_ready: Any,
+    started: Any,
+    sub_done: Any,
+    mode: str,
+    n: int,
+    rate: float,
+    relay_port: int | None,
+) -> None:
+    """PUB bound on a free port (direct), or PUSH connected to the relay's PULL."""
+    _guard_child()
+    ctx = zmq.Context()
+    if relay_port is None:
+        sock = ctx.socket(zmq.PUB)
+        sock.setsockopt(zmq.SNDHWM, HWM)
+        port = sock.bind_to_random_port(f"tcp://{HOST}", 20000, 60000)
+        q.put(("port", port))
+    else:
+        sock = ctx.socket(zmq.PUSH)
+        sock.setsockopt(zmq.SNDHWM, HWM)
+        sock.connect(f"tcp://{HOST}:{relay_port}")
+    sock.setsockopt(zmq.LINGER, 1000)
+    end = time.monotonic() + 30
+    while not sub_ready.wait(0.001):  # slow joiner: short frames until the SUB sees one
+        sock.send(b"W")
+        if time.monotonic() > end:
+            q.put(("pub", {"error": "subscriber never joined"}))
+            return
+    time.sleep(0.2)  # let the warm-up frames drain
+    send = sock.send
+    started.set()
+    cpu0 = time.process_time()
+    t0 = time.perf_counter_ns()
+    if mode == "flood":
+        payload = b"M" * PAYLOAD_SIZE
+        for _ in range(n):
+            send(payload)
+    else:  # latency: paced, timestamp in the payload
+        interval = 1e9 / rate
+        for i in range(n):
+            _pace(i, t0, interval)
+            send(_latency_payload(i, PAYLOAD_SIZE))
+    t1 = time.perf_counter_ns()
+    cpu1 = time.process_time()
+    q.put(("pub", {"sent": n, "t_start": t0, "t_end": t1, "cpu_s": cpu1 - cpu0}))
+    sub_done.wait(60)
+    sock.close()
+    ctx.term()
+
+
+def raw_sub(
+    q: Any, port: int, sub_ready: Any, pub_done: Any, sub_done: Any, mode: str, n: int
+) -> None:
+    _guard_child()
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.SUB)
+    sock.setsockopt(zmq.RCVHWM, HWM)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    sock.connect(f"tcp://{HOST}:{port}")
+    sock.setsockopt(zmq.RCVTIMEO, 30_000)
+    sock.recv()  # a warm-up frame: the subscription is in place
+    sub_ready.set()
+    sock.setsockopt(zmq.RCVTIMEO, int(IDLE_END_S * 1000))
+    recv = sock.recv
+    perf = time.perf_counter_ns
+    size = PAYLOAD_SIZE
+    count = 0
+    t_last = 0
+    lats: list[int] = []
+    cpu0 = time.process_time()
+    deadline = time.monotonic() + CHILD_DEADLINE_S - 30
+    while count < n:
+        try:
+            if mode == "flood":
+                while count < n:
+                    m = recv()
+                    if len(m) != size:
+                        continue
+                    count += 1
+                    if not count & 255:
+                        t_last = perf()
+                t_last = perf()
+            else:
+                while count < n:
+                    m = recv()
+                    now = perf()
+                    if len(m) != size:
+                        continue
+                    count += 1
+                    t_last = now
+                    if int.from_bytes(m[8:16], "little") >= LATENCY_LEAD_IN:
+                        lats.append(now - int.from_bytes(m[:8], "little"))
+        except zmq.Again:
+            if pub_done.is_set() or time.monotonic() > deadline:
+                break
+    cpu1 = time.process_time()
+    sub_done.set()
+    q.put(("sub", {"received": count, "t_last": t_last, "cpu_s": cpu1 - cpu0, "lat_ns": lats}))
+    sock.close()
+    ctx.term()
+
+
+def relay_main(q: Any, stop: Any) -> None:
+    """Reference forwarder, same topology as a node: PULL -> PUB in one Python loop.
+
+    No decoding, routing or re-encoding: what a Python hop costs with nothing else to do.
+    """
+    _guard_child()
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL)
+    pull.setsockopt(zmq.RCVHWM, HWM)
+    pub = ctx.socket(zmq.PUB)
+    pub.setsockopt(zmq.SNDHWM, HWM)
+    for sock in (pull, pub):
+        sock.setsockopt(zmq.LINGER, 0)
+    in_port = pull.bind_to_random_port(f"tcp://{HOST}", 20000, 60000)
+    out_port = pub.bind_to_random_port(f"tcp://{HOST}", 20000, 60000)
+    q.put(("relay", {"in_port": in_port, "out_port": out_port}))
+    recv, send, noblock, again = pull.recv, pub.send, zmq.NOBLOCK, zmq.Again
+    poller = zmq.Poller()
+    poller.register(pull, zmq.POLLIN)
+    while not stop.is_set():
+        if not poller.poll(200):
+            continue
+        for _ in range(512):
+            try:
+                frame = recv(noblock)
+            except again:
+                break
+            send(frame)
+    pull.close()
+    pub.close()
+    ctx.term()
+
+
+# -- zbroker roles --------------------------------------------------------------------------
+
+
+def node_main(q: Any, data_dir: str, stop: Any, profile_out: str | None) -> None:
+    _guard_child()
+    import cProfile
+
+    from zbroker import Broker
+
+    broker = Broker(host=HOST, port=0, data_dir=Path(data_dir)).start()
+    prof = cProfile.Profile() if profile_out else None
+    try:
+        if prof is not None:
+            broker.call(lambda node: prof.enable())  # profiles the node thread only
+        q.put(("node", {"endpoint": broker.endpoint, "ports": broker.ports}))
+        stop.wait(CHILD_DEADLINE_S)
+        if prof is not None and profile_out:
+            broker.call(lambda node: prof.disable())
+            prof.dump_stats(profile_out)
+    finally:
+        broker.stop()
+
+
+def zb_pub(
+    q: Any,
+    endpoint: str,
+    sub_ready: Any,
+    warm_done: Any,
+    started: Any,
+    sub_done: Any,
+    mode: str,
+    n: int,
+    rate: float,
+    profile_out: str | None,
+) -> None:
+    _guard_child()
+    import cProfile
+
+    from zbroker import Client
+
+    client = Client(endpoint)
+    try:
+        if not sub_ready.wait(30):
+            q.put(("pub", {"error": "subscriber not ready"}))
+            return
+        publish = client.publish
+        warm = b"W" * PAYLOAD_SIZE
+        for _ in range(WARMUP):
+            publish(WARM_TOPIC, warm)
+        if not warm_done.wait(30):
+            q.put(("pub", {"error": "warm-up messages never arrived"}))
+            return
+        prof = cProfile.Profile() if profile_out else None
+        started.set()
+        if prof is not None:
+            prof.enable()
+        cpu0 = time.process_time()
+        t0 = time.perf_counter_ns()
+        if mode == "flood":
+            payload = b"M" * PAYLOAD_SIZE
+            for _ in range(n):
+                publish(TOPIC, payload)
+        elif mode == "paced":
+            payload = b"M" * PAYLOAD_SIZE
+            interval = 1e9 / rate
+            for i in range(n):
+                if not i & 63:
+                    _pace(i, t0, interval)
+                publish(TOPIC, payload)
+        else:  # latency
+            interval = 1e9 / rate
+            for i in range(n):
+                _pace(i, t0, interval)
+                publish(TOPIC, _latency_payload(i, PAYLOAD_SIZE))
+        t1 = time.perf_counter_ns()
+        cpu1 = time.process_time()
+        if prof is not None and profile_out:
+            prof.disable()
+            prof.dump_stats(profile_out)
+        q.put(("pub", {"sent": n, "t_start": t0, "t_end": t1, "cpu_s": cpu1 - cpu0}))
+        sub_done.wait(60)
+    finally:
+        client.close()
+
+
+def zb_sub(
+    q: Any,
+    endpoint: str,
+    sub_ready: Any,
+    warm_done: Any,
+    pub_done: Any,
+    sub_done: Any,
+    mode: str,
+    n: int,
+    profile_out: str | None,
+) -> None:
+    _guard_child()
+    import cProfile
+
+    from zbroker import Client, Message
+
+    client = Client(endpoint)
+    prof = cProfile.Profile() if profile_out else None
+    all_in = threading.Event()
+    stopped = threading.Event()
+    warm = [0]
+    st = [0, 0]  # delivered, perf_counter_ns of the last delivery
+    lats: list[int] = []
+    perf = time.perf_counter_ns
+
+    def on_warm(msg: Message) -> None:
+        warm[0] += 1
+        if warm[0] == WARMUP:
+            if prof is not None:
+                prof.enable()  # runs in the client thread: profiles it from here on
+            warm_done.set()
+
+    def on_stop(msg: Message) -> None:
+        if prof is not None:
+            prof.disable()
+        stopped.set()
+
+    def on_data(msg: Message) -> None:
+        st[0] += 1
+        st[1] = perf()
+        if st[0] == n:
+            all_in.set()
+
+    def on_latency(msg: Message) -> None:
+        now = perf()
+        st[0] += 1
+        st[1] = now
+        p = msg.payload
+        if int.from_bytes(p[8:16], "little") >= LATENCY_LEAD_IN:
+            lats.append(now - int.from_bytes(p[:8], "little"))
+        if st[0] == n:
+            all_in.set()
+
+    try:
+        client.subscribe(WARM_TOPIC, on_warm)
+        client.subscribe(STOP_TOPIC, on_stop)
+        client.subscribe(TOPIC, on_latency if mode == "latency" else on_data)
+        sub_ready.set()
+        cpu0 = time.process_time()
+        seen, seen_at = -1, time.monotonic()
+        deadline = time.monotonic() + CHILD_DEADLINE_S - 30
+        while not all_in.wait(0.05):
+            now = time.monotonic()
+            if st[0] != seen:
+                seen, seen_at = st[0], now
+            elif pub_done.is_set() and now - seen_at > IDLE_END_S:
+                break
+            if now > deadline:
+                break
+        cpu1 = time.process_time()
+        sub_done.set()
+        if prof is not None and profile_out:
+            client.publish(STOP_TOPIC, b"")  # its callback disables the profiler in-thread
+            stopped.wait(5)
+            prof.dump_stats(profile_out)
+        q.put(
+            (
+                "sub",
+                {"received": st[0], "t_last": st[1], "cpu_s": cpu1 - cpu0, "lat_ns": lats},
+            )
+        )
+    finally:
+        client.close()
+
+
+# -- parent: orchestration ------------------------------------------------------------------
+
+
+def _start(ctx: Any, target: Any, *args: Any) -> Any:
+    p = ctx.Process(target=target, args=args, daemon=True)
+    p.start()
+    _PROCS.append(p)
+    return p
+
+
+class _Inbox:
+    """Results from children, tagged by role; they may arrive in any order."""
+
+    def __init__(self, q: Any) -> None:
+        self.q = q
+        self.stash: dict[str, Any] = {}
+
+    def get(self, key: str, timeout: float) -> Any:
+        end = time.monotonic() + timeout
+        while key not in self.stash:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no '{key}' result from a child within {timeout:g} s")
+            try:
+                tag, value = self.q.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                continue
+            self.stash[tag] = value
+        return self.stash.pop(key)
+
+
+def _stop_procs(procs: list[Any], timeout: float = 10.0) -> None:
+    for p in procs:
+        p.join(timeout)
+    for p in procs:
+        if p.is_alive():
+            log(f"  process {p.pid} still running: SIGTERM")
+            p.terminate()  # by PID
+            p.join(3)
+        if p.is_alive():
+            p.kill()
+            p.join(2)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, all threads) a process has used so far."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """(steal, total) jiffies of the whole machine, from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:]]
+        return vals[7], sum(vals[:8])
+    except (OSError, IndexError, ValueError):
+        return 0, 0
+
+
+def _steal_pct(t0: tuple[int, int], t1: tuple[int, int]) -> float:
+    total = t1[1] - t0[1]
+    return 100.0 * (t1[0] - t0[0]) / total if total > 0 else 0.0
+
+
+def _lat_stats(lat_ns: list[int]) -> dict[str, Any]:
+    if not lat_ns:
+        return {"samples": 0}
+    s = sorted(lat_ns)
+
+    def pct(p: float) -> float:
+        return s[min(len(s) - 1, max(0, math.ceil(p / 100 * len(s)) - 1))] / 1e6
+
+    return {
+        "samples": len(s),
+        "p50_ms": pct(50),
+        "p90_ms": pct(90),
+        "p99_ms": pct(99),
+        "p999_ms": pct(99.9),
+        "max_ms": s[-1] / 1e6,
+        "mean_ms": sum(s) / len(s) / 1e6,
+    }
+
+
+def _summarise(pub: dict[str, Any], sub: dict[str, Any]) -> dict[str, Any]:
+    sent, got = pub["sent"], sub["received"]
+    window = (sub["t_last"] - pub["t_start"]) / 1e9 if got else float("nan")
+    send_s = (pub["t_end"] - pub["t_start"]) / 1e9
+    return {
+        "published": sent,
+        "delivered": got,
+        "lost": sent - got,
+        "delivered_rate": got / window if got and window > 0 else 0.0,
+        "publish_rate": sent / send_s if send_s > 0 else 0.0,
+        "window_s": window,
+        "pub_cpu_s": pub["cpu_s"],
+        "sub_cpu_s": sub["cpu_s"],
+    }
+
+
+def run_raw(
+    ctx: Any, mode: str, n: int, rate: float = 0.0, relay: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Raw pyzmq: PUB -> SUB directly, or PUSH -> relay process -> SUB when ``relay``."""
+    q = ctx.Queue()
+    inbox = _Inbox(q)
+    sub_ready, started, pub_done, sub_done = (ctx.Event() for _ in range(4))
+    relay_in = relay["in_port"] if relay else None
+    pub = _start(ctx, raw_pub, q, sub_ready, started, sub_done, mode, n, rate, relay_in)
+    procs = [pub]
+    try:
+        port = relay["out_port"] if relay else inbox.get("port", 30)
+        sub = _start(ctx, raw_sub, q, port, sub_ready, pub_done, sub_done, mode, n)
+        procs.append(sub)
+        if not started.wait(60):
+            raise TimeoutError("raw publisher never started")
+        ticks0 = _cpu_ticks()
+        mid0 = _cpu_seconds(relay["pid"]) if relay else 0.0
+        wall0 = time.monotonic()
+        pub_res = inbox.get("pub", 120)
+        if "error" in pub_res:
+            raise RuntimeError(f"raw publisher: {pub_res['error']}")
+        pub_done.set()
+        sub_res = inbox.get("sub", 120)
+        ticks1, wall1 = _cpu_ticks(), time.monotonic()
+        mid1 = _cpu_seconds(relay["pid"]) if relay else 0.0
+    finally:
+        pub_done.set()
+        sub_done.set()
+        _stop_procs(procs)
+    res = _summarise(pub_res, sub_res)
+    res["steal_pct"] = _steal_pct(ticks0, ticks1)
+    if relay:
+        res["mid_cpu_pct"] = 100 * (mid1 - mid0) / (wall1 - wall0) if wall1 > wall0 else 0.0
+    if mode == "latency":
+        res["rate"] = rate
+        res["latency"] = _lat_stats(sub_res["lat_ns"])
+    return res
+
+
+def _node_counters(client: Any) -> dict[str, Any]:
+    c = client.status()["counters"]
+    return {"received": c["received"], "delivered": c["delivered"], "dropped": c["dropped"]}
+
+
+def run_zb(
+    ctx: Any,
+    endpoint: str,
+    node_pid: int,
+    status_client: Any,
+    mode: str,
+    n: int,
+    rate: float = 0.0,
+    profile_dir: str | None = None,
+) -> dict[str, Any]:
+    q = ctx.Queue()
+    inbox = _Inbox(q)
+    sub_ready, warm_done, started, pub_done, sub_done = (ctx.Event() for _ in range(5))
+    before = _node_counters(status_client)
+    pprof = os.path.join(profile_dir, "publisher.prof") if profile_dir else None
+    sprof = os.path.join(profile_dir, "subscriber.prof") if profile_dir else None
+    sub = _start(ctx, zb_sub, q, endpoint, sub_ready, warm_done, pub_done, sub_done, mode, n, sprof)
+    pub = _start(
+        ctx, zb_pub, q, endpoint, sub_ready, warm_done, started, sub_done, mode, n, rate, pprof
+    )
+    procs = [sub, pub]
+    try:
+        if not started.wait(60):
+            raise TimeoutError("zbroker publisher never started")
+        ticks0 = _cpu_ticks()
+        cpu0, wall0 = _cpu_seconds(node_pid), time.monotonic()
+        pub_res = inbox.get("pub", 180)
+        if "error" in pub_res:
+            raise RuntimeError(f"zbroker publisher: {pub_res['error']}")
+        pub_done.set()
+        sub_res = inbox.get("sub", 120)
+        cpu1, wall1 = _cpu_seconds(node_pid), time.monotonic()
+        ticks1 = _cpu_ticks()
+    finally:
+        pub_done.set()
+        sub_done.set()
+        _stop_procs(procs)
+    after = _node_counters(status_client)
+    res = _summarise(pub_res, sub_res)
+    res["steal_pct"] = _steal_pct(ticks0, ticks1)
+    res["mid_cpu_pct"] = 100 * (cpu1 - cpu0) / (wall1 - wall0) if wall1 > wall0 else 0.0
+    res["node_received"] = after["received"] - before["received"]
+    res["node_delivered"] = after["delivered"] - before["delivered"]
+    res["node_dropped"] = {
+        k: v - before["dropped"].get(k, 0)
+        for k, v in after["dropped"].items()
+        if v - before["dropped"].get(k, 0)
+    }
+    if mode != "flood":
+        res["rate"] = rate
+    if mode == "latency":
+        res["latency"] = _lat_stats(sub_res["lat_ns"])
+    return res
+
+
+def source_digest() -> str:
+    """sha256 (12 hex digits) of the zbroker sources in use: ties figures to a code state."""
+    import hashlib
+    import importlib.util
+
+    spec = importlib.util.find_spec("zbroker")
+    if spec is None or spec.origin is None:
+        return "unknown"
+    root = Path(spec.origin).parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = platform.processor() or ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "nproc": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)),
+        "cpu_model": cpu,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "pyzmq": zmq.pyzmq_version(),
+        "libzmq": zmq.zmq_version(),
+        "msgpack": ".".join(map(str, msgpack.version)),
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "zbroker_src_sha256": source_digest(),
+    }
+
+
+def _fmt_rate(r: float) -> str:
+    return f"{r:,.0f} msg/s"
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def _print_run(name: str, r: dict[str, Any]) -> None:
+    log(
+        f"  {name}: delivered {r['delivered']:,}/{r['published']:,} (lost {r['lost']:,}) "
+        f"in {r['window_s']:.3f} s -> {_fmt_rate(r['delivered_rate'])}; "
+        f"publisher sent at {_fmt_rate(r['publish_rate'])}"
+    )
+    extra = f"    cpu s: pub {r['pub_cpu_s']:.2f}, sub {r['sub_cpu_s']:.2f}"
+    if "mid_cpu_pct" in r:
+        extra += f", node/relay {r['mid_cpu_pct']:.0f}% of a core"
+    if "node_received" in r:
+        extra += (
+            f"; node counters: received {r['node_received']:,}, delivered "
+            f"{r['node_delivered']:,}, dropped {r['node_dropped'] or 0}"
+        )
+    extra += f"; machine steal {r['steal_pct']:.1f}%"
+    log(extra)
+    if "latency" in r:
+        lat = r["latency"]
+        log(
+            f"    latency over {lat['samples']:,} samples: p50 {lat['p50_ms']:.3f} ms, "
+            f"p90 {lat['p90_ms']:.3f}, p99 {lat['p99_ms']:.3f}, p99.9 {lat['p999_ms']:.3f}, "
+            f"max {lat['max_ms']:.3f}, mean {lat['mean_ms']:.3f} ms"
+        )
+
+
+def _print_profiles(profile_dir: str, top: int) -> None:
+    for role in ("node", "publisher", "subscriber"):
+        path = os.path.join(profile_dir, f"{role}.prof")
+        if not os.path.exists(path):
+            log(f"(no profile for {role})")
+            continue
+        print(f"\n==== cProfile: {role} (sorted by tottime, top {top}) ====")
+        st = pstats.Stats(path, stream=sys.stdout)
+        st.strip_dirs().sort_stats("tottime").print_stats(top)
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median delivered rate (lower median for an even count)."""
+    ordered = sorted(runs, key=lambda r: r["delivered_rate"])
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def _start_node(ctx: Any, tmp: str, stop: Any, profile: bool) -> tuple[Any, str]:
+    nq = ctx.Queue()
+    nprof = os.path.join(tmp, "node.prof") if profile else None
+    node = _start(ctx, node_main, nq, os.path.join(tmp, "node"), stop, nprof)
+    return node, _Inbox(nq).get("node", 30)["endpoint"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--messages", "-n", type=int, default=200_000, help="messages per throughput run"
+    )
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="throughput runs of each kind; the median counts"
+    )
+    ap.add_argument(
+        "--quick", action="store_true", help="smoke run: 20,000 messages, 1 repeat, 1 s latency"
+    )
+    ap.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    ap.add_argument("--latency-seconds", type=float, default=5.0)
+    ap.add_argument(
+        "--profile", action="store_true", help="only one zbroker flood run, under cProfile"
+    )
+    ap.add_argument("--profile-top", type=int, default=25)
+    args = ap.parse_args(argv)
+    n = 20_000 if args.quick and args.messages == 200_000 else args.messages
+    repeat = 1 if args.quick else max(1, args.repeat)
+    lat_s = 1.0 if args.quick else args.latency_seconds
+    n_lat = int(LATENCY_RATE * lat_s) + LATENCY_LEAD_IN
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"benchmark exceeded {RUN_DEADLINE_S} s")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(RUN_DEADLINE_S)
+
+    info = machine_info()
+    result: dict[str, Any] = {
+        "machine": info,
+        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+        "messages": n,
+        "repeat": repeat,
+        "payload_bytes": PAYLOAD_SIZE,
+        "latency_rate": LATENCY_RATE,
+        "latency_seconds": lat_s,
+    }
+    ctx = mp.get_context("spawn")
+    tmp = tempfile.mkdtemp(prefix="zbroker-bench-")
+    stop_event = ctx.Event()
+    status_client = None
+    t_begin = time.monotonic()
+    ticks_begin = _cpu_ticks()
+    paced: list[dict[str, Any]] = []
+    try:
+        log(f"zbroker single-node benchmark: {n:,} messages of {PAYLOAD_SIZE} B x {repeat}")
+        log(f"  {info}")
+        if args.profile:
+            node, endpoint = _start_node(ctx, tmp, stop_event, True)
+            from zbroker import Client
+
+            status_client = Client(endpoint)
+            log(f"node pid {node.pid} at {endpoint}; zbroker flood under cProfile ...")
+            prof_run = run_zb(ctx, endpoint, node.pid, status_client, "flood", n, profile_dir=tmp)
+            _print_run("zbroker flood (profiled: slower than normal)", prof_run)
+            status_client.close()
+            status_client = None
+            stop_event.set()
+            _stop_procs([node])
+            _print_profiles(tmp, args.profile_top)
+            return 0
+
+        result["a_raw"] = []
+        for i in range(repeat):
+            log(f"(a) raw pyzmq PUB -> SUB, flood, run {i + 1}/{repeat} ...")
+            result["a_raw"].append(run_raw(ctx, "flood", n))
+            _print_run("raw", result["a_raw"][-1])
+
+        rq = ctx.Queue()
+        relay_proc = _start(ctx, relay_main, rq, stop_event)
+        relay = dict(_Inbox(rq).get("relay", 30), pid=relay_proc.pid)
+        result["ref_relay"] = []
+        for i in range(repeat):
+            log(f"(ref) raw pyzmq PUSH -> Python relay -> SUB, flood, run {i + 1}/{repeat} ...")
+            result["ref_relay"].append(run_raw(ctx, "flood", n, relay=relay))
+            _print_run("relay", result["ref_relay"][-1])
+
+        node, endpoint = _start_node(ctx, tmp, stop_event, False)
+        from zbroker import Client
+
+        status_client = Client(endpoint)
+        log(f"node pid {node.pid} at {endpoint}")
+        result["b_flood"] = []
+        for i in range(repeat):
+            log(f"(b) zbroker one node, flood, run {i + 1}/{repeat} ...")
+            result["b_flood"].append(run_zb(ctx, endpoint, node.pid, status_client, "flood", n))
+            _print_run("zbroker", result["b_flood"][-1])
+
+        flood = _median_run(result["b_flood"])
+        if any(r["lost"] for r in result["b_flood"]):
+            rates: list[float] = []
+            if flood["delivered_rate"] >= TARGET_RATE:
+                rates.append(TARGET_RATE)
+            rates += [flood["delivered_rate"] * f for f in (0.9, 0.6, 0.3)]
+            for rate in rates[:3]:
+                log(f"(b) a flood run lost messages: paced run at {_fmt_rate(rate)} ...")
+                pr = run_zb(ctx, endpoint, node.pid, status_client, "paced", n, rate)
+                paced.append(pr)
+                _print_run(f"zbroker paced {rate:,.0f}", pr)
+                if pr["lost"] == 0:
+                    break
+        result["b_paced"] = paced
+
+        log(f"latency at {LATENCY_RATE:,.0f} msg/s for {lat_s:g} s: raw PUB -> SUB ...")
+        result["raw_latency"] = run_raw(ctx, "latency", n_lat, LATENCY_RATE)
+        _print_run("raw latency", result["raw_latency"])
+        log("  ... raw relay ...")
+        result["relay_latency"] = run_raw(ctx, "latency", n_lat, LATENCY_RATE, relay=relay)
+        _print_run("relay latency", result["relay_latency"])
+        log("(d) ... zbroker ...")
+        result["d_latency"] = run_zb(
+            ctx, endpoint, node.pid, status_client, "latency", n_lat, LATENCY_RATE
+        )
+        _print_run("zbroker latency", result["d_latency"])
+    finally:
+        signal.alarm(0)
+        if status_client is not None:
+            status_client.close()
+        stop_event.set()
+        for p in _PROCS:
+            if p.is_alive():
+                _stop_procs([p], 5.0)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    a_run = _median_run(result["a_raw"])
+    a, b = a_run["delivered_rate"], flood["delivered_rate"]
+    relay_run = _median_run(result["ref_relay"])
+    flood_lost = sum(r["lost"] for r in result["b_flood"])
+    if flood_lost == 0:
+        zero_loss_rate: float | None = b
+    else:
+        ok_paced = [r["delivered_rate"] for r in paced if r["lost"] == 0]
+        zero_loss_rate = max(ok_paced) if ok_paced else None
+    lat = result["d_latency"]["latency"]
+    p99 = lat.get("p99_ms", float("inf"))
+    summary = {
+        "a_raw_rate": a,
+        "a_raw_rates": [r["delivered_rate"] for r in result["a_raw"]],
+        "a_raw_lost": sum(r["lost"] for r in result["a_raw"]),
+        "relay_rate": relay_run["delivered_rate"],
+        "relay_rates": [r["delivered_rate"] for r in result["ref_relay"]],
+        "relay_lost": sum(r["lost"] for r in result["ref_relay"]),
+        "b_rate": b,
+        "b_rates": [r["delivered_rate"] for r in result["b_flood"]],
+        "b_lost": flood_lost,
+        "b_node_cpu_pct": flood["mid_cpu_pct"],
+        "c_ratio": b / a if a else 0.0,
+        "zero_loss_rate": zero_loss_rate,
+        "paced": [(r["rate"], r["delivered_rate"], r["lost"]) for r in paced],
+        "d_p50_ms": lat.get("p50_ms"),
+        "d_p99_ms": p99,
+        "d_lost": result["d_latency"]["lost"],
+        "raw_p50_ms": result["raw_latency"]["latency"].get("p50_ms"),
+        "raw_p99_ms": result["raw_latency"]["latency"].get("p99_ms"),
+        "relay_p50_ms": result["relay_latency"]["latency"].get("p50_ms"),
+        "relay_p99_ms": result["relay_latency"]["latency"].get("p99_ms"),
+        "steal_pct": _steal_pct(ticks_begin, _cpu_ticks()),
+        "elapsed_s": time.monotonic() - t_begin,
+    }
+    summary["pass"] = {
+        "b_rate": b >= TARGET_RATE,
+        "c_ratio": summary["c_ratio"] >= TARGET_RATIO,
+        "zero_loss": zero_loss_rate is not None and zero_loss_rate >= TARGET_RATE,
+        "d_p99": p99 <= TARGET_P99_MS,
+    }
+    result["summary"] = summary
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_summary(result)
+    return 0
+
+
+def _rates(rates: list[float]) -> str:
+    return "runs: " + ", ".join(f"{r:,.0f}" for r in rates)
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    s, m, ok = result["summary"], result["machine"], result["summary"]["pass"]
+    zl = s["zero_loss_rate"]
+    zl_text = f"{_fmt_rate(zl)}, 0 lost" if zl is not None else "no run without loss"
+    rows = [
+        ("(a) raw pyzmq PUB->SUB delivered", _fmt_rate(s["a_raw_rate"]), "ceiling", "-"),
+        ("", _rates(s["a_raw_rates"]), f"lost {s['a_raw_lost']:,}", ""),
+        ("ref raw pyzmq via Python relay", _fmt_rate(s["relay_rate"]), "reference", "-"),
+        ("", _rates(s["relay_rates"]), f"lost {s['relay_lost']:,}", ""),
+        (
+            "(b) zbroker 1 node delivered",
+            _fmt_rate(s["b_rate"]),
+            ">= 150,000 msg/s",
+            _verdict(ok["b_rate"]),
+        ),
+        ("", _rates(s["b_rates"]), f"node {s['b_node_cpu_pct']:.0f}% of a core", ""),
+        ("    lost in (b) (published - delivered)", f"{s['b_lost']:,}", "0", ""),
+        ("(c) b / a", f"{s['c_ratio']:.3f}", ">= 0.15", _verdict(ok["c_ratio"])),
+        (
+            "    zbroker rate with zero loss",
+            zl_text,
+            "0 lost at >= 150,000 msg/s",
+            _verdict(ok["zero_loss"]),
+        ),
+    ]
+    for rate, got, lost in s["paced"]:
+        rows.append((f"    paced run at {rate:,.0f} msg/s", _fmt_rate(got), f"lost {lost:,}", ""))
+    rows += [
+        ("(d) p50 publish->callback @2,000 msg/s", f"{s['d_p50_ms']:.3f} ms", "-", "-"),
+        (
+            "    p99 publish->callback @2,000 msg/s",
+            f"{s['d_p99_ms']:.3f} ms",
+            "<= 1.5 ms",
+            _verdict(ok["d_p99"]),
+        ),
+        ("    lost in (d)", f"{s['d_lost']:,}", "-", ""),
+        (
+            "ref raw PUB->SUB p50 / p99",
+            f"{s['raw_p50_ms']:.3f} / {s['raw_p99_ms']:.3f} ms",
+            "reference",
+            "-",
+        ),
+        (
+            "ref raw via relay p50 / p99",
+            f"{s['relay_p50_ms']:.3f} / {s['relay_p99_ms']:.3f} ms",
+            "reference",
+            "-",
+        ),
+    ]
+    print()
+    print("=" * 104)
+    print("zbroker single-node benchmark: summary")
+    print(f"date      {m['date']}")
+    print(
+        f"machine   nproc {m['nproc']} (usable {m['cpus_usable']}), {m['cpu_model']}, "
+        f"{m['os']}, load avg at start {m['loadavg_at_start']}, "
+        f"CPU steal during run {s['steal_pct']:.1f}%"
+    )
+    print(
+        f"software  Python {m['python']}, pyzmq {m['pyzmq']}, libzmq {m['libzmq']}, "
+        f"msgpack {m['msgpack']}; zbroker sources sha256 {m['zbroker_src_sha256']}"
+    )
+    print(
+        f"run       {result['command']}: {result['messages']:,} messages of "
+        f"{result['payload_bytes']} B per throughput run, median of {result['repeat']}; "
+        f"latency {result['latency_rate']:,.0f} msg/s for {result['latency_seconds']:g} s; "
+        f"elapsed {s['elapsed_s']:.1f} s"
+    )
+    print("-" * 104)
+    print(f"{'figure':<42}{'measured':<30}{'target':<28}result")
+    for name, val, target, verdict in rows:
+        print(f"{name:<42}{val:<30}{target:<28}{verdict}".rstrip())
+    print("=" * 104)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
