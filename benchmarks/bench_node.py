@@ -1,27 +1,40 @@
 #!/usr/bin/env python3
 """Single-node benchmark (issue 2): raw pyzmq ceiling vs. one zbroker node.
 
-    .venv/bin/python benchmarks/bench_node.py            # full run (200,000 messages)
-    .venv/bin/python benchmarks/bench_node.py --quick    # smoke run
+    .venv/bin/python benchmarks/bench_node.py            # full run (about 40 s)
+    .venv/bin/python benchmarks/bench_node.py --quick    # smoke run (about 10 s)
     .venv/bin/python benchmarks/bench_node.py --json     # machine-readable result on stdout
-    .venv/bin/python benchmarks/bench_node.py --profile  # cProfile the zbroker flood run
+    .venv/bin/python benchmarks/bench_node.py --profile  # cProfile one zbroker flood run
 
 Measures, in one run, with every role in its own process (multiprocessing "spawn"):
 
 (a) raw pyzmq PUB -> SUB throughput, 100-byte payload, one frame per message: the ceiling.
 (b) zbroker: publisher process (``Client.publish``) -> node process (``zbroker.Broker``)
     -> subscriber process (``Client.subscribe`` with a counting callback); delivered
-    messages/s and lost = published - delivered. If the flood run loses messages, paced
-    runs look for a rate with zero loss.
+    messages/s and lost = published - delivered. If a flood run loses messages, paced runs
+    look for a rate with zero loss.
 (c) b / a.
-(d) one-hop latency publish() -> callback through the node at a fixed rate (2,000 msg/s
-    for 5 s); the timestamp travels in the payload. ``time.perf_counter_ns`` is
-    CLOCK_MONOTONIC on Linux, one clock for every process on the machine.
+(d) one-hop latency publish() -> callback through the node at 2,000 msg/s for 5 s; the
+    timestamp travels in the payload (``time.perf_counter_ns``: CLOCK_MONOTONIC on Linux,
+    one clock for every process on the machine). A second stamp (CLOCK_REALTIME) splits it
+    at the node's receive time (``Message.timestamp``) into publish->node and
+    node->callback.
 
-Throughput window: from the publisher's first measured send to the subscriber's last
-receive (both perf_counter_ns). Every socket binds/connects on 127.0.0.1 only. Every child
-process is stopped by its PID in a ``finally`` block; each child also exits on its own if
-its parent goes away or a hard deadline passes.
+References (no target): raw pyzmq PUSH -> Python relay process (PULL -> PUB) -> SUB, the
+same three-process topology as (b) with no per-message work in the middle, for throughput
+and latency; raw PUB -> SUB latency at the same rate.
+
+Throughput runs are repeated (``--repeat``, default 3) and the median counts. The window
+is from the publisher's first measured send to the subscriber's last receive. For each
+throughput run the script also prints CPU time per message of every process (all
+threads, from /proc) and, for zbroker, of the Python threads alone (the node loop via
+``Broker.call``, the client thread from inside the callback, the publishing thread), and
+the machine's load during the run (steal, cores used by other processes): on a shared
+2-core machine other processes change every figure.
+
+Every socket binds/connects on 127.0.0.1 only. Every child process is stopped by its PID
+in a ``finally`` block (SIGTERM/SIGINT/the overall deadline included); each child also
+exits on its own if its parent goes away or a hard deadline passes.
 """
 
 from __future__ import annotations
@@ -97,8 +110,14 @@ def _pace(i: int, t0: int, interval_ns: float) -> None:
 
 
 def _latency_payload(seq: int, size: int) -> bytes:
+    """perf_counter_ns (end-to-end clock), seq, time_ns (to split the hops at the node's
+    CLOCK_REALTIME receive stamp), zero padding to ``size``."""
+    wall = time.time_ns()
     return (
-        time.perf_counter_ns().to_bytes(8, "little") + seq.to_bytes(8, "little") + bytes(size - 16)
+        time.perf_counter_ns().to_bytes(8, "little")
+        + seq.to_bytes(8, "little")
+        + wall.to_bytes(8, "little")
+        + bytes(size - 24)
     )
 
 
@@ -245,19 +264,26 @@ def relay_main(q: Any, stop: Any) -> None:
 # -- zbroker roles --------------------------------------------------------------------------
 
 
-def node_main(q: Any, data_dir: str, stop: Any, profile_out: str | None) -> None:
+def node_main(q: Any, data_dir: str, stop: Any, profile_out: str | None, conn: Any) -> None:
     _guard_child()
     import cProfile
 
     from zbroker import Broker
 
-    broker = Broker(host=HOST, port=0, data_dir=Path(data_dir)).start()
+    try:
+        broker = Broker(host=HOST, port=0, data_dir=Path(data_dir)).start()
+    except Exception as exc:  # reported to the parent, which retries with a new process
+        q.put(("node", {"error": f"{type(exc).__name__}: {exc}"}))
+        return
     prof = cProfile.Profile() if profile_out else None
     try:
         if prof is not None:
             broker.call(lambda node: prof.enable())  # profiles the node thread only
         q.put(("node", {"endpoint": broker.endpoint, "ports": broker.ports}))
-        stop.wait(CHILD_DEADLINE_S)
+        while not stop.is_set():
+            if conn.poll(0.1) and conn.recv() == "thread_cpu":
+                # CPU time of the node's own (Python) thread: IO threads excluded
+                conn.send(broker.call(lambda node: time.thread_time_ns()))
         if prof is not None and profile_out:
             broker.call(lambda node: prof.disable())
             prof.dump_stats(profile_out)
@@ -291,14 +317,20 @@ def zb_pub(
         warm = b"W" * PAYLOAD_SIZE
         for _ in range(WARMUP):
             publish(WARM_TOPIC, warm)
-        if not warm_done.wait(30):
-            q.put(("pub", {"error": "warm-up messages never arrived"}))
-            return
+        end = time.monotonic() + 30
+        while True:  # end-of-warm-up markers until one arrives (some may be dropped)
+            publish(WARM_TOPIC, b"E")
+            if warm_done.wait(0.01):
+                break
+            if time.monotonic() > end:
+                q.put(("pub", {"error": "warm-up messages never arrived"}))
+                return
         prof = cProfile.Profile() if profile_out else None
         started.set()
         if prof is not None:
             prof.enable()
         cpu0 = time.process_time()
+        th0 = time.thread_time_ns()
         t0 = time.perf_counter_ns()
         if mode == "flood":
             payload = b"M" * PAYLOAD_SIZE
@@ -317,11 +349,23 @@ def zb_pub(
                 _pace(i, t0, interval)
                 publish(TOPIC, _latency_payload(i, PAYLOAD_SIZE))
         t1 = time.perf_counter_ns()
+        th1 = time.thread_time_ns()
         cpu1 = time.process_time()
         if prof is not None and profile_out:
             prof.disable()
             prof.dump_stats(profile_out)
-        q.put(("pub", {"sent": n, "t_start": t0, "t_end": t1, "cpu_s": cpu1 - cpu0}))
+        q.put(
+            (
+                "pub",
+                {
+                    "sent": n,
+                    "t_start": t0,
+                    "t_end": t1,
+                    "cpu_s": cpu1 - cpu0,
+                    "thread_cpu_s": (th1 - th0) / 1e9,
+                },
+            )
+        )
         sub_done.wait(60)
     finally:
         client.close()
@@ -350,11 +394,14 @@ def zb_sub(
     warm = [0]
     st = [0, 0]  # delivered, perf_counter_ns of the last delivery
     lats: list[int] = []
+    hop1: list[int] = []  # publish -> node receive stamp (msg.timestamp), CLOCK_REALTIME
+    hop2: list[int] = []  # node receive stamp -> callback
     perf = time.perf_counter_ns
+    wall = time.time_ns
 
     def on_warm(msg: Message) -> None:
         warm[0] += 1
-        if warm[0] == WARMUP:
+        if msg.payload == b"E" and not warm_done.is_set():
             if prof is not None:
                 prof.enable()  # runs in the client thread: profiles it from here on
             warm_done.set()
@@ -364,19 +411,28 @@ def zb_sub(
             prof.disable()
         stopped.set()
 
+    th = [0, 0]  # client thread CPU at the first and the last delivery
+
     def on_data(msg: Message) -> None:
         st[0] += 1
         st[1] = perf()
-        if st[0] == n:
+        if st[0] == 1:
+            th[0] = time.thread_time_ns()
+        elif st[0] == n:
+            th[1] = time.thread_time_ns()
             all_in.set()
 
     def on_latency(msg: Message) -> None:
         now = perf()
+        now_wall = wall()
         st[0] += 1
         st[1] = now
         p = msg.payload
         if int.from_bytes(p[8:16], "little") >= LATENCY_LEAD_IN:
             lats.append(now - int.from_bytes(p[:8], "little"))
+            node_ns = int(msg.timestamp * 1e9)
+            hop1.append(node_ns - int.from_bytes(p[16:24], "little"))
+            hop2.append(now_wall - node_ns)
         if st[0] == n:
             all_in.set()
 
@@ -405,7 +461,15 @@ def zb_sub(
         q.put(
             (
                 "sub",
-                {"received": st[0], "t_last": st[1], "cpu_s": cpu1 - cpu0, "lat_ns": lats},
+                {
+                    "received": st[0],
+                    "t_last": st[1],
+                    "cpu_s": cpu1 - cpu0,
+                    "lat_ns": lats,
+                    "hop1_ns": hop1,
+                    "hop2_ns": hop2,
+                    "thread_cpu_s": (th[1] - th[0]) / 1e9 * n / (n - 1) if th[1] else None,
+                },
             )
         )
     finally:
@@ -466,19 +530,28 @@ def _cpu_seconds(pid: int) -> float:
         return float("nan")
 
 
-def _cpu_ticks() -> tuple[int, int]:
-    """(steal, total) jiffies of the whole machine, from /proc/stat."""
+def _cpu_ticks() -> tuple[int, int, int]:
+    """(steal, busy, total) jiffies of the whole machine, from /proc/stat."""
     try:
         with open("/proc/stat") as f:
-            vals = [int(x) for x in f.readline().split()[1:]]
-        return vals[7], sum(vals[:8])
+            v = [int(x) for x in f.readline().split()[1:9]]
+        return v[7], v[0] + v[1] + v[2] + v[5] + v[6], sum(v)
     except (OSError, IndexError, ValueError):
-        return 0, 0
+        return 0, 0, 0
 
 
-def _steal_pct(t0: tuple[int, int], t1: tuple[int, int]) -> float:
-    total = t1[1] - t0[1]
-    return 100.0 * (t1[0] - t0[0]) / total if total > 0 else 0.0
+def _machine_load(
+    t0: tuple[int, int, int], t1: tuple[int, int, int], wall_s: float, ours_s: float
+) -> dict[str, float]:
+    """Steal %, and how many cores everything / everything but this benchmark kept busy."""
+    total = t1[2] - t0[2]
+    hz = os.sysconf("SC_CLK_TCK")
+    busy_cores = (t1[1] - t0[1]) / hz / wall_s if wall_s > 0 else 0.0
+    return {
+        "steal_pct": 100.0 * (t1[0] - t0[0]) / total if total > 0 else 0.0,
+        "busy_cores": busy_cores,
+        "other_cores": max(0.0, busy_cores - ours_s / wall_s) if wall_s > 0 else 0.0,
+    }
 
 
 def _lat_stats(lat_ns: list[int]) -> dict[str, Any]:
@@ -516,6 +589,18 @@ def _summarise(pub: dict[str, Any], sub: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _per_msg(res: dict[str, Any], mid_cpu_s: float) -> dict[str, float]:
+    """CPU microseconds per published message (all threads of each process)."""
+    n = max(1, res["published"])
+    out = {
+        "pub": 1e6 * res["pub_cpu_s"] / n,
+        "mid": 1e6 * mid_cpu_s / n,
+        "sub": 1e6 * res["sub_cpu_s"] / n,
+    }
+    out["total"] = out["pub"] + out["mid"] + out["sub"]
+    return out
+
+
 def run_raw(
     ctx: Any, mode: str, n: int, rate: float = 0.0, relay: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -533,6 +618,8 @@ def run_raw(
         if not started.wait(60):
             raise TimeoutError("raw publisher never started")
         ticks0 = _cpu_ticks()
+        pids = [pub.pid, sub.pid] + ([relay["pid"]] if relay else [])
+        ours0 = sum(_cpu_seconds(p) for p in pids)
         mid0 = _cpu_seconds(relay["pid"]) if relay else 0.0
         wall0 = time.monotonic()
         pub_res = inbox.get("pub", 120)
@@ -541,15 +628,17 @@ def run_raw(
         pub_done.set()
         sub_res = inbox.get("sub", 120)
         ticks1, wall1 = _cpu_ticks(), time.monotonic()
+        ours1 = sum(_cpu_seconds(p) for p in pids)
         mid1 = _cpu_seconds(relay["pid"]) if relay else 0.0
     finally:
         pub_done.set()
         sub_done.set()
         _stop_procs(procs)
     res = _summarise(pub_res, sub_res)
-    res["steal_pct"] = _steal_pct(ticks0, ticks1)
+    res.update(_machine_load(ticks0, ticks1, wall1 - wall0, ours1 - ours0))
     if relay:
         res["mid_cpu_pct"] = 100 * (mid1 - mid0) / (wall1 - wall0) if wall1 > wall0 else 0.0
+    res["cpu_us_per_msg"] = _per_msg(res, mid1 - mid0)
     if mode == "latency":
         res["rate"] = rate
         res["latency"] = _lat_stats(sub_res["lat_ns"])
@@ -561,10 +650,18 @@ def _node_counters(client: Any) -> dict[str, Any]:
     return {"received": c["received"], "delivered": c["delivered"], "dropped": c["dropped"]}
 
 
+def _node_thread_cpu(conn: Any) -> float:
+    conn.send("thread_cpu")
+    if not conn.poll(10):
+        return float("nan")
+    return float(conn.recv()) / 1e9
+
+
 def run_zb(
     ctx: Any,
     endpoint: str,
     node_pid: int,
+    node_conn: Any,
     status_client: Any,
     mode: str,
     n: int,
@@ -586,6 +683,8 @@ def run_zb(
         if not started.wait(60):
             raise TimeoutError("zbroker publisher never started")
         ticks0 = _cpu_ticks()
+        ours0 = sum(_cpu_seconds(p) for p in (pub.pid, sub.pid, node_pid))
+        nth0 = _node_thread_cpu(node_conn)
         cpu0, wall0 = _cpu_seconds(node_pid), time.monotonic()
         pub_res = inbox.get("pub", 180)
         if "error" in pub_res:
@@ -593,15 +692,26 @@ def run_zb(
         pub_done.set()
         sub_res = inbox.get("sub", 120)
         cpu1, wall1 = _cpu_seconds(node_pid), time.monotonic()
+        nth1 = _node_thread_cpu(node_conn)
         ticks1 = _cpu_ticks()
+        ours1 = sum(_cpu_seconds(p) for p in (pub.pid, sub.pid, node_pid))
     finally:
         pub_done.set()
         sub_done.set()
         _stop_procs(procs)
     after = _node_counters(status_client)
     res = _summarise(pub_res, sub_res)
-    res["steal_pct"] = _steal_pct(ticks0, ticks1)
+    res.update(_machine_load(ticks0, ticks1, wall1 - wall0, ours1 - ours0))
     res["mid_cpu_pct"] = 100 * (cpu1 - cpu0) / (wall1 - wall0) if wall1 > wall0 else 0.0
+    res["cpu_us_per_msg"] = _per_msg(res, cpu1 - cpu0)
+    if mode == "flood":
+        nmsg = max(1, res["published"])
+        sub_th = sub_res.get("thread_cpu_s")
+        res["thread_cpu_us_per_msg"] = {
+            "pub": 1e6 * pub_res["thread_cpu_s"] / nmsg,
+            "mid": 1e6 * (nth1 - nth0) / nmsg,
+            "sub": 1e6 * sub_th / nmsg if sub_th else float("nan"),
+        }
     res["node_received"] = after["received"] - before["received"]
     res["node_delivered"] = after["delivered"] - before["delivered"]
     res["node_dropped"] = {
@@ -613,6 +723,8 @@ def run_zb(
         res["rate"] = rate
     if mode == "latency":
         res["latency"] = _lat_stats(sub_res["lat_ns"])
+        res["hop1_publish_to_node"] = _lat_stats(sub_res["hop1_ns"])
+        res["hop2_node_to_callback"] = _lat_stats(sub_res["hop2_ns"])
     return res
 
 
@@ -668,6 +780,21 @@ def _print_run(name: str, r: dict[str, Any]) -> None:
         f"publisher sent at {_fmt_rate(r['publish_rate'])}"
     )
     extra = f"    cpu s: pub {r['pub_cpu_s']:.2f}, sub {r['sub_cpu_s']:.2f}"
+    u = r["cpu_us_per_msg"]
+    if r.get("rate") is None:  # throughput runs: the CPU budget per message
+        log(
+            f"    CPU per message: pub {u['pub']:.2f} us, "
+            + (f"node/relay {u['mid']:.2f} us, " if "mid_cpu_pct" in r else "")
+            + f"sub {u['sub']:.2f} us, total {u['total']:.2f} us "
+            f"(=> at most {2e6 / u['total'] if u['total'] else 0:,.0f} msg/s on 2 free cores)"
+        )
+    if "thread_cpu_us_per_msg" in r:
+        t = r["thread_cpu_us_per_msg"]
+        log(
+            f"    of which the Python threads (publish() caller, node loop, client thread): "
+            f"pub {t['pub']:.2f} us, node {t['mid']:.2f} us, sub {t['sub']:.2f} us; the rest "
+            "is libzmq I/O threads"
+        )
     if "mid_cpu_pct" in r:
         extra += f", node/relay {r['mid_cpu_pct']:.0f}% of a core"
     if "node_received" in r:
@@ -675,7 +802,10 @@ def _print_run(name: str, r: dict[str, Any]) -> None:
             f"; node counters: received {r['node_received']:,}, delivered "
             f"{r['node_delivered']:,}, dropped {r['node_dropped'] or 0}"
         )
-    extra += f"; machine steal {r['steal_pct']:.1f}%"
+    extra += (
+        f"; machine: steal {r['steal_pct']:.1f}%, busy {r['busy_cores']:.2f} cores, "
+        f"other processes {r['other_cores']:.2f} cores"
+    )
     log(extra)
     if "latency" in r:
         lat = r["latency"]
@@ -684,6 +814,13 @@ def _print_run(name: str, r: dict[str, Any]) -> None:
             f"p90 {lat['p90_ms']:.3f}, p99 {lat['p99_ms']:.3f}, p99.9 {lat['p999_ms']:.3f}, "
             f"max {lat['max_ms']:.3f}, mean {lat['mean_ms']:.3f} ms"
         )
+    for key in ("hop1_publish_to_node", "hop2_node_to_callback"):
+        if key in r:
+            h = r[key]
+            log(
+                f"    {key} (CLOCK_REALTIME, split at the node's receive stamp): "
+                f"p50 {h['p50_ms']:.3f} ms, p99 {h['p99_ms']:.3f}, max {h['max_ms']:.3f}"
+            )
 
 
 def _print_profiles(profile_dir: str, top: int) -> None:
@@ -703,11 +840,24 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def _start_node(ctx: Any, tmp: str, stop: Any, profile: bool) -> tuple[Any, str]:
-    nq = ctx.Queue()
+def _start_node(ctx: Any, tmp: str, stop: Any, profile: bool) -> tuple[Any, str, Any]:
+    """(process, endpoint, pipe for thread-CPU queries) of a node in its own process.
+
+    Retried: with port 0, Node._bind_ports retries another base port when PORT+1 or PORT+2
+    is taken, but its unbind(str(last_endpoint)) raises (last_endpoint is bytes), so the
+    start fails instead; a fresh attempt picks a new random port."""
     nprof = os.path.join(tmp, "node.prof") if profile else None
-    node = _start(ctx, node_main, nq, os.path.join(tmp, "node"), stop, nprof)
-    return node, _Inbox(nq).get("node", 30)["endpoint"]
+    for attempt in range(1, 4):
+        nq = ctx.Queue()
+        mine, theirs = ctx.Pipe()
+        data_dir = os.path.join(tmp, f"node{attempt}")
+        node = _start(ctx, node_main, nq, data_dir, stop, nprof, theirs)
+        info = _Inbox(nq).get("node", 30)
+        if "error" not in info:
+            return node, info["endpoint"], mine
+        log(f"  node start failed (attempt {attempt}/3): {info['error']}")
+        _stop_procs([node], 5)
+    raise RuntimeError("the zbroker node did not start in 3 attempts")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -738,7 +888,11 @@ def main(argv: list[str] | None = None) -> int:
     def on_alarm(signum: int, frame: Any) -> None:
         raise TimeoutError(f"benchmark exceeded {RUN_DEADLINE_S} s")
 
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
     signal.signal(signal.SIGALRM, on_alarm)
+    signal.signal(signal.SIGTERM, on_term)  # run the finally block: stop every child
     signal.alarm(RUN_DEADLINE_S)
 
     info = machine_info()
@@ -759,15 +913,20 @@ def main(argv: list[str] | None = None) -> int:
     ticks_begin = _cpu_ticks()
     paced: list[dict[str, Any]] = []
     try:
-        log(f"zbroker single-node benchmark: {n:,} messages of {PAYLOAD_SIZE} B x {repeat}")
+        log(
+            f"zbroker single-node benchmark: {n:,} messages of {PAYLOAD_SIZE} B"
+            + ("" if args.profile else f" x {repeat}")
+        )
         log(f"  {info}")
         if args.profile:
-            node, endpoint = _start_node(ctx, tmp, stop_event, True)
+            node, endpoint, nconn = _start_node(ctx, tmp, stop_event, True)
             from zbroker import Client
 
             status_client = Client(endpoint)
             log(f"node pid {node.pid} at {endpoint}; zbroker flood under cProfile ...")
-            prof_run = run_zb(ctx, endpoint, node.pid, status_client, "flood", n, profile_dir=tmp)
+            prof_run = run_zb(
+                ctx, endpoint, node.pid, nconn, status_client, "flood", n, profile_dir=tmp
+            )
             _print_run("zbroker flood (profiled: slower than normal)", prof_run)
             status_client.close()
             status_client = None
@@ -791,7 +950,7 @@ def main(argv: list[str] | None = None) -> int:
             result["ref_relay"].append(run_raw(ctx, "flood", n, relay=relay))
             _print_run("relay", result["ref_relay"][-1])
 
-        node, endpoint = _start_node(ctx, tmp, stop_event, False)
+        node, endpoint, nconn = _start_node(ctx, tmp, stop_event, False)
         from zbroker import Client
 
         status_client = Client(endpoint)
@@ -799,7 +958,9 @@ def main(argv: list[str] | None = None) -> int:
         result["b_flood"] = []
         for i in range(repeat):
             log(f"(b) zbroker one node, flood, run {i + 1}/{repeat} ...")
-            result["b_flood"].append(run_zb(ctx, endpoint, node.pid, status_client, "flood", n))
+            result["b_flood"].append(
+                run_zb(ctx, endpoint, node.pid, nconn, status_client, "flood", n)
+            )
             _print_run("zbroker", result["b_flood"][-1])
 
         flood = _median_run(result["b_flood"])
@@ -810,7 +971,7 @@ def main(argv: list[str] | None = None) -> int:
             rates += [flood["delivered_rate"] * f for f in (0.9, 0.6, 0.3)]
             for rate in rates[:3]:
                 log(f"(b) a flood run lost messages: paced run at {_fmt_rate(rate)} ...")
-                pr = run_zb(ctx, endpoint, node.pid, status_client, "paced", n, rate)
+                pr = run_zb(ctx, endpoint, node.pid, nconn, status_client, "paced", n, rate)
                 paced.append(pr)
                 _print_run(f"zbroker paced {rate:,.0f}", pr)
                 if pr["lost"] == 0:
@@ -825,7 +986,7 @@ def main(argv: list[str] | None = None) -> int:
         _print_run("relay latency", result["relay_latency"])
         log("(d) ... zbroker ...")
         result["d_latency"] = run_zb(
-            ctx, endpoint, node.pid, status_client, "latency", n_lat, LATENCY_RATE
+            ctx, endpoint, node.pid, nconn, status_client, "latency", n_lat, LATENCY_RATE
         )
         _print_run("zbroker latency", result["d_latency"])
     finally:
@@ -860,17 +1021,34 @@ def main(argv: list[str] | None = None) -> int:
         "b_rates": [r["delivered_rate"] for r in result["b_flood"]],
         "b_lost": flood_lost,
         "b_node_cpu_pct": flood["mid_cpu_pct"],
+        "b_cpu_us_per_msg": flood["cpu_us_per_msg"],
+        "b_thread_cpu_us_per_msg": flood["thread_cpu_us_per_msg"],
+        "relay_cpu_us_per_msg": relay_run["cpu_us_per_msg"],
+        "b_steal_pct": flood["steal_pct"],
+        "b_other_cores": flood["other_cores"],
+        "d_steal_pct": result["d_latency"]["steal_pct"],
+        "d_other_cores": result["d_latency"]["other_cores"],
         "c_ratio": b / a if a else 0.0,
         "zero_loss_rate": zero_loss_rate,
         "paced": [(r["rate"], r["delivered_rate"], r["lost"]) for r in paced],
         "d_p50_ms": lat.get("p50_ms"),
         "d_p99_ms": p99,
         "d_lost": result["d_latency"]["lost"],
+        "d_hop1_p50_ms": result["d_latency"]["hop1_publish_to_node"].get("p50_ms"),
+        "d_hop1_p99_ms": result["d_latency"]["hop1_publish_to_node"].get("p99_ms"),
+        "d_hop2_p50_ms": result["d_latency"]["hop2_node_to_callback"].get("p50_ms"),
+        "d_hop2_p99_ms": result["d_latency"]["hop2_node_to_callback"].get("p99_ms"),
         "raw_p50_ms": result["raw_latency"]["latency"].get("p50_ms"),
         "raw_p99_ms": result["raw_latency"]["latency"].get("p99_ms"),
         "relay_p50_ms": result["relay_latency"]["latency"].get("p50_ms"),
         "relay_p99_ms": result["relay_latency"]["latency"].get("p99_ms"),
-        "steal_pct": _steal_pct(ticks_begin, _cpu_ticks()),
+        **{
+            k: v
+            for k, v in _machine_load(
+                ticks_begin, _cpu_ticks(), time.monotonic() - t_begin, 0.0
+            ).items()
+            if k != "other_cores"
+        },
         "elapsed_s": time.monotonic() - t_begin,
     }
     summary["pass"] = {
@@ -907,7 +1085,28 @@ def print_summary(result: dict[str, Any]) -> None:
             _verdict(ok["b_rate"]),
         ),
         ("", _rates(s["b_rates"]), f"node {s['b_node_cpu_pct']:.0f}% of a core", ""),
+        (
+            "    machine during median (b) run",
+            f"steal {s['b_steal_pct']:.1f}%",
+            f"other procs {s['b_other_cores']:.2f} cores",
+            "",
+        ),
         ("    lost in (b) (published - delivered)", f"{s['b_lost']:,}", "0", ""),
+        (
+            "    CPU us/msg pub + node + sub",
+            " + ".join(f"{s['b_cpu_us_per_msg'][k]:.1f}" for k in ("pub", "mid", "sub"))
+            + f" = {s['b_cpu_us_per_msg']['total']:.1f}",
+            "relay ref: "
+            + " + ".join(f"{s['relay_cpu_us_per_msg'][k]:.1f}" for k in ("pub", "mid", "sub"))
+            + f" = {s['relay_cpu_us_per_msg']['total']:.1f}",
+            "",
+        ),
+        (
+            "      of which Python threads",
+            " + ".join(f"{s['b_thread_cpu_us_per_msg'][k]:.1f}" for k in ("pub", "mid", "sub")),
+            "(rest: libzmq I/O threads)",
+            "",
+        ),
         ("(c) b / a", f"{s['c_ratio']:.3f}", ">= 0.15", _verdict(ok["c_ratio"])),
         (
             "    zbroker rate with zero loss",
@@ -928,6 +1127,24 @@ def print_summary(result: dict[str, Any]) -> None:
         ),
         ("    lost in (d)", f"{s['d_lost']:,}", "-", ""),
         (
+            "    machine during (d)",
+            f"steal {s['d_steal_pct']:.1f}%",
+            f"other procs {s['d_other_cores']:.2f} cores",
+            "",
+        ),
+        (
+            "    hop publish->node p50 / p99",
+            f"{s['d_hop1_p50_ms']:.3f} / {s['d_hop1_p99_ms']:.3f} ms",
+            "diagnostic",
+            "",
+        ),
+        (
+            "    hop node->callback p50 / p99",
+            f"{s['d_hop2_p50_ms']:.3f} / {s['d_hop2_p99_ms']:.3f} ms",
+            "diagnostic",
+            "",
+        ),
+        (
             "ref raw PUB->SUB p50 / p99",
             f"{s['raw_p50_ms']:.3f} / {s['raw_p99_ms']:.3f} ms",
             "reference",
@@ -941,13 +1158,14 @@ def print_summary(result: dict[str, Any]) -> None:
         ),
     ]
     print()
-    print("=" * 104)
+    print("=" * 108)
     print("zbroker single-node benchmark: summary")
     print(f"date      {m['date']}")
     print(
         f"machine   nproc {m['nproc']} (usable {m['cpus_usable']}), {m['cpu_model']}, "
         f"{m['os']}, load avg at start {m['loadavg_at_start']}, "
-        f"CPU steal during run {s['steal_pct']:.1f}%"
+        f"during the run: CPU steal {s['steal_pct']:.1f}%, all processes kept "
+        f"{s['busy_cores']:.2f} of {m['nproc']} cores busy on average"
     )
     print(
         f"software  Python {m['python']}, pyzmq {m['pyzmq']}, libzmq {m['libzmq']}, "
@@ -959,12 +1177,16 @@ def print_summary(result: dict[str, Any]) -> None:
         f"latency {result['latency_rate']:,.0f} msg/s for {result['latency_seconds']:g} s; "
         f"elapsed {s['elapsed_s']:.1f} s"
     )
-    print("-" * 104)
-    print(f"{'figure':<42}{'measured':<30}{'target':<28}result")
+    print("-" * 108)
+    print(f"{'figure':<42}{'measured':<34}{'target':<28}result")
     for name, val, target, verdict in rows:
-        print(f"{name:<42}{val:<30}{target:<28}{verdict}".rstrip())
-    print("=" * 104)
+        print(f"{name:<42}{val:<34}{target:<28}{verdict}".rstrip())
+    print("=" * 108)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as exc:
+        log(f"interrupted ({exc}); every child process was stopped")
+        sys.exit(130)

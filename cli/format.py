@@ -88,5 +88,97 @@ def format_status(status: dict[str, Any]) -> str:
     rows.append(("subscriptions", str(subs.get("count", 0))))
     for p in subs.get("patterns", []):
         rows.append(("  pattern", p))
+    interest = status.get("interest")
+    if interest:
+        rows.append(
+            ("interest routes", f"{interest.get('routes', 0)} ({interest.get('remote', 0)} remote)")
+        )
+        rows.append(("interest origins", ", ".join(interest.get("origins", [])) or "-"))
+    if "group" in status:
+        rows.insert(2, ("group", str(status["group"])))
+    width = max(len(k) for k, _ in rows)
+    text = "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+    links = status.get("links") or []
+    if links:
+        text += "\n\n" + format_table(
+            [
+                "link",
+                "peer",
+                "kind",
+                "direction",
+                "state",
+                "uptime",
+                "msgs in",
+                "msgs out",
+                "bytes in",
+                "bytes out",
+                "drops",
+            ],
+            [
+                [
+                    ln["name"],
+                    ln.get("peer") or "-",
+                    ln["kind"],
+                    ln["direction"],
+                    ln["state"],
+                    f"{ln.get('uptime', 0):.1f}s",
+                    ln["msgs_in"],
+                    ln["msgs_out"],
+                    ln["bytes_in"],
+                    ln["bytes_out"],
+                    ln["drops"],
+                ]
+                for ln in links
+            ],
+        )
+    return text
+
+
+def format_table(headers: list[str], rows: list[list[Any]]) -> str:
+    """A plain aligned text table."""
+    cells = [headers, *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells
+    )
+
+
+def format_routes(routes: list[dict[str, Any]]) -> str:
+    """The interest table: pattern, origin, hops, path, next-hop link."""
+    if not routes:
+        return "no routes"
+    return format_table(
+        ["pattern", "origin", "hops", "path", "next hop"],
+        [
+            [
+                r["pattern"],
+                r["origin"],
+                r["hops"],
+                " > ".join(r["path"]) or "-",
+                r["link"] or "(local)",
+            ]
+            for r in routes
+        ],
+    )
+
+
+def format_simulation(report: dict[str, Any]) -> str:
+    """The figures of a simulation run."""
+    rows = [
+        ("nodes / links", f"{report['nodes']} / {report['links']}"),
+        ("subscriptions", str(report["subscriptions"])),
+        ("convergence time", f"{report['convergence_time'] * 1000:.1f} ms (virtual)"),
+        ("advertisement frames", str(report["advert_frames"])),
+        ("interest entries", str(report["interest_entries"])),
+        ("memory per entry", f"{report['bytes_per_entry']:.0f} bytes (RSS delta / entries)"),
+        ("publishes", str(report["publishes"])),
+        ("messages per link per publish", f"{report['frames_per_publish']:.2f}"),
+        ("deliveries / expected", f"{report['deliveries']} / {report['expected']}"),
+        ("hops per delivery", f"mean {report['mean_hops']:.2f}, max {report['max_hops']}"),
+        ("non-shortest deliveries", str(report["non_shortest"])),
+        ("duplicates delivered", str(report["duplicates"])),
+        ("messages lost", str(report["lost"])),
+        ("wall time", f"{report['wall_seconds']:.1f} s"),
+    ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)

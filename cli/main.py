@@ -23,7 +23,13 @@ from click.core import ParameterSource
 from zbroker import Broker, Client, NodeConfig, ZBrokerError, load_config
 from zbroker.config import LOG_LEVELS
 
-from .format import format_message_json, format_message_text, format_status
+from .format import (
+    format_message_json,
+    format_message_text,
+    format_routes,
+    format_simulation,
+    format_status,
+)
 
 DEFAULT_BROKER = "tcp://127.0.0.1:7100"
 
@@ -266,6 +272,38 @@ def status(broker: str, as_json: bool, timeout: float) -> None:
     with Client(broker, timeout=timeout) as client:
         st = client.status()
     click.echo(json.dumps(st, indent=2) if as_json else format_status(st))
+
+
+@cli.command()
+@click.argument("pattern", required=False)
+@_broker_option()
+@click.option("--json", "as_json", is_flag=True, help="Print the routes as JSON.")
+@_timeout_option()
+def routes(pattern: str | None, broker: str, as_json: bool, timeout: float) -> None:
+    """Show the node's interest table: pattern, origin broker, path, next-hop link.
+
+    With PATTERN, only routes whose pattern overlaps it."""
+    with Client(broker, timeout=timeout) as client:
+        table = client.routes(pattern)
+    click.echo(json.dumps(table, indent=2) if as_json else format_routes(table))
+
+
+@cli.command()
+@click.argument("topology", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def simulate(topology: Path, as_json: bool) -> None:
+    """Simulate a network from a TOPOLOGY.toml file and print its figures.
+
+    Convergence time, advertisement frames, messages per link per publish, hops per
+    delivery, duplicates delivered (must be 0) and messages lost: plan a network before
+    deploying it. Runs the same routing engine as a node, in one process.
+    """
+    from zbroker.simulate import load_topology, run_simulation
+
+    report = run_simulation(load_topology(topology))
+    click.echo(
+        json.dumps(report.as_dict(), indent=2) if as_json else format_simulation(report.as_dict())
+    )
 
 
 def main() -> None:

@@ -155,14 +155,6 @@ def test_keyword_errors(kwargs: dict[str, Any], message: str) -> None:
     assert str(info.value) == message
 
 
-@pytest.mark.xfail(
-    reason=(
-        "BUG: config._BROKER_ID ends with '$' and is applied with re.match, and '$' also "
-        "matches before a trailing newline, so validate_broker_id accepts 'alpha\\n' (and a "
-        "65-character ID ending in a newline); it should use re.fullmatch or '\\Z'"
-    ),
-    strict=True,
-)
 @pytest.mark.parametrize("value", ["alpha\n", "a" * 64 + "\n"])
 def test_broker_id_with_trailing_newline_is_refused(value: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -188,13 +180,6 @@ def test_data_dir_becomes_a_path(value: str | Path) -> None:
     assert cfg.data_dir == Path(value)
 
 
-@pytest.mark.xfail(
-    reason=(
-        "BUG: NodeConfig.__post_init__ calls Path(self.data_dir) unchecked, so a non-path "
-        "data_dir (e.g. 123) raises TypeError instead of a ConfigError naming node.data_dir"
-    ),
-    strict=True,
-)
 def test_bad_data_dir_keyword_is_a_config_error() -> None:
     with pytest.raises(ConfigError) as info:
         NodeConfig(data_dir=123)  # type: ignore[arg-type]
@@ -397,8 +382,7 @@ def test_replace_data_dir_becomes_a_path() -> None:
         ({"broker_id": "a b"}, f"keyword: node.id: 'a b' {_ID_RULE}"),
         (
             {"log_level": "trace"},
-            "keyword: node.log_level: 'trace' is not one of debug, info, warning, error, "
-            "critical",
+            "keyword: node.log_level: 'trace' is not one of debug, info, warning, error, critical",
         ),
     ],
 )
@@ -422,13 +406,6 @@ def test_replace_rejects_unknown_options(changes: dict[str, Any], message: str) 
     assert str(info.value) == message
 
 
-@pytest.mark.xfail(
-    reason=(
-        "BUG: replace() keeps the original source, so an invalid override (e.g. a --port "
-        "flag) applied to a config loaded from a file is reported as coming from that file"
-    ),
-    strict=True,
-)
 def test_replace_error_does_not_blame_the_file(tmp_path: Path) -> None:
     path = _write(tmp_path, "[node]\nport = 7200\n")
     cfg = load_config(path)

@@ -550,7 +550,7 @@ class TinyCacheSublistMachine(SublistMachine):
     cache_size = 2
 
 
-_MACHINE_SETTINGS = settings(max_examples=60, stateful_step_count=30, deadline=None)
+_MACHINE_SETTINGS = settings(max_examples=40, stateful_step_count=30, deadline=None)
 TestSublistMachineCache = SublistMachine.TestCase
 TestSublistMachineCache.settings = _MACHINE_SETTINGS
 TestSublistMachineNoCache = NoCacheSublistMachine.TestCase

@@ -62,6 +62,8 @@ class Broker:
         """Open the data directory, bind every socket, start serving; return self."""
         if self._thread is not None:
             raise ZBrokerError("broker already started")
+        self._ready.clear()
+        self._start_error = None
         cfg = self.config
         if cfg.data_dir is not None:
             data_dir = cfg.data_dir

@@ -306,6 +306,15 @@ class Client:
         """The node's status (see :meth:`zbroker.Broker.status`)."""
         return self.request(wire.STATUS)
 
+    def routes(self, pattern: str | None = None) -> list[dict[str, Any]]:
+        """The node's interest table (best entry per pattern and origin): pattern, origin,
+        path, hops, next-hop link (None = local). ``pattern`` keeps overlapping ones."""
+        if pattern is not None:
+            validate_pattern(pattern)
+        body = self.request(wire.ROUTES, {"pattern": pattern} if pattern else {})
+        routes: list[dict[str, Any]] = body.get("routes", [])
+        return routes
+
     def request(self, op: int, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """Send a control request and wait for its reply (raises RequestError on ERROR)."""
         fut = self._command("req", (op, body or {}))
@@ -402,7 +411,13 @@ class Client:
             control.connect(_endpoint(self._host, self._port))
             hello = self._hello(control, cmd)
             if hello is None:
-                return  # stopped or timed out; the constructor reports it
+                if not ready.done():
+                    ready.set_exception(
+                        BrokerUnreachable(
+                            f"no zbroker node answered at {self.address} within {self.timeout:g} s"
+                        )
+                    )
+                return
             sub.connect(_endpoint(self._host, hello["ports"]["deliver"]))
             ready.set_result(hello)
             _ClientLoop(self, cmd, control, sub).run()

@@ -70,7 +70,7 @@ _BROKER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 def validate_broker_id(value: object, where: str = "broker id") -> str:
     """A broker ID: 1-64 characters of letters, digits, ``_ . -``, starting alphanumeric."""
-    if not isinstance(value, str) or not _BROKER_ID.match(value):
+    if not isinstance(value, str) or not _BROKER_ID.fullmatch(value):
         raise ConfigError(
             f"{where}: {value!r} is not a valid broker ID (1-64 characters of letters, "
             "digits, '_', '.', '-', starting with a letter or digit)"
@@ -197,6 +197,8 @@ class NodeConfig:
             raise ConfigError(f"{src}: node.host: {self.host!r} is not a host name or address")
         _check_int(self.port, f"{src}: node.port", 0, 65533)
         if self.data_dir is not None and not isinstance(self.data_dir, Path):
+            if not isinstance(self.data_dir, str) or not self.data_dir:
+                raise ConfigError(f"{src}: node.data_dir: {self.data_dir!r} is not a path")
             object.__setattr__(self, "data_dir", Path(self.data_dir))
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(
@@ -215,13 +217,16 @@ class NodeConfig:
             raise ConfigError(f"{src}: link name(s) used twice: {', '.join(sorted(dup))}")
         object.__setattr__(self, "links", links)
 
-    def replace(self, **changes: Any) -> NodeConfig:
-        """A copy with ``changes`` applied (``None`` values are ignored), validated again."""
-        real = {k: v for k, v in changes.items() if v is not None}
-        unknown = set(real) - {f.name for f in dataclasses.fields(self)}
+    def replace(self, *, source: str = "keyword", **changes: Any) -> NodeConfig:
+        """A copy with ``changes`` applied (``None`` values are ignored), validated again.
+        Errors name ``source`` (where the overrides came from), not the original file."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
             raise ConfigError(f"unknown option(s): {', '.join(sorted(unknown))}")
-        return dataclasses.replace(self, **real)
+        real = {k: v for k, v in changes.items() if v is not None}
+        if not real:
+            return self
+        return dataclasses.replace(self, source=source, **real)
 
 
 def _check_int(value: object, where: str, lo: int, hi: int) -> None:

@@ -205,13 +205,13 @@ class Node:
             try:
                 self.publish.bind(format_endpoint(host, base + 1))
             except zmq.ZMQError:
-                self.control.unbind(str(self.control.last_endpoint))
+                self.control.unbind(_last_endpoint(self.control))
                 continue
             try:
                 self.deliver.bind(format_endpoint(host, base + 2))
             except zmq.ZMQError:
-                self.control.unbind(str(self.control.last_endpoint))
-                self.publish.unbind(str(self.publish.last_endpoint))
+                self.control.unbind(_last_endpoint(self.control))
+                self.publish.unbind(_last_endpoint(self.publish))
                 continue
             self.ports = {"control": base, "publish": base + 1, "deliver": base + 2}
             return
@@ -1003,6 +1003,11 @@ class Node:
                 "rejected": dict(sorted(self.engine.rejected.items())),
             },
         }
+
+
+def _last_endpoint(sock: zmq.Socket[bytes]) -> str:
+    ep = sock.getsockopt(zmq.LAST_ENDPOINT)
+    return ep.decode() if isinstance(ep, bytes) else str(ep)
 
 
 def _int(info: dict[str, Any], key: str, lo: int, hi: int) -> int:

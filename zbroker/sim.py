@@ -90,14 +90,23 @@ class _SimNode:
         self.subs: dict[int, str] = {}  # subscriber id -> pattern
         self.refs: Counter[str] = Counter()
         self.alive = True
+        self.flush_pending = False
 
 
 class Network:
     """N engines wired by in-memory links; deterministic under ``seed``."""
 
-    def __init__(self, seed: int = 0, delay: tuple[float, float] = (0.001, 0.005)) -> None:
+    def __init__(
+        self,
+        seed: int = 0,
+        delay: tuple[float, float] = (0.001, 0.005),
+        batch_window: float = 0.0005,
+    ) -> None:
         self.rng = random.Random(seed)
         self.delay = delay
+        # a node flushes interest changes at the end of a poll pass: changes within this
+        # window (virtual seconds) leave in one advertisement frame per link
+        self.batch_window = batch_window
         self.now = 0.0
         self.nodes: dict[str, _SimNode] = {}
         self.links: dict[str, SimLink] = {}
@@ -183,8 +192,8 @@ class Network:
                 options=link.options,
             )
         )
-        self._flush(d)
-        self._flush(a)
+        self._schedule_flush(d)
+        self._schedule_flush(a)
 
     def _take_down(self, link: SimLink) -> None:
         for end in (link.dialer, link.acceptor):
@@ -192,7 +201,7 @@ class Network:
                 node = self.nodes[end]
                 if link.name in node.engine.links:
                     node.engine.handle(LinkDown(link=link.name))
-                    self._flush(node)
+                    self._schedule_flush(node)
         link.last_arrival.clear()
 
     # -- subscriptions and publishing ----------------------------------------------------
@@ -204,7 +213,7 @@ class Network:
         node.refs[pattern] += 1
         if node.refs[pattern] == 1:
             node.engine.handle(LocalSubscribe(pattern=pattern))
-            self._flush(node)
+            self._schedule_flush(node)
         return sid
 
     def unsubscribe(self, node_id: str, sid: int) -> None:
@@ -214,7 +223,7 @@ class Network:
         if node.refs[pattern] == 0:
             del node.refs[pattern]
             node.engine.handle(LocalUnsubscribe(pattern=pattern))
-            self._flush(node)
+            self._schedule_flush(node)
 
     def publish(self, node_id: str, topic: str) -> MsgId:
         node = self.nodes[node_id]
@@ -254,6 +263,18 @@ class Network:
 
         heapq.heappush(self._queue, (at, next(self._tie), arrive))
 
+    def _schedule_flush(self, node: _SimNode) -> None:
+        if node.flush_pending:
+            return
+        node.flush_pending = True
+
+        def flush() -> None:
+            node.flush_pending = False
+            if node.alive:
+                self._flush(node)
+
+        heapq.heappush(self._queue, (self.now + self.batch_window, next(self._tie), flush))
+
     def _flush(self, node: _SimNode) -> None:
         for action in node.engine.flush():
             link = self.links[action.link]
@@ -264,7 +285,7 @@ class Network:
         if frame[0] == "adv":
             self.stats.last_advert_at = self.now
             node.engine.handle(AdvertIn(link=link.name, full=frame[1], entries=frame[2]))
-            self._flush(node)
+            self._schedule_flush(node)
         else:
             _, topic, msg_id, path, targets = frame
             self._route(node, topic, msg_id, path, targets, fresh=False)

@@ -120,7 +120,9 @@ _UnpackErrors = (ValueError, msgpack.UnpackException, TypeError)
 
 def _unpack(frame: bytes) -> Any:
     try:
-        return _unpackb(frame, raw=False, strict_map_key=True)
+        # strict_map_key=False: header values may hold maps with non-string keys; the
+        # decoders check the keys that must be strings (header names) themselves.
+        return _unpackb(frame, raw=False, strict_map_key=False)
     except _ExtraData as exc:
         raise ProtocolError("not_msgpack", "trailing bytes after the msgpack value") from exc
     except _UnpackErrors as exc:

@@ -312,28 +312,44 @@ class RoutingEngine:
             self._reject("unknown_link")
             return
         touched: set[Key] = set()
+        adj_in = link.adj_in
         if ev.full:
-            touched.update(link.adj_in)
-            link.adj_in.clear()
+            touched.update(adj_in)
+            adj_in.clear()
+        me = self.broker_id
+        ttl = link.options.ttl
         for pattern, origin, path in ev.entries:
             key = (pattern, origin)
-            touched.add(key)
+            if path is not None:
+                if path_holds(path, me):
+                    self._reject("own_id_in_path")
+                    path = None
+                elif ttl_spent(len(path), ttl):
+                    self._reject("ttl_spent")
+                    path = None
+                elif not path or path[0] != origin or path[-1] != link.peer:
+                    self._reject("bad_path")
+                    path = None
             if path is None:
-                link.adj_in.pop(key, None)
-                continue
-            if path_holds(path, self.broker_id):
-                self._reject("own_id_in_path")
-                link.adj_in.pop(key, None)
-            elif ttl_spent(len(path), link.options.ttl):
-                self._reject("ttl_spent")
-                link.adj_in.pop(key, None)
-            elif not path or path[0] != origin or path[-1] != link.peer:
-                self._reject("bad_path")
-                link.adj_in.pop(key, None)
+                if adj_in.pop(key, None) is not None and self._may_change(key, link, None):
+                    touched.add(key)
             else:
-                link.adj_in[key] = path
+                adj_in[key] = path
+                if self._may_change(key, link, path):
+                    touched.add(key)
         for key in touched:
             self._recompute(key)
+
+    def _may_change(self, key: Key, link: _Link, path: Path | None) -> bool:
+        """Could this entry change the key's best? Most entries in a mesh are alternatives
+        that lose to the current best: skip recomputing those (the common case)."""
+        best = self._best.get(key)
+        if best is None or best[0] == link.id:
+            return True
+        if best[0] is None or path is None:
+            return False  # local interest always wins; withdrawing a non-best changes nothing
+        other = self.links[best[0]]
+        return (len(path), link.peer, link.id) < (len(best[1]), other.peer, other.id)
 
     def _recompute(self, key: Key) -> None:
         pattern, origin = key

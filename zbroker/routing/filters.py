@@ -38,12 +38,16 @@ class LinkFilter:
     static: tuple[str, ...] = ()
 
     def allows_topic(self, topic: str) -> bool:
+        if not self.include and not self.exclude:
+            return True
         if self.include and not any(match(p, topic) for p in self.include):
             return False
         return not any(match(p, topic) for p in self.exclude)
 
     def allows_pattern(self, pattern: str) -> bool:
         """Could any topic of ``pattern`` cross? (Advertise interest only then.)"""
+        if not self.include and not self.exclude:
+            return True
         if self.include and not any(patterns_overlap(p, pattern) for p in self.include):
             return False
         return not any(pattern_covers(p, pattern) for p in self.exclude)

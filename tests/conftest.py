@@ -1,0 +1,398 @@
+"""Shared fixtures for zbroker's tests.
+
+Everything here binds and connects on 127.0.0.1 only.
+
+* :func:`free_port` finds a base port P with P, P+1 and P+2 free (a node needs all three).
+* ``broker`` / ``broker_factory``: a :class:`zbroker.Broker` running in a thread of the test
+  process, with its data directory under ``tmp_path``; stopped in the finalizer.
+* ``client_factory``: :class:`zbroker.Client` objects closed in the finalizer.
+* ``procs``: starts subprocesses (the ``zbroker`` console script or ``python -m zbroker``)
+  and always stops them *by PID* in the finalizer (SIGTERM, bounded wait, SIGKILL), also
+  when the test fails. Nothing is ever killed by name.
+* :func:`wait_ready` polls a node with a :class:`zbroker.Client` until HELLO succeeds.
+
+The helper functions are also available as fixtures of the same name (``free_port``,
+``wait_ready``), so test modules need not import this file.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from zbroker import Broker, BrokerUnreachable, Client
+
+HOST = "127.0.0.1"
+#: the installed console script next to the interpreter running the tests
+ZBROKER_SCRIPT = Path(sys.executable).parent / "zbroker"
+
+# Base ports are drawn below Linux's default ephemeral range (32768-60999), so outgoing
+# connections of this or other processes do not take them between the check and the bind.
+_PORT_LO = 20_000
+_PORT_HI = 32_000
+_handed_out: set[int] = set()
+_port_lock = threading.Lock()
+
+
+def _port_is_free(port: int) -> bool:
+    """True if a TCP socket can bind 127.0.0.1:port right now (no SO_REUSEADDR: strict)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A base port P such that P, P+1 and P+2 are all free on 127.0.0.1.
+
+    Triples handed out earlier in this process are never handed out again, so two calls in
+    one test give non-overlapping triples.
+    """
+    rng = random.Random()
+    with _port_lock:
+        for _ in range(500):
+            base = rng.randrange(_PORT_LO, _PORT_HI - 3)
+            triple = {base, base + 1, base + 2}
+            if triple & _handed_out:
+                continue
+            if all(_port_is_free(p) for p in sorted(triple)):
+                _handed_out.update(triple)
+                return base
+    raise RuntimeError("no free triple of consecutive ports found on 127.0.0.1")
+
+
+def wait_ready(endpoint: str, timeout: float = 20.0, proc: Proc | None = None) -> dict[str, Any]:
+    """Poll the node at ``endpoint`` until a HELLO succeeds; return the HELLO reply.
+
+    Raises TimeoutError after ``timeout`` seconds (each attempt is bounded too), or
+    RuntimeError at once if ``proc`` (the node's process) has exited.
+    """
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(
+                f"{proc.describe()} exited with {proc.returncode} before it was ready; "
+                f"stderr: {proc.stderr_text()!r}"
+            )
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no node answered HELLO at {endpoint} within {timeout:g} s") from (
+                last
+            )
+        try:
+            # A DEALER queues the HELLO until the connection is up, so one attempt
+            # succeeds as soon as the node binds within the attempt's timeout.
+            with Client(endpoint, timeout=max(0.2, min(left, 2.0))) as client:
+                return dict(client.hello)
+        except BrokerUnreachable as exc:
+            last = exc
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 15.0, interval: float = 0.01) -> bool:
+    """Poll ``cond`` until it is true (returns True) or ``timeout`` passes (returns False)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if cond():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+# -- subprocesses ---------------------------------------------------------------------------
+
+
+class Proc:
+    """A subprocess with its stdout and stderr read line by line on background threads."""
+
+    def __init__(
+        self,
+        args: Sequence[str],
+        *,
+        env: dict[str, str],
+        cwd: Path,
+        stdin: int | None = subprocess.DEVNULL,
+    ) -> None:
+        self.args = list(args)
+        self.popen = subprocess.Popen(
+            self.args,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=cwd,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            # its own session: a Ctrl-C at the terminal running pytest does not reach it
+            start_new_session=True,
+        )
+        self.pid = self.popen.pid
+        self.stdout_lines: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._out: list[str] = []
+        self._err: list[str] = []
+        self._err_cond = threading.Condition()
+        self._readers = [
+            threading.Thread(target=self._read, args=(self.popen.stdout, True), daemon=True),
+            threading.Thread(target=self._read, args=(self.popen.stderr, False), daemon=True),
+        ]
+        for t in self._readers:
+            t.start()
+
+    def _read(self, stream: Any, is_stdout: bool) -> None:
+        try:
+            for line in stream:
+                if is_stdout:
+                    self._out.append(line)
+                    self.stdout_lines.put(line)
+                else:
+                    with self._err_cond:
+                        self._err.append(line)
+                        self._err_cond.notify_all()
+        except (OSError, ValueError):
+            pass
+        finally:
+            with self._err_cond:
+                self._err_cond.notify_all()
+
+    def describe(self) -> str:
+        return f"process {self.pid} ({' '.join(self.args[1:4])} ...)"
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def wait(self, timeout: float) -> int:
+        """Wait (bounded) for the process to exit; raises subprocess.TimeoutExpired."""
+        rc = self.popen.wait(timeout)
+        self._join_readers(5.0)
+        return rc
+
+    def send_signal(self, sig: int) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+
+    def readline(self, timeout: float) -> str | None:
+        """The next stdout line, or None if none arrives within ``timeout``."""
+        try:
+            return self.stdout_lines.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def wait_stderr(self, needle: str, timeout: float) -> bool:
+        """Wait until ``needle`` appears on stderr; False on timeout or exit without it."""
+        deadline = time.monotonic() + timeout
+        with self._err_cond:
+            while True:
+                if needle in "".join(self._err):
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0 or (
+                    self.popen.poll() is not None and not any(t.is_alive() for t in self._readers)
+                ):
+                    return False
+                self._err_cond.wait(min(left, 0.1))
+
+    def stdout_text(self) -> str:
+        return "".join(self._out)
+
+    def stderr_text(self) -> str:
+        with self._err_cond:
+            return "".join(self._err)
+
+    def _join_readers(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for t in self._readers:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def stop(self, timeout: float = 5.0) -> int | None:
+        """Stop the process by PID: SIGTERM, wait up to ``timeout``, then SIGKILL."""
+        if self.popen.poll() is None:
+            try:
+                self.popen.send_signal(signal.SIGTERM)
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()  # SIGKILL to this PID
+                try:
+                    self.popen.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    pass
+            except ProcessLookupError:
+                pass
+        if self.popen.stdin is not None:
+            try:
+                self.popen.stdin.close()
+            except OSError:
+                pass
+        self._join_readers(2.0)
+        return self.popen.returncode
+
+
+def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment for a subprocess: no inherited ZBROKER_* settings, a private
+    XDG_DATA_HOME (so no default data directory lands in the real home), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZBROKER_")}
+    xdg = tmp_path / "xdg-data"
+    xdg.mkdir(parents=True, exist_ok=True)
+    env["XDG_DATA_HOME"] = str(xdg)
+    env.update(extra)
+    return env
+
+
+class Procs:
+    """Starts subprocesses for one test and stops every one of them by PID afterwards."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.started: list[Proc] = []
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The default subprocess environment (see :func:`subprocess_env`) plus ``extra``."""
+        return subprocess_env(self.tmp_path, **extra)
+
+    def start(
+        self,
+        args: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        stdin: int | None = subprocess.DEVNULL,
+    ) -> Proc:
+        proc = Proc(
+            args,
+            env=env if env is not None else subprocess_env(self.tmp_path),
+            cwd=self.tmp_path,
+            stdin=stdin,
+        )
+        self.started.append(proc)
+        return proc
+
+    def zbroker(
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        stdin: int | None = subprocess.DEVNULL,
+    ) -> Proc:
+        """Start the ``zbroker`` console script with ``args``."""
+        return self.start([str(ZBROKER_SCRIPT), *args], env=env, stdin=stdin)
+
+    def python_m(self, *args: str, env: dict[str, str] | None = None) -> Proc:
+        """Start ``python -m zbroker`` with ``args``."""
+        return self.start([sys.executable, "-m", "zbroker", *args], env=env)
+
+    def run(
+        self,
+        *args: str,
+        timeout: float = 30.0,
+        env: dict[str, str] | None = None,
+        input: str | None = None,
+    ) -> tuple[int, str, str]:
+        """Run the ``zbroker`` console script to completion (bounded); (rc, stdout, stderr)."""
+        proc = self.zbroker(
+            *args, env=env, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL
+        )
+        if input is not None:
+            assert proc.popen.stdin is not None
+            proc.popen.stdin.write(input)
+            proc.popen.stdin.close()
+        rc = proc.wait(timeout)
+        return rc, proc.stdout_text(), proc.stderr_text()
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.started):
+            proc.stop()
+
+
+# -- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(name="free_port")
+def _free_port_fixture() -> Callable[[], int]:
+    """The :func:`free_port` helper."""
+    return free_port
+
+
+@pytest.fixture(name="wait_ready")
+def _wait_ready_fixture() -> Callable[..., dict[str, Any]]:
+    """The :func:`wait_ready` helper."""
+    return wait_ready
+
+
+@pytest.fixture(name="wait_until")
+def _wait_until_fixture() -> Callable[..., bool]:
+    """The :func:`wait_until` helper."""
+    return wait_until
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
+    """Start in-thread brokers (``port=0``, data dir under tmp_path unless given); every
+    one is stopped at teardown (stop() is idempotent, so tests may stop them early)."""
+    started: list[Broker] = []
+    counter = itertools.count(1)
+
+    def make(**options: Any) -> Broker:
+        options.setdefault("host", HOST)
+        options.setdefault("port", 0)
+        options.setdefault("data_dir", tmp_path / f"node-{next(counter)}")
+        broker = Broker(**options)
+        started.append(broker)
+        return broker.start()
+
+    try:
+        yield make
+    finally:
+        for broker in reversed(started):
+            broker.stop()
+
+
+@pytest.fixture
+def broker(broker_factory: Callable[..., Broker]) -> Broker:
+    """One in-thread broker on free ports, data directory under tmp_path."""
+    return broker_factory()
+
+
+@pytest.fixture
+def client_factory() -> Iterator[Callable[..., Client]]:
+    """Create clients (``Client(endpoint, **kw)``); every one is closed at teardown."""
+    clients: list[Client] = []
+
+    def make(endpoint: str, **options: Any) -> Client:
+        options.setdefault("timeout", 10.0)
+        client = Client(endpoint, **options)
+        clients.append(client)
+        return client
+
+    try:
+        yield make
+    finally:
+        for client in reversed(clients):
+            client.close()
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Procs]:
+    """Start subprocesses; all are stopped by PID at teardown, also when the test fails."""
+    manager = Procs(tmp_path)
+    try:
+        yield manager
+    finally:
+        manager.stop_all()
