@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import logging
 import queue
+import struct
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+import msgpack
 import zmq
+import zmq.backend
 
 from . import wire
 from .config import NodeConfig, validate_broker_id
@@ -148,6 +151,8 @@ class Node:
         self._by_engine_id: dict[str, Link] = {}
         self._dirty: list[Link] = []  # links with a non-empty outbox
         self._next_tick = 0.0
+        # msgpack of (origin, incarnation): constant middle of every envelope we originate
+        self._envelope_id = msgpack.packb(identity.broker_id) + msgpack.packb(identity.incarnation)
 
     # -- lifecycle (all in the node thread) ---------------------------------------------
 
@@ -282,65 +287,101 @@ class Node:
     # -- handlers -----------------------------------------------------------------------
 
     def _on_publish(self) -> None:
+        """Drain the publish socket: validate, number, deliver locally, queue for links.
+
+        The hot path of a node, written for speed: no per-message objects beyond the
+        decoded frame; the delivery envelope reuses the publish frame's bytes (both are
+        msgpack arrays whose first four elements are identical), so the payload is never
+        re-encoded; counters live in locals until the batch ends.
+        """
         recv = self.publish.recv
-        send = self.deliver.send
+        send = _raw_send(self.deliver)
         valid = self._valid_topics
         prefix = self._prefix
         engine = self.engine
         local_matches = engine.local_matches
         route = engine.route
-        decode = wire.decode_publish
-        encode = wire.encode_delivery_body
+        unpackb = msgpack.unpackb
+        tail = _ENVELOPE_TAIL.pack
+        id_part = self._envelope_id
         origin = self.broker_id
         inc = self.incarnation
         noblock = zmq.NOBLOCK
         now = time.time
         limit = self.config.max_frame_bytes
-        for _ in range(DRAIN_BATCH):
-            try:
-                frame = recv(noblock)
-            except zmq.Again:
-                return
-            if len(frame) > limit:
-                self._bad("publisher", "oversized", f"{len(frame)} bytes > {limit}")
-                continue
-            try:
-                topic, payload, fmt, headers = decode(frame)
+        seq = self.seq
+        delivered = 0
+        received = 0
+        try:
+            for _ in range(DRAIN_BATCH):
+                try:
+                    frame = recv(noblock)
+                except zmq.Again:
+                    return
+                if len(frame) > limit:
+                    self._bad("publisher", "oversized", f"{len(frame)} bytes > {limit}")
+                    continue
+                try:
+                    value = unpackb(frame, raw=False, strict_map_key=False)
+                except (ValueError, msgpack.UnpackException, TypeError) as exc:
+                    self._bad("publisher", "not_msgpack", str(exc))
+                    continue
+                if type(value) is not list or len(value) != 4:
+                    self._bad("publisher", "bad_shape", "publish frame must be a 4-element array")
+                    continue
+                topic, payload, fmt, headers = value
+                if (
+                    type(topic) is not str
+                    or type(payload) is not bytes
+                    or (fmt != 0 and fmt != 1)
+                    or type(fmt) is not int
+                    or (
+                        headers is not None
+                        and (type(headers) is not dict or not all(type(k) is str for k in headers))
+                    )
+                ):
+                    self._bad("publisher", "bad_type", "publish frame has wrong field types")
+                    continue
                 if topic not in valid:
-                    validate_publish_topic(topic)
+                    try:
+                        validate_publish_topic(topic)
+                    except InvalidTopic as exc:
+                        self._bad("publisher", "bad_topic", str(exc))
+                        continue
                     if len(valid) >= TOPIC_CACHE_SIZE:
                         valid.clear()
                     valid.add(topic)
-            except ProtocolError as exc:
-                self._bad("publisher", exc.reason, exc.detail)
-                continue
-            except InvalidTopic as exc:
-                self._bad("publisher", "bad_topic", str(exc))
-                continue
-            self.seq += 1
-            self.received += 1
-            ts = now()
-            if engine.links:
-                patterns, sends = route(topic, (), None)
-                if sends:
-                    self._enqueue(
-                        sends,
-                        [topic, payload, fmt, headers, origin, inc, self.seq, ts, [origin], None],
+                seq += 1
+                received += 1
+                ts = now()
+                if engine.links:
+                    patterns, sends = route(topic, (), None)
+                    if sends:
+                        msg = [topic, payload, fmt, headers, origin, inc, seq, ts, [origin], None]
+                        self._enqueue(sends, msg)
+                else:
+                    patterns = local_matches(topic)
+                if not patterns:
+                    continue
+                if frame[0] == 0x94:  # fixarray of 4: reuse its elements verbatim
+                    body = b"\x98" + frame[1:] + id_part + tail(0xCF, seq, 0xCB, ts)
+                else:  # another encoder's (valid) array form: encode afresh
+                    body = wire.encode_delivery_body(
+                        topic, payload, fmt, headers, origin, inc, seq, ts
                     )
-            else:
-                patterns = local_matches(topic)
-            if not patterns:
-                continue
-            body = encode(topic, payload, fmt, headers, origin, inc, self.seq, ts)
-            for pattern in patterns:
-                pfx = prefix.get(pattern)
-                if pfx is None:
-                    pfx = prefix[pattern] = pattern.encode() + b"\0"
-                try:
-                    send(pfx + body, noblock)
-                    self.delivered += 1
-                except zmq.Again:
-                    self._drop("subscriber_queue_full")
+                for pattern in patterns:
+                    pfx = prefix.get(pattern)
+                    if pfx is None:
+                        pfx = prefix[pattern] = pattern.encode() + b"\0"
+                    try:
+                        send(pfx + body, noblock)
+                        delivered += 1
+                    except zmq.Again:
+                        self._drop("subscriber_queue_full")
+        finally:
+            self.seq = seq
+            self.received += received
+            self.delivered += delivered
 
     def _on_deliver(self) -> None:
         recv = self.deliver.recv
@@ -1003,6 +1044,17 @@ class Node:
                 "rejected": dict(sorted(self.engine.rejected.items())),
             },
         }
+
+
+#: msgpack of (uint64 seq, float64 ts): the last two envelope fields, in one struct call
+_ENVELOPE_TAIL = struct.Struct(">BQBd")
+
+
+def _raw_send(sock: zmq.Socket[bytes]) -> Callable[[bytes, int], Any]:
+    """The Cython send of ``sock``, skipping pyzmq's Python-level wrapper (about 0.4 us
+    per message on the hot path). Behaviour for bytes frames is identical."""
+    send: Callable[[bytes, int], Any] = zmq.backend.Socket.send.__get__(sock)
+    return send
 
 
 def _last_endpoint(sock: zmq.Socket[bytes]) -> str:

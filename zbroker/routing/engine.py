@@ -462,6 +462,9 @@ class RoutingEngine:
             sends.append((link_id, tuple(origins), copies))
         for link_id in plan.static:
             if link_id in groups:
+                # a static push is not narrowed by interest: the receiver computes the
+                # targets from its own table, which covers this branch's targets too
+                sends = [(li, None if li == link_id else t, c) for li, t, c in sends]
                 continue
             link = links[link_id]
             if self._may_send(link, topic, path, hops):
