@@ -65,6 +65,9 @@ class SimLink:
     duplex: bool
     options: LinkOptions
     up: bool = True
+    # incremented each time the link comes up: frames of an earlier session that are still
+    # in flight are discarded on arrival, as a closed TCP connection discards them
+    epoch: int = 0
     # virtual time at which the last frame in each direction arrives (FIFO)
     last_arrival: dict[str, float] = field(default_factory=dict)
 
@@ -174,6 +177,7 @@ class Network:
         if not (link.up and self._alive(link.dialer) and self._alive(link.acceptor)):
             return
         d, a = self.nodes[link.dialer], self.nodes[link.acceptor]
+        link.epoch += 1
         d.engine.handle(
             LinkUp(
                 link=link.name,
@@ -256,9 +260,15 @@ class Network:
         lo, hi = self.delay
         at = max(self.now + self.rng.uniform(lo, hi), link.last_arrival.get(direction, 0.0))
         link.last_arrival[direction] = at
+        epoch = link.epoch
 
         def arrive() -> None:
-            if link.up and self._alive(dst) and link.name in self.nodes[dst].engine.links:
+            if (
+                link.up
+                and link.epoch == epoch
+                and self._alive(dst)
+                and link.name in self.nodes[dst].engine.links
+            ):
                 self._receive(self.nodes[dst], link, frame)
 
         heapq.heappush(self._queue, (at, next(self._tie), arrive))

@@ -318,6 +318,7 @@ class RoutingEngine:
             adj_in.clear()
         me = self.broker_id
         ttl = link.options.ttl
+        best_of = self._best.get
         for pattern, origin, path in ev.entries:
             key = (pattern, origin)
             if path is not None:
@@ -330,24 +331,22 @@ class RoutingEngine:
                 elif not path or path[0] != origin or path[-1] != link.peer:
                     self._reject("bad_path")
                     path = None
+            best = best_of(key)
             if path is None:
-                if adj_in.pop(key, None) is not None and self._may_change(key, link, None):
-                    touched.add(key)
+                if adj_in.pop(key, None) is not None and (best is None or best[0] == link.id):
+                    touched.add(key)  # withdrawing a non-best entry changes nothing
             else:
                 adj_in[key] = path
-                if self._may_change(key, link, path):
+                if best is None or best[0] == link.id or self._beats(link, path, best):
                     touched.add(key)
         for key in touched:
             self._recompute(key)
 
-    def _may_change(self, key: Key, link: _Link, path: Path | None) -> bool:
-        """Could this entry change the key's best? Most entries in a mesh are alternatives
-        that lose to the current best: skip recomputing those (the common case)."""
-        best = self._best.get(key)
-        if best is None or best[0] == link.id:
-            return True
-        if best[0] is None or path is None:
-            return False  # local interest always wins; withdrawing a non-best changes nothing
+    def _beats(self, link: _Link, path: Path, best: tuple[str | None, Path]) -> bool:
+        """Does ``path`` over ``link`` rank above the current best (held by another link)?
+        Most entries in a mesh are alternatives that lose: those skip recomputing."""
+        if best[0] is None:
+            return False  # local interest always wins
         other = self.links[best[0]]
         return (len(path), link.peer, link.id) < (len(best[1]), other.peer, other.id)
 
@@ -378,10 +377,26 @@ class RoutingEngine:
                 self._remote.insert(pattern, key)
             elif best is None:
                 self._remote.remove(pattern, key)
+        if best is None:
+            for link in self.links.values():
+                if key in link.adj_out or key in link.pending:
+                    link.pending[key] = None
+            return
+        # rule 3, for every link at once: the advertised path is the same for all
+        via, path = best
+        new_path = (*path, self.broker_id)
+        hops = len(new_path)
         for link in self.links.values():
-            desired = None if best is None else self._advert_for(link, key, best)
-            if desired is not None or key in link.adj_out or key in link.pending:
-                link.pending[key] = desired
+            if (
+                link.can_receive
+                and via != link.id  # split horizon
+                and not path_holds(new_path, link.peer)
+                and not ttl_spent(hops, link.options.ttl)
+                and link.filter.allows_pattern(pattern)
+            ):
+                link.pending[key] = new_path
+            elif key in link.adj_out or key in link.pending:
+                link.pending[key] = None
 
     def _advert_for(self, link: _Link, key: Key, best: tuple[str | None, Path]) -> Path | None:
         via, path = best
