@@ -10,6 +10,7 @@ import zbroker
 
 EXPECTED_ALL = [
     "AddressInUse",
+    "AsyncClient",
     "Broker",
     "BrokerUnreachable",
     "Client",

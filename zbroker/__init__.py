@@ -11,6 +11,7 @@ Public API::
 
 from __future__ import annotations
 
+from .aio import AsyncClient
 from .broker import Broker
 from .client import Client, Message, MessageId, Subscription
 from .config import NodeConfig, load_config
@@ -33,6 +34,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AddressInUse",
+    "AsyncClient",
     "Broker",
     "BrokerUnreachable",
     "Client",
