@@ -264,14 +264,32 @@ def relay_main(q: Any, stop: Any) -> None:
 # -- zbroker roles --------------------------------------------------------------------------
 
 
-def node_main(q: Any, data_dir: str, stop: Any, profile_out: str | None, conn: Any) -> None:
+def node_main(
+    q: Any,
+    data_dir: str,
+    stop: Any,
+    profile_out: str | None,
+    conn: Any,
+    broker_id: str | None = None,
+    peers: tuple[str, ...] = (),
+) -> None:
+    """A node (``zbroker.Broker``, port 0) in this process until ``stop`` is set.
+
+    ``broker_id`` and ``peers`` (duplex links this node dials, as ``zbroker start --peer``
+    makes them) are used by the network benchmark; the single-node runs pass neither."""
     _guard_child()
     import cProfile
 
     from zbroker import Broker
+    from zbroker.config import peer_link
 
+    options: dict[str, Any] = {}
+    if broker_id is not None:
+        options["broker_id"] = broker_id
+    if peers:
+        options["links"] = tuple(peer_link(uri) for uri in peers)
     try:
-        broker = Broker(host=HOST, port=0, data_dir=Path(data_dir)).start()
+        broker = Broker(host=HOST, port=0, data_dir=Path(data_dir), **options).start()
     except Exception as exc:  # reported to the parent, which retries with a new process
         q.put(("node", {"error": f"{type(exc).__name__}: {exc}"}))
         return
@@ -279,7 +297,19 @@ def node_main(q: Any, data_dir: str, stop: Any, profile_out: str | None, conn: A
     try:
         if prof is not None:
             broker.call(lambda node: prof.enable())  # profiles the node thread only
-        q.put(("node", {"endpoint": broker.endpoint, "ports": broker.ports}))
+        q.put(
+            (
+                "node",
+                {
+                    "endpoint": broker.endpoint,
+                    "ports": broker.ports,
+                    "id": broker.broker_id,
+                    # the node thread's kernel id: its CPU time can be read from /proc
+                    # without a call into a loop that may be busy for a while
+                    "node_tid": broker.call(lambda node: threading.get_native_id()),
+                },
+            )
+        )
         while not stop.is_set():
             if conn.poll(0.1) and conn.recv() == "thread_cpu":
                 # CPU time of the node's own (Python) thread: IO threads excluded
@@ -318,8 +348,10 @@ def zb_pub(
         for _ in range(WARMUP):
             publish(WARM_TOPIC, warm)
         end = time.monotonic() + 30
+        markers = 0
         while True:  # end-of-warm-up markers until one arrives (some may be dropped)
             publish(WARM_TOPIC, b"E")
+            markers += 1
             if warm_done.wait(0.01):
                 break
             if time.monotonic() > end:
@@ -359,6 +391,7 @@ def zb_pub(
                 "pub",
                 {
                     "sent": n,
+                    "warm_sent": WARMUP + markers,
                     "t_start": t0,
                     "t_end": t1,
                     "cpu_s": cpu1 - cpu0,
@@ -463,6 +496,7 @@ def zb_sub(
                 "sub",
                 {
                     "received": st[0],
+                    "warm_received": warm[0],
                     "t_last": st[1],
                     "cpu_s": cpu1 - cpu0,
                     "lat_ns": lats,
@@ -520,7 +554,7 @@ def _stop_procs(procs: list[Any], timeout: float = 10.0) -> None:
             p.join(2)
 
 
-def _cpu_seconds(pid: int) -> float:
+def _cpu_seconds(pid: int | str) -> float:
     """CPU time (user + system, all threads) a process has used so far."""
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -528,6 +562,11 @@ def _cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return float("nan")
+
+
+def _thread_cpu_seconds(pid: int, tid: int) -> float:
+    """CPU time (user + system) one thread of a process has used so far (clock ticks)."""
+    return _cpu_seconds(f"{pid}/task/{tid}")
 
 
 def _cpu_ticks() -> tuple[int, int, int]:
@@ -604,7 +643,8 @@ def _per_msg(res: dict[str, Any], mid_cpu_s: float) -> dict[str, float]:
 def run_raw(
     ctx: Any, mode: str, n: int, rate: float = 0.0, relay: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Raw pyzmq: PUB -> SUB directly, or PUSH -> relay process -> SUB when ``relay``."""
+    """Raw pyzmq: PUB -> SUB directly, or PUSH -> relay process -> SUB when ``relay``
+    (``relay["pids"]``, when given, lists every relay process of a chain of them)."""
     q = ctx.Queue()
     inbox = _Inbox(q)
     sub_ready, started, pub_done, sub_done = (ctx.Event() for _ in range(4))
@@ -618,9 +658,10 @@ def run_raw(
         if not started.wait(60):
             raise TimeoutError("raw publisher never started")
         ticks0 = _cpu_ticks()
-        pids = [pub.pid, sub.pid] + ([relay["pid"]] if relay else [])
+        mids = relay.get("pids", [relay["pid"]]) if relay else []
+        pids = [pub.pid, sub.pid, *mids]
         ours0 = sum(_cpu_seconds(p) for p in pids)
-        mid0 = _cpu_seconds(relay["pid"]) if relay else 0.0
+        mid0 = sum(_cpu_seconds(p) for p in mids)
         wall0 = time.monotonic()
         pub_res = inbox.get("pub", 120)
         if "error" in pub_res:
@@ -629,7 +670,7 @@ def run_raw(
         sub_res = inbox.get("sub", 120)
         ticks1, wall1 = _cpu_ticks(), time.monotonic()
         ours1 = sum(_cpu_seconds(p) for p in pids)
-        mid1 = _cpu_seconds(relay["pid"]) if relay else 0.0
+        mid1 = sum(_cpu_seconds(p) for p in mids)
     finally:
         pub_done.set()
         sub_done.set()
@@ -843,9 +884,9 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def _start_node(ctx: Any, tmp: str, stop: Any, profile: bool) -> tuple[Any, str, Any]:
     """(process, endpoint, pipe for thread-CPU queries) of a node in its own process.
 
-    Retried: with port 0, Node._bind_ports retries another base port when PORT+1 or PORT+2
-    is taken, but its unbind(str(last_endpoint)) raises (last_endpoint is bytes), so the
-    start fails instead; a fresh attempt picks a new random port."""
+    Retried: with port 0 a start could fail when PORT+1 or PORT+2 was taken (the
+    unbind(str(last_endpoint)) bug in Node._bind_ports, since fixed there); a fresh attempt
+    picks a new random port, which costs nothing when the first one works."""
     nprof = os.path.join(tmp, "node.prof") if profile else None
     for attempt in range(1, 4):
         nq = ctx.Queue()

@@ -182,3 +182,22 @@ def format_simulation(report: dict[str, Any]) -> str:
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def format_peers(peers: list[dict[str, Any]]) -> str:
+    """Peers: id, how found, state, endpoint, links."""
+    if not peers:
+        return "no peers"
+    return format_table(
+        ["peer", "found by", "state", "endpoint", "links"],
+        [
+            [
+                p["id"],
+                ",".join(p["found_by"]),
+                p["state"],
+                p.get("endpoint") or "-",
+                ",".join(p["links"]) or "-",
+            ]
+            for p in peers
+        ],
+    )

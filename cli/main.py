@@ -21,11 +21,12 @@ import click
 from click.core import ParameterSource
 
 from zbroker import Broker, Client, NodeConfig, ZBrokerError, load_config
-from zbroker.config import LOG_LEVELS
+from zbroker.config import LOG_LEVELS, peer_link
 
 from .format import (
     format_message_json,
     format_message_text,
+    format_peers,
     format_routes,
     format_simulation,
     format_status,
@@ -65,13 +66,30 @@ def _broker_option() -> Callable[[F], F]:
 
 
 def _timeout_option() -> Callable[[F], F]:
-    return click.option(
+    timeout = click.option(
         "--timeout",
         default=5.0,
         show_default=True,
         type=float,
         help="Seconds to wait for the node.",
     )
+    interface = click.option(
+        "--interface",
+        "interfaces",
+        multiple=True,
+        envvar="ZBROKER_INTERFACE",
+        help="With --broker zeroconf://GROUP: address of an interface to browse on "
+        "(repeatable) [default: all].",
+    )
+
+    def both(f: F) -> F:
+        return timeout(interface(f))
+
+    return both
+
+
+def _client(broker: str, timeout: float, interfaces: tuple[str, ...], **kw: Any) -> Client:
+    return Client(broker, timeout=timeout, interfaces=list(interfaces) or None, **kw)
 
 
 @cli.command()
@@ -112,18 +130,57 @@ def _timeout_option() -> Callable[[F], F]:
     default="info",
     show_default=True,
 )
+@click.option(
+    "--group",
+    envvar="ZBROKER_GROUP",
+    default="default",
+    show_default=True,
+    help="Network group: only nodes of the same group link.",
+)
+@click.option(
+    "--peer",
+    "peers",
+    multiple=True,
+    envvar="ZBROKER_PEER",
+    help="Dial a duplex link to this node (tcp://HOST:PORT; repeatable).",
+)
+@click.option(
+    "--discovery/--no-discovery",
+    default=True,
+    envvar="ZBROKER_DISCOVERY",
+    show_default=True,
+    help="Find and link nodes of the same group on the LAN by mDNS.",
+)
+@click.option(
+    "--interface",
+    "interfaces",
+    multiple=True,
+    envvar="ZBROKER_INTERFACE",
+    help="Address of an interface to discover on (repeatable; IPv4 or IPv6) "
+    "[default: the --host address, or every interface for 0.0.0.0].",
+)
 @click.pass_context
-def start(ctx: click.Context, /, config_file: Path | None, **flags: Any) -> None:
+def start(
+    ctx: click.Context,
+    /,
+    config_file: Path | None,
+    peers: tuple[str, ...],
+    interfaces: tuple[str, ...],
+    **flags: Any,
+) -> None:
     """Run a broker node in the foreground until Ctrl-C or SIGTERM."""
     config = load_config(config_file) if config_file else NodeConfig()
+    given = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
     overrides = {
         name: value
         for name, value in flags.items()
-        if ctx.get_parameter_source(name)
-        in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
-        or (config_file is None and value is not None)
+        if ctx.get_parameter_source(name) in given or (config_file is None and value is not None)
     }
-    config = config.replace(**overrides)
+    if peers:
+        overrides["links"] = config.links + tuple(peer_link(p) for p in peers)
+    if interfaces:
+        overrides["interfaces"] = interfaces
+    config = config.replace(source="command line", **overrides)
     logging.basicConfig(
         level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -188,6 +245,7 @@ def pub(
     rate: float | None,
     headers: tuple[str, ...],
     timeout: float,
+    interfaces: tuple[str, ...],
 ) -> None:
     """Publish MESSAGE on TOPIC (MESSAGE '-' publishes each line of stdin)."""
     hdrs = _parse_headers(headers)
@@ -205,7 +263,7 @@ def pub(
                 yield data
 
     sent = 0
-    with Client(broker, timeout=timeout, publish_timeout=timeout) as client:
+    with _client(broker, timeout, interfaces, publish_timeout=timeout) as client:
         start_t = time.monotonic()
         for payload in payloads():
             if rate:
@@ -226,7 +284,12 @@ def pub(
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @_timeout_option()
 def sub(
-    patterns: tuple[str, ...], broker: str, count: int | None, as_json: bool, timeout: float
+    patterns: tuple[str, ...],
+    broker: str,
+    count: int | None,
+    as_json: bool,
+    timeout: float,
+    interfaces: tuple[str, ...],
 ) -> None:
     """Print messages matching PATTERN(s) until Ctrl-C (or --count)."""
     from zbroker.topics import validate_pattern
@@ -252,7 +315,7 @@ def sub(
         done.set()
 
     signal.signal(signal.SIGTERM, on_signal)
-    with Client(broker, timeout=timeout) as client:
+    with _client(broker, timeout, interfaces) as client:
         for p in patterns:
             client.subscribe(p, on_message)
         click.echo(f"subscribed to {', '.join(patterns)} on {client.broker_id}", err=True)
@@ -267,11 +330,22 @@ def sub(
 @_broker_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the raw status as JSON.")
 @_timeout_option()
-def status(broker: str, as_json: bool, timeout: float) -> None:
+def status(broker: str, as_json: bool, timeout: float, interfaces: tuple[str, ...]) -> None:
     """Show a node's identity, endpoints, counters and subscriptions."""
-    with Client(broker, timeout=timeout) as client:
+    with _client(broker, timeout, interfaces) as client:
         st = client.status()
     click.echo(json.dumps(st, indent=2) if as_json else format_status(st))
+
+
+@cli.command()
+@_broker_option()
+@click.option("--json", "as_json", is_flag=True, help="A JSON list of peer objects.")
+@_timeout_option()
+def peers(broker: str, as_json: bool, timeout: float, interfaces: tuple[str, ...]) -> None:
+    """List the node's peers: how each was found (mdns, config, inbound) and link state."""
+    with _client(broker, timeout, interfaces) as client:
+        table = client.peers()
+    click.echo(json.dumps(table, indent=2) if as_json else format_peers(table))
 
 
 @cli.command()
@@ -279,11 +353,13 @@ def status(broker: str, as_json: bool, timeout: float) -> None:
 @_broker_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the routes as JSON.")
 @_timeout_option()
-def routes(pattern: str | None, broker: str, as_json: bool, timeout: float) -> None:
+def routes(
+    pattern: str | None, broker: str, as_json: bool, timeout: float, interfaces: tuple[str, ...]
+) -> None:
     """Show the node's interest table: pattern, origin broker, path, next-hop link.
 
     With PATTERN, only routes whose pattern overlaps it."""
-    with Client(broker, timeout=timeout) as client:
+    with _client(broker, timeout, interfaces) as client:
         table = client.routes(pattern)
     click.echo(json.dumps(table, indent=2) if as_json else format_routes(table))
 

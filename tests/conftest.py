@@ -36,6 +36,12 @@ import pytest
 from zbroker import Broker, BrokerUnreachable, Client
 
 HOST = "127.0.0.1"
+
+# NETWORK SAFETY: `zbroker start` turns LAN discovery (mDNS) on by default. No test may run
+# it in the machine's own network namespace: every process the suite starts (and every
+# CliRunner call) inherits discovery off. The netns tests turn it on explicitly, inside the
+# namespaces they create.
+os.environ["ZBROKER_DISCOVERY"] = "false"
 #: the installed console script next to the interpreter running the tests
 ZBROKER_SCRIPT = Path(sys.executable).parent / "zbroker"
 

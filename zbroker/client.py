@@ -37,12 +37,18 @@ import zmq
 import zmq.backend
 
 from . import wire
+from .config import validate_broker_id
 from .const import (
     DEFAULT_BROKER,
+    DEFAULT_CLIENT_HEARTBEAT_INTERVAL,
+    DEFAULT_CLIENT_HEARTBEAT_TIMEOUT,
     DEFAULT_CLIENT_TIMEOUT,
     DEFAULT_HWM,
     DEFAULT_PORT,
     DEFAULT_PUBLISH_TIMEOUT,
+    DEFAULT_RECONNECT_INITIAL,
+    DEFAULT_RECONNECT_MAX,
+    DEFAULT_RECONNECT_MULTIPLIER,
 )
 from .errors import (
     BrokerUnreachable,
@@ -79,6 +85,92 @@ def parse_address(address: str) -> tuple[str, int]:
 
 def _endpoint(host: str, port: int) -> str:
     return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+
+class _StaticLocator:
+    """Candidates from a fixed list of addresses, in the order given."""
+
+    def __init__(self, endpoints: list[str]) -> None:
+        self._endpoints = endpoints
+
+    def candidates(self) -> list[str]:
+        return self._endpoints
+
+    def close(self) -> None:
+        pass
+
+
+class _ZeroconfLocator:
+    """Candidates found on the LAN by mDNS: nodes of one group, in broker-ID order."""
+
+    def __init__(self, group: str, interfaces: list[str] | None) -> None:
+        from zeroconf import InterfaceChoice, ServiceBrowser, Zeroconf
+
+        from .discovery import SERVICE_TYPE
+
+        self.group = group
+        self._nodes: dict[str, str] = {}  # broker id -> endpoint
+        self._lock = threading.Lock()
+        self._closed = False
+        try:
+            self._zc = Zeroconf(interfaces=interfaces or InterfaceChoice.All)
+        except (OSError, ValueError) as exc:
+            raise BrokerUnreachable(
+                f"zeroconf://{group}: cannot join mDNS multicast on "
+                f"{', '.join(interfaces or ['all interfaces'])}: {exc}"
+            ) from exc
+        self._browser = ServiceBrowser(self._zc, SERVICE_TYPE, handlers=[self._on_change])
+
+    def _on_change(self, zeroconf: Any, service_type: str, name: str, state_change: Any) -> None:
+        from zeroconf import ServiceStateChange
+
+        from .discovery import parse_txt
+
+        if self._closed:
+            return
+        instance = name[: -len(service_type) - 1] if name.endswith(service_type) else name
+        try:
+            if state_change is ServiceStateChange.Removed:
+                with self._lock:
+                    self._nodes.pop(instance, None)
+                return
+            info = zeroconf.get_service_info(service_type, name, timeout=3000)
+            peer = parse_txt(info.properties or {}) if info is not None else None
+            if peer is None or peer["group"] != self.group:
+                return
+            with self._lock:
+                self._nodes[peer["id"]] = peer["endpoints"][0]
+        except Exception:  # a closing zeroconf or a bad record must not kill its thread
+            if not self._closed:
+                log.exception("client discovery failed for %s", name)
+
+    def candidates(self) -> list[str]:
+        with self._lock:
+            return [self._nodes[k] for k in sorted(self._nodes)]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._browser.cancel()
+        finally:
+            self._zc.close()
+
+
+def _make_locator(broker: str, interfaces: list[str] | None) -> _StaticLocator | _ZeroconfLocator:
+    text = broker.strip()
+    if text.startswith("zeroconf://"):
+        group = text[len("zeroconf://") :].strip("/") or "default"
+        validate_broker_id(group, f"broker address {broker!r}: group")
+        return _ZeroconfLocator(group, interfaces)
+    endpoints = []
+    for part in text.split(","):
+        host, port = parse_address(part)
+        endpoints.append(_endpoint(host, port))
+    if not endpoints:
+        raise ConfigError(f"broker address {broker!r} names no node")
+    return _StaticLocator(endpoints)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,11 +311,34 @@ class Client:
         timeout: float = DEFAULT_CLIENT_TIMEOUT,
         publish_timeout: float = DEFAULT_PUBLISH_TIMEOUT,
         hwm: int = DEFAULT_HWM,
+        heartbeat_interval: float = DEFAULT_CLIENT_HEARTBEAT_INTERVAL,
+        heartbeat_timeout: float = DEFAULT_CLIENT_HEARTBEAT_TIMEOUT,
+        reconnect_initial_delay: float = DEFAULT_RECONNECT_INITIAL,
+        reconnect_max_delay: float = DEFAULT_RECONNECT_MAX,
+        reconnect_multiplier: float = DEFAULT_RECONNECT_MULTIPLIER,
+        interfaces: list[str] | None = None,
+        fanout: bool = False,
+        min_brokers: int = 1,
     ) -> None:
+        """Connect to a node.
+
+        ``broker`` is ``tcp://HOST:PORT``, a comma-separated list of them, or
+        ``zeroconf://GROUP`` (find nodes of GROUP on the LAN; ``interfaces`` names the
+        addresses to browse on, default all). With several candidates the client fails
+        over: when its node stops answering heartbeats (or says goodbye) it connects to
+        another and re-subscribes its patterns; an endpoint that fails is retried with
+        exponential backoff. ``fanout=True`` publishes every message to every node found,
+        and connects only once ``min_brokers`` answer (subscriptions use one of them).
+        """
         self.address = broker
         self.timeout = timeout
         self.publish_timeout = publish_timeout
-        self._host, self._port = parse_address(broker)
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_timeout = heartbeat_timeout
+        self._backoff = (reconnect_initial_delay, reconnect_max_delay, reconnect_multiplier)
+        self.fanout = fanout
+        self.min_brokers = max(1, min_brokers)
+        self._locator = _make_locator(broker, interfaces)
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._hwm = hwm
         self._closed = False
@@ -237,13 +352,18 @@ class Client:
         self._token = f"{uuid.uuid4().hex[:12]}".encode()
         self._sync_counter = itertools.count(1)
         self.hello: dict[str, Any] = {}
+        # publish sockets: created here, connected and disconnected by the client thread
+        # under _pub_lock as it (re)connects, used by publish() under the same lock
+        self._pushes: dict[str, zmq.Socket[bytes]] = {}
+        self._push = self._new_push()
+        self._send: Callable[[bytes, int], Any] = zmq.backend.Socket.send.__get__(self._push)
         ready: Future[dict[str, Any]] = Future()
         self._thread = threading.Thread(
             target=self._run, args=(ready,), name="zbroker-client", daemon=True
         )
         self._thread.start()
         try:
-            self.hello = ready.result(timeout + 1.0)
+            self.hello = ready.result(timeout + 5.0)
         except FutureTimeout:
             self._abort()
             raise BrokerUnreachable(
@@ -255,15 +375,17 @@ class Client:
         self._cmd = self._ctx.socket(zmq.PAIR)
         self._cmd.setsockopt(zmq.LINGER, 0)
         self._cmd.connect(self._cmd_endpoint)
-        self._push = self._ctx.socket(zmq.PUSH)
-        self._push.setsockopt(zmq.SNDHWM, hwm)
+
+    def _new_push(self) -> zmq.Socket[bytes]:
+        push = self._ctx.socket(zmq.PUSH)
+        push.setsockopt(zmq.SNDHWM, self._hwm)
+        # queue only toward a connection that is up: during a failover publish() waits
+        # (up to publish_timeout) for the next node instead of filling a dead pipe
+        push.setsockopt(zmq.IMMEDIATE, 1)
+        push.setsockopt(zmq.IPV6, 1)
         # a bounded flush of what was published just before close()
-        self._push.setsockopt(zmq.LINGER, int(publish_timeout * 1000))
-        if ":" in self._host:
-            self._push.setsockopt(zmq.IPV6, 1)
-        self._push.connect(_endpoint(self._host, self.hello["ports"]["publish"]))
-        # the Cython send, skipping pyzmq's Python wrapper (hot path; same behaviour)
-        self._send: Callable[[bytes, int], Any] = zmq.backend.Socket.send.__get__(self._push)
+        push.setsockopt(zmq.LINGER, int(self.publish_timeout * 1000))
+        return push
 
     # -- public API ------------------------------------------------------------------------
 
@@ -309,6 +431,9 @@ class Client:
                 frame = wire.encode_publish(topic, raw, fmt, headers)
             except (TypeError, ValueError, OverflowError) as exc:
                 raise PayloadError(f"headers cannot be encoded with msgpack: {exc}") from exc
+        if self.fanout:
+            self._publish_fanout(frame)
+            return
         with self._pub_lock:
             if self._closed:
                 raise ClientClosed("client is closed")
@@ -317,12 +442,53 @@ class Client:
                 return
             except zmq.Again:
                 pass
-            if not self._push.poll(int(self.publish_timeout * 1000), zmq.POLLOUT):
+        # no room, or between nodes during a failover: wait without holding the lock, so
+        # the client thread can connect the next node
+        deadline = time.monotonic() + self.publish_timeout
+        while True:
+            with self._pub_lock:
+                if self._closed:
+                    raise ClientClosed("client is closed")
+                try:
+                    self._send(frame, zmq.NOBLOCK)
+                    return
+                except zmq.Again:
+                    pass
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise PublishTimeout(
                     f"node at {self.address} did not take the message within "
                     f"{self.publish_timeout:g} s (it is down or overloaded)"
                 )
-            self._send(frame, zmq.NOBLOCK)
+            self._push.poll(int(min(left, 0.05) * 1000) + 1, zmq.POLLOUT)
+
+    def _publish_fanout(self, frame: bytes) -> None:
+        deadline = time.monotonic() + self.publish_timeout
+        pending = None
+        while True:
+            with self._pub_lock:
+                if self._closed:
+                    raise ClientClosed("client is closed")
+                if pending is None:
+                    pending = set(self._pushes)
+                for ep in list(pending):
+                    push = self._pushes.get(ep)
+                    if push is None:
+                        pending.discard(ep)  # that node is gone: nothing to send to
+                        continue
+                    try:
+                        push.send(frame, zmq.NOBLOCK)
+                        pending.discard(ep)
+                    except zmq.Again:
+                        pass
+                if not pending and self._pushes:
+                    return
+            if time.monotonic() >= deadline:
+                raise PublishTimeout(
+                    f"fan-out publish: {len(pending or ())} node(s) did not take the message "
+                    f"within {self.publish_timeout:g} s"
+                )
+            time.sleep(0.005)
 
     def subscribe(self, pattern: str, callback: Callable[[Message], Any]) -> Subscription:
         """Call ``callback(message)`` for every message matching ``pattern``.
@@ -371,6 +537,11 @@ class Client:
         routes: list[dict[str, Any]] = body.get("routes", [])
         return routes
 
+    def peers(self) -> list[dict[str, Any]]:
+        """The node's peers: id, found_by (mdns/config/inbound), state, endpoint, links."""
+        peers: list[dict[str, Any]] = self.request(wire.PEERS).get("peers", [])
+        return peers
+
     def request(self, op: int, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """Send a control request and wait for its reply (raises RequestError on ERROR)."""
         fut = self._command("req", (op, body or {}))
@@ -389,6 +560,9 @@ class Client:
         with self._pub_lock:
             self._closed = True
             self._push.close()
+            for push in self._pushes.values():
+                push.close()
+            self._pushes.clear()
         try:
             with self._cmd_lock:
                 self._cmds.put(("stop", None, None))
@@ -397,6 +571,7 @@ class Client:
             pass
         self._thread.join(5.0)
         self._cmd.close()
+        self._locator.close()
         self._ctx.term()
 
     def __enter__(self) -> Client:
@@ -446,6 +621,12 @@ class Client:
         except zmq.ZMQError:
             pass
         self._thread.join(5.0)
+        with self._pub_lock:
+            self._push.close(linger=0)
+            for push in self._pushes.values():
+                push.close(linger=0)
+            self._pushes.clear()
+        self._locator.close()
         self._ctx.term()
 
     # -- the client thread -----------------------------------------------------------------
@@ -454,92 +635,265 @@ class Client:
         ctx = self._ctx
         cmd = ctx.socket(zmq.PAIR)
         cmd.bind(self._cmd_endpoint)
-        control = ctx.socket(zmq.DEALER)
         sub = ctx.socket(zmq.SUB)
-        sockets = (cmd, control, sub)
-        for s in sockets:
+        for s in (cmd, sub):
             s.setsockopt(zmq.LINGER, 0)
-        if ":" in self._host:
-            control.setsockopt(zmq.IPV6, 1)
-            sub.setsockopt(zmq.IPV6, 1)
+        sub.setsockopt(zmq.IPV6, 1)
         sub.setsockopt(zmq.RCVHWM, self._hwm)
+        loop = _ClientLoop(self, cmd, sub, ready)
         try:
-            control.connect(_endpoint(self._host, self._port))
-            hello = self._hello(control, cmd)
-            if hello is None:
-                if not ready.done():
-                    ready.set_exception(
-                        BrokerUnreachable(
-                            f"no zbroker node answered at {self.address} within {self.timeout:g} s"
-                        )
-                    )
-                return
-            sub.connect(_endpoint(self._host, hello["ports"]["deliver"]))
-            ready.set_result(hello)
-            _ClientLoop(self, cmd, control, sub).run()
+            loop.run()
         except Exception as exc:  # report, never leave the constructor waiting
             if not ready.done():
                 ready.set_exception(exc)
             else:
                 log.exception("client thread crashed")
         finally:
-            for s in sockets:
-                s.close()
+            loop.close()
+            cmd.close()
+            sub.close()
 
-    def _hello(self, control: zmq.Socket[bytes], cmd: zmq.Socket[bytes]) -> dict[str, Any] | None:
-        control.send(wire.encode_control(wire.HELLO, 0, {}))
-        poller = zmq.Poller()
-        poller.register(control, zmq.POLLIN)
-        poller.register(cmd, zmq.POLLIN)
-        deadline = time.monotonic() + self.timeout
-        while (left := deadline - time.monotonic()) > 0:
-            events = dict(poller.poll(int(left * 1000) + 1))
-            if cmd in events:
-                return None
-            if control in events:
-                try:
-                    op, _, body = wire.decode_control(control.recv())
-                except ProtocolError:
-                    continue
-                if op == wire.HELLO and isinstance(body.get("ports"), dict):
-                    return body
-        return None
+
+class _Session:
+    """One node the client talks to: its control DEALER and liveness."""
+
+    __slots__ = ("deadline", "dealer", "endpoint", "hello", "last_ping", "last_seen", "state")
+
+    def __init__(self, endpoint: str, dealer: zmq.Socket[bytes], deadline: float) -> None:
+        self.endpoint = endpoint
+        self.dealer = dealer
+        self.state = "hello"
+        self.deadline = deadline
+        self.hello: dict[str, Any] = {}
+        self.last_seen = 0.0
+        self.last_ping = 0.0
 
 
 class _ClientLoop:
-    """The client thread's loop: commands, control replies, deliveries."""
+    """The client thread's loop: sessions with nodes (connect, heartbeat, fail over),
+    commands from user threads, control replies, deliveries."""
 
     def __init__(
         self,
         client: Client,
         cmd: zmq.Socket[bytes],
-        control: zmq.Socket[bytes],
         sub: zmq.Socket[bytes],
+        ready: Future[dict[str, Any]],
     ) -> None:
         self.client = client
         self.cmd = cmd
-        self.control = control
         self.sub = sub
+        self.ready = ready
+        self.ready_deadline = time.monotonic() + client.timeout
         self.refs: dict[str, int] = {}
         self.pending: dict[int, tuple[Future[Any], float]] = {}
+        self.waiting: list[tuple[int, int, dict[str, Any]]] = []  # requests with no node yet
         self.syncs: dict[bytes, Future[Any]] = {}
         self.req_ids = itertools.count(1)
         self.running = True
         self.patterns: dict[bytes, str] = {}  # delivery-frame prefix -> pattern
+        self.sessions: dict[str, _Session] = {}
+        self.by_socket: dict[zmq.Socket[bytes], _Session] = {}
+        self.primary: _Session | None = None
+        self.failures: dict[str, tuple[int, float]] = {}  # endpoint -> (count, retry at)
+        self.cursor = -1  # the first attempt takes the first candidate
+        self.poller = zmq.Poller()
+        self.poller.register(cmd, zmq.POLLIN)
+        self.poller.register(sub, zmq.POLLIN)
 
     def run(self) -> None:
-        poller = zmq.Poller()
-        for s in (self.cmd, self.control, self.sub):
-            poller.register(s, zmq.POLLIN)
+        next_tick = 0.0
         while self.running:
-            for sock, _ in poller.poll(500):
+            for sock, _ in self.poller.poll(50):
                 if sock is self.sub:
                     self._on_deliver()
-                elif sock is self.control:
-                    self._on_control()
-                else:
+                elif sock is self.cmd:
                     self._on_command()
-            self._expire(time.monotonic())
+                else:
+                    self._on_session(self.by_socket[sock])
+            now = time.monotonic()
+            if now >= next_tick:
+                next_tick = now + 0.05
+                self._tick(now)
+
+    def close(self) -> None:
+        for session in list(self.sessions.values()):
+            session.dealer.close(linger=0)
+        self.sessions.clear()
+
+    # -- sessions --------------------------------------------------------------------------
+
+    def _tick(self, now: float) -> None:
+        c = self.client
+        alive = set(c._locator.candidates())
+        for session in list(self.sessions.values()):
+            if session.state == "hello" and now > session.deadline:
+                self._fail(session, now, "no answer")
+            elif session.state == "up":
+                if now - session.last_seen > c.heartbeat_timeout:
+                    self._fail(session, now, f"no heartbeat for {c.heartbeat_timeout:g} s")
+                elif session.endpoint not in alive:
+                    self._fail(session, now, "it left the network (goodbye)")
+                elif now - session.last_ping >= c.heartbeat_interval:
+                    session.last_ping = now
+                    session.dealer.send(wire.encode_control(wire.PING, 0, {}), zmq.NOBLOCK)
+        self._connect_more(now)
+        if not self.ready.done():
+            up = [s for s in self.sessions.values() if s.state == "up"]
+            if self.primary is not None and len(up) >= (c.min_brokers if c.fanout else 1):
+                self.ready.set_result(self.primary.hello)
+            elif now > self.ready_deadline:
+                found = "" if alive else " (no node found)"
+                self.ready.set_exception(
+                    BrokerUnreachable(
+                        f"no zbroker node answered at {c.address} within {c.timeout:g} s{found}"
+                        if not c.fanout
+                        else f"fan-out: {len(up)} of the {c.min_brokers} nodes needed answered "
+                        f"at {c.address} within {c.timeout:g} s"
+                    )
+                )
+                self.running = False
+        self._expire(now)
+
+    def _connect_more(self, now: float) -> None:
+        c = self.client
+        candidates = c._locator.candidates()
+        if not candidates:
+            return
+        ready_to_try = [
+            ep
+            for ep in candidates
+            if ep not in self.sessions and self.failures.get(ep, (0, 0.0))[1] <= now
+        ]
+        if c.fanout:
+            for ep in ready_to_try:
+                self._open(ep, now)
+        elif self.primary is None and not any(s.state == "hello" for s in self.sessions.values()):
+            if ready_to_try:
+                # round robin from where the last attempt left off
+                self.cursor = (self.cursor + 1) % len(ready_to_try)
+                self._open(ready_to_try[self.cursor], now)
+
+    def _open(self, endpoint: str, now: float) -> None:
+        dealer = self.client._ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.setsockopt(zmq.IPV6, 1)
+        dealer.connect(endpoint)
+        session = _Session(endpoint, dealer, now + self.client.timeout)
+        self.sessions[endpoint] = session
+        self.by_socket[dealer] = session
+        self.poller.register(dealer, zmq.POLLIN)
+        dealer.send(wire.encode_control(wire.HELLO, 0, {}))
+
+    def _close(self, session: _Session) -> None:
+        self.sessions.pop(session.endpoint, None)
+        self.by_socket.pop(session.dealer, None)
+        self.poller.unregister(session.dealer)
+        session.dealer.close(linger=0)
+
+    def _fail(self, session: _Session, now: float, why: str) -> None:
+        c = self.client
+        was_up = session.state == "up"
+        self._close(session)
+        count = self.failures.get(session.endpoint, (0, 0.0))[0] + 1
+        initial, cap, mult = c._backoff
+        self.failures[session.endpoint] = (count, now + min(initial * mult ** (count - 1), cap))
+        if was_up:
+            log.warning(
+                "lost node %s at %s: %s", session.hello.get("broker_id"), session.endpoint, why
+            )
+            self._unplug(session)
+        if session is self.primary:
+            self.primary = None
+            others = [s for s in self.sessions.values() if s.state == "up"]
+            if others:
+                self._make_primary(others[0])
+
+    def _on_session(self, session: _Session) -> None:
+        now = time.monotonic()
+        while True:
+            try:
+                frame = session.dealer.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            session.last_seen = now
+            try:
+                op, req_id, body = wire.decode_control(frame)
+            except ProtocolError as exc:
+                log.warning("bad control reply from node: %s", exc)
+                continue
+            if req_id == 0:
+                if op == wire.HELLO and session.state == "hello":
+                    if not isinstance(body.get("ports"), dict):
+                        continue
+                    session.state = "up"
+                    session.hello = body
+                    session.last_ping = now
+                    self.failures.pop(session.endpoint, None)
+                    self._plug(session)
+                    if self.primary is None:
+                        self._make_primary(session)
+                continue
+            entry = self.pending.pop(req_id, None)
+            if entry is None:
+                continue
+            fut = entry[0]
+            if op == wire.ERROR:
+                fut.set_exception(RequestError(str(body.get("message", "request failed"))))
+            else:
+                fut.set_result(body)
+            if not self.session_alive(session):
+                return
+
+    def session_alive(self, session: _Session) -> bool:
+        return self.sessions.get(session.endpoint) is session
+
+    def _data_endpoint(self, session: _Session, port_name: str) -> str:
+        host = urlsplit(session.endpoint).hostname or ""
+        return _endpoint(host, int(session.hello["ports"][port_name]))
+
+    def _plug(self, session: _Session) -> None:
+        """Connect publishing to a node that just answered (fan-out: every node)."""
+        c = self.client
+        if c.fanout:
+            push = c._new_push()
+            push.connect(self._data_endpoint(session, "publish"))
+            with c._pub_lock:
+                if c._closed:
+                    push.close(linger=0)
+                    return
+                c._pushes[session.endpoint] = push
+
+    def _unplug(self, session: _Session) -> None:
+        c = self.client
+        if c.fanout:
+            with c._pub_lock:
+                push = c._pushes.pop(session.endpoint, None)
+            if push is not None:
+                push.close(linger=0)
+        if session is self.primary:
+            self.sub.disconnect(self._data_endpoint(session, "deliver"))
+            if not c.fanout:
+                with c._pub_lock:
+                    if not c._closed:
+                        c._push.disconnect(self._data_endpoint(session, "publish"))
+
+    def _make_primary(self, session: _Session) -> None:
+        """Subscriptions (and, without fan-out, publishing) go through this node. The SUB
+        socket re-sends every subscription on the new connection by itself."""
+        c = self.client
+        self.primary = session
+        c.hello = session.hello
+        self.sub.connect(self._data_endpoint(session, "deliver"))
+        if not c.fanout:
+            with c._pub_lock:
+                if not c._closed:
+                    c._push.connect(self._data_endpoint(session, "publish"))
+        if self.ready.done():
+            log.info("connected to node %s at %s", session.hello.get("broker_id"), session.endpoint)
+        for req_id, op, body in self.waiting:
+            session.dealer.send(wire.encode_control(op, req_id, body))
+        self.waiting.clear()
 
     def _on_command(self) -> None:
         c = self.client
@@ -573,28 +927,11 @@ class _ClientLoop:
                 op, body = arg
                 req_id = next(self.req_ids)
                 assert fut is not None
-                self.pending[req_id] = (fut, time.monotonic() + c.timeout + 1.0)
-                self.control.send(wire.encode_control(op, req_id, body))
-
-    def _on_control(self) -> None:
-        while True:
-            try:
-                frame = self.control.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                op, req_id, body = wire.decode_control(frame)
-            except ProtocolError as exc:
-                log.warning("bad control reply from node: %s", exc)
-                continue
-            entry = self.pending.pop(req_id, None)
-            if entry is None:
-                continue
-            fut = entry[0]
-            if op == wire.ERROR:
-                fut.set_exception(RequestError(str(body.get("message", "request failed"))))
-            else:
-                fut.set_result(body)
+                self.pending[req_id] = (fut, time.monotonic() + c.timeout)
+                if self.primary is not None:
+                    self.primary.dealer.send(wire.encode_control(op, req_id, body))
+                else:
+                    self.waiting.append((req_id, op, body))  # sent once a node answers
 
     def _on_deliver(self) -> None:
         recv = self.sub.recv
@@ -634,5 +971,6 @@ class _ClientLoop:
         if self.pending:
             for req_id in [r for r, (_, dl) in self.pending.items() if dl < now]:
                 fut, _ = self.pending.pop(req_id)
+                self.waiting = [w for w in self.waiting if w[0] != req_id]
                 if not fut.done():
                     fut.set_exception(BrokerUnreachable("the node did not answer in time"))

@@ -18,6 +18,13 @@ File layout (all keys optional)::
     max_frame_bytes = 1048576     # larger frames are counted and dropped
     hwm = 100000                  # socket high-water marks, messages
 
+    [discovery]                   # LAN discovery over mDNS (zbroker start: on by default)
+    enabled = true
+    interfaces = ["192.168.1.5"]  # default: the bound host address, or every interface
+                                  # when the node binds 0.0.0.0
+    [discovery.link_defaults]     # options of links made to discovered peers
+    ttl = 8
+
     [[link]]                      # one table per link this node dials (see LinkConfig)
     name = "to-b"
     uri = "tcp://10.0.0.2:7100"
@@ -31,6 +38,7 @@ Precedence where several sources set a value: command-line flag > environment va
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 import tomllib
@@ -186,6 +194,13 @@ class NodeConfig:
     hwm: int = DEFAULT_HWM
     group: str = "default"
     links: tuple[LinkConfig, ...] = ()
+    #: LAN discovery (mDNS). Off for an embedded Broker unless asked; ``zbroker start``
+    #: turns it on unless --no-discovery.
+    discovery: bool = False
+    #: addresses discovery runs on; empty = derived from ``host`` (see discovery.py)
+    interfaces: tuple[str, ...] = ()
+    #: LinkConfig options (no name/uri) for links made to discovered peers
+    discovery_link_defaults: dict[str, Any] = field(default_factory=dict)
     #: where the values came from, for error messages ("file.toml", "keyword", ...)
     source: str = field(default="keyword", compare=False)
 
@@ -216,6 +231,30 @@ class NodeConfig:
         if dup:
             raise ConfigError(f"{src}: link name(s) used twice: {', '.join(sorted(dup))}")
         object.__setattr__(self, "links", links)
+        if type(self.discovery) is not bool:
+            raise ConfigError(f"{src}: discovery.enabled must be true or false")
+        interfaces = tuple(self.interfaces)
+        for addr in interfaces:
+            try:
+                ipaddress.ip_address(addr)
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(
+                    f"{src}: discovery.interfaces: {addr!r} is not an IPv4 or IPv6 address"
+                ) from exc
+        object.__setattr__(self, "interfaces", interfaces)
+        self.discovered_link("check", "tcp://127.0.0.1:1")  # validates the defaults
+
+    def discovered_link(self, name: str, uri: str) -> LinkConfig:
+        """A LinkConfig for a link to a discovered peer: the discovery defaults applied."""
+        defaults = dict(self.discovery_link_defaults)
+        bad = set(defaults) - (_LINK_KEYS - {"name", "uri"})
+        if bad:
+            raise ConfigError(
+                f"{self.source}: discovery.link_defaults: unknown key(s) {', '.join(sorted(bad))}"
+            )
+        return LinkConfig(
+            name=name, uri=uri, source=f"{self.source}: discovery.link_defaults", **defaults
+        )
 
     def replace(self, *, source: str = "keyword", **changes: Any) -> NodeConfig:
         """A copy with ``changes`` applied (``None`` values are ignored), validated again.
@@ -256,6 +295,9 @@ def config_from_mapping(data: dict[str, Any], source: str) -> NodeConfig:
     for table, value in data.items():
         if table == "link":
             kwargs["links"] = _links_from_toml(value, source)
+            continue
+        if table == "discovery":
+            kwargs.update(_discovery_from_toml(value, source))
             continue
         keys = _SCHEMA.get(table)
         if keys is None:
@@ -300,6 +342,30 @@ def _links_from_toml(value: Any, source: str) -> tuple[LinkConfig, ...]:
                 raise ConfigError(f"{source}: [[link]] #{i + 1}: missing key {required!r}")
         links.append(LinkConfig(source=source, **item))
     return tuple(links)
+
+
+def _discovery_from_toml(value: Any, source: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: discovery must be a table")
+    known = {"enabled", "interfaces", "link_defaults"}
+    unknown = set(value) - known
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown key(s) discovery.{', discovery.'.join(sorted(unknown))} "
+            f"(known: {', '.join(sorted(known))})"
+        )
+    out: dict[str, Any] = {}
+    if "enabled" in value:
+        out["discovery"] = value["enabled"]
+    if "interfaces" in value:
+        if not isinstance(value["interfaces"], list):
+            raise ConfigError(f"{source}: discovery.interfaces must be a list of addresses")
+        out["interfaces"] = tuple(value["interfaces"])
+    if "link_defaults" in value:
+        if not isinstance(value["link_defaults"], dict):
+            raise ConfigError(f"{source}: discovery.link_defaults must be a table")
+        out["discovery_link_defaults"] = dict(value["link_defaults"])
+    return out
 
 
 def load_config(path: str | os.PathLike[str]) -> NodeConfig:

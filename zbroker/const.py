@@ -67,3 +67,8 @@ DEFAULT_RECONNECT_MULTIPLIER = 2.0
 LINK_BATCH = 512
 #: seconds. Granularity of the node's timers (heartbeats, liveness, redial).
 TICK_INTERVAL = 0.05
+#: seconds. A client pings its node this often, and fails over to another after this long
+#: without an answer: 1.5 s keeps failover within 2 s of a node dying, and three missed
+#: pings are not a hiccup.
+DEFAULT_CLIENT_HEARTBEAT_INTERVAL = 0.5
+DEFAULT_CLIENT_HEARTBEAT_TIMEOUT = 1.5

@@ -22,10 +22,13 @@ timeout) when the node cannot keep up, where PUB would drop silently.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import struct
+import threading
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -45,6 +48,7 @@ from .const import (
     TICK_INTERVAL,
     TOPIC_CACHE_SIZE,
 )
+from .discovery import Discovery
 from .errors import AddressInUse, ConfigError, InvalidTopic, ProtocolError
 from .identity import Identity
 from .links import Link, LinkKind, LinkState
@@ -150,6 +154,9 @@ class Node:
         self._accepted: dict[bytes, Link] = {}
         self._by_engine_id: dict[str, Link] = {}
         self._dirty: list[Link] = []  # links with a non-empty outbox
+        self._discovered: dict[str, dict[str, Any]] = {}  # peer id -> mDNS record
+        self._discovery: Discovery | None = None
+        self._discovery_endpoint = f"inproc://zbroker-disc-{uuid.uuid4().hex}"
         self._next_tick = 0.0
         # msgpack of (origin, incarnation): constant middle of every envelope we originate
         self._envelope_id = msgpack.packb(identity.broker_id) + msgpack.packb(identity.incarnation)
@@ -175,7 +182,10 @@ class Node:
         self.deliver.setsockopt(zmq.XPUB_NODROP, 1)
         self.command = ctx.socket(zmq.PAIR)
         self.command.bind(self._command_endpoint)
-        self._sockets = [self.control, self.publish, self.deliver, self.command]
+        # findings of the discovery threads arrive here (DESIGN: inproc only)
+        self.discovery_in = ctx.socket(zmq.PULL)
+        self.discovery_in.bind(self._discovery_endpoint)
+        self._sockets = [self.control, self.publish, self.deliver, self.command, self.discovery_in]
         for s in self._sockets:
             s.setsockopt(zmq.LINGER, CLOSE_LINGER_MS)
         # Frames over the configured limit are counted and dropped in Python (so they show
@@ -255,6 +265,7 @@ class Node:
             self.deliver: self._on_deliver,
             self.control: self._on_control,
             self.command: self._on_command,
+            self.discovery_in: self._on_discovery,
         }
         for sock in self._handlers:
             poller.register(sock, zmq.POLLIN)
@@ -269,9 +280,12 @@ class Node:
         )
         for link in self._dialers.values():
             self._dial(link, time.monotonic())
+        if self.config.discovery:
+            self._start_discovery()
         handlers = self._handlers
         while self._running:
-            timeout = 1000 if not (self._dialers or self._accepted) else int(TICK_INTERVAL * 1000)
+            busy = self._dialers or self._accepted
+            timeout = int(TICK_INTERVAL * 1000) if busy else 1000
             for sock, _ in poller.poll(timeout):
                 handlers[sock]()
             if self._dirty:
@@ -282,6 +296,8 @@ class Node:
                 self._next_tick = now + TICK_INTERVAL
                 self._tick(now)
         self._say_goodbye()
+        if self._discovery is not None:
+            self._discovery.stop()
         log.info("node %s stopping", self.broker_id)
 
     # -- handlers -----------------------------------------------------------------------
@@ -475,6 +491,8 @@ class Node:
             return op, self.status()
         if op == wire.PING:
             return op, {}
+        if op == wire.PEERS:
+            return op, {"peers": self.peers()}
         if op == wire.ROUTES:
             pattern = body.get("pattern")
             routes = self.engine.interest()
@@ -923,6 +941,11 @@ class Node:
         link.ups += 1
         self.links_up += 1
         self._by_engine_id[link.engine_id] = link
+        if link.kind is not LinkKind.DISCOVERED:
+            # a configured or inbound link to the same peer makes a discovered one redundant
+            for other in list(self._dialers.values()):
+                if other.kind is LinkKind.DISCOVERED and other.peer == link.peer:
+                    self._remove_discovered(other, now, "superseded by link " + link.name)
         self.engine.handle(
             LinkUp(
                 link=link.engine_id,
@@ -940,7 +963,7 @@ class Node:
             link.peer_incarnation,
         )
 
-    def _link_down(self, link: Link, reason: str, now: float) -> None:
+    def _link_down(self, link: Link, reason: str, now: float, *, forget_peer: bool = True) -> None:
         was_up = link.state is LinkState.UP
         if was_up:
             self.links_down += 1
@@ -958,7 +981,14 @@ class Node:
             link.drops += len(link.outbox)
             self._drop("link_down", len(link.outbox))
             link.outbox = []
-        if link.dialer:
+        if link.kind is LinkKind.DISCOVERED:
+            # mDNS cannot tell a crash from a pause: the link's heartbeats decide. The peer
+            # is dropped; a new announcement (a restarted node re-announces) redials it.
+            self._close_dialer(link)
+            self._dialers.pop(link.name, None)
+            if forget_peer and self._discovered.pop(link.peer, None) is not None:
+                log.info("dropped discovered peer %s: %s", link.peer, reason)
+        elif link.dialer:
             self._close_dialer(link)
             cfg = link.config
             assert cfg is not None
@@ -991,6 +1021,8 @@ class Node:
                 if cfg.reconnect_max_attempts and link.attempts >= cfg.reconnect_max_attempts:
                     link.state = LinkState.FAILED
                     log.error("link %s: giving up after %d attempts", link.name, link.attempts)
+                    if link.kind is LinkKind.DISCOVERED:
+                        self._link_down(link, "unreachable", now)
                 else:
                     self._dial(link, now)
 
@@ -1001,6 +1033,152 @@ class Node:
         for link in self._all_links():
             if link.state is LinkState.UP:
                 self._send_link(link, bye, now)
+
+    # -- discovery --------------------------------------------------------------------------
+
+    def _start_discovery(self) -> None:
+        from .discovery import Discovery, default_interfaces
+
+        push = self._ctx.socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 0)
+        push.connect(self._discovery_endpoint)
+        lock = threading.Lock()
+        self._discovery_push = push
+
+        def emit(event: dict[str, Any]) -> None:  # called from zeroconf's threads
+            with lock:
+                if not push.closed:
+                    push.send(msgpack.packb(event))
+
+        interfaces = list(self.config.interfaces) or default_interfaces(self.config.host)
+        self._discovery = Discovery(
+            broker_id=self.broker_id,
+            group=self.config.group,
+            port=self.ports["control"],
+            interfaces=interfaces,
+            emit=emit,
+        )
+        self._discovery.start()
+
+    def _on_discovery(self) -> None:
+        now = time.monotonic()
+        while True:
+            try:
+                event = msgpack.unpackb(self.discovery_in.recv(zmq.NOBLOCK), raw=False)
+            except zmq.Again:
+                return
+            peer = event.get("id")
+            if not isinstance(peer, str):
+                continue
+            if event.get("event") == "lost":
+                record = self._discovered.pop(peer, None)
+                if record is not None:
+                    log.info("discovered peer %s said goodbye", peer)
+                for link in list(self._dialers.values()):
+                    if link.kind is LinkKind.DISCOVERED and link.peer == peer:
+                        self._remove_discovered(link, now)
+                continue
+            try:
+                validate_broker_id(peer)
+            except ConfigError:
+                continue
+            if event.get("group") != self.config.group:
+                log.debug("ignoring node %s of group %r", peer, event.get("group"))
+                continue
+            if event.get("version") != PROTOCOL_VERSION:
+                log.warning("ignoring node %s: protocol version %r", peer, event.get("version"))
+                continue
+            endpoints = [e for e in event.get("endpoints", []) if isinstance(e, str)]
+            if not endpoints:
+                continue
+            self._discovered[peer] = {"endpoints": endpoints, "since": time.time()}
+            self._consider_peer(peer, endpoints, now)
+
+    def _consider_peer(self, peer: str, endpoints: list[str], now: float) -> None:
+        """Link to a discovered peer unless it dials us, or a link to it exists already."""
+        if peer == self.broker_id or self.broker_id > peer:
+            return  # of a discovered pair, the lower broker ID dials: exactly one link
+        for other in self._all_links():
+            if other.kind is LinkKind.DISCOVERED:
+                continue
+            if other.peer == peer and other.state in (LinkState.UP, LinkState.HANDSHAKING):
+                return  # configured or inbound link: not doubled
+            if other.config is not None and other.config.uri in endpoints:
+                return  # a configured link dials this very endpoint
+        name = ("mdns-" + peer)[:64]
+        link = self._dialers.get(name)
+        if link is not None:
+            if link.state in (LinkState.UP, LinkState.HANDSHAKING):
+                return
+            self._close_dialer(link)  # announced again: redial at once
+            link.attempts = 0
+        else:
+            cfg = self.config.discovered_link(name, endpoints[0])
+            if not cfg.reconnect_max_attempts:
+                # an unreachable announcement must not be dialled forever
+                cfg = dataclasses.replace(cfg, reconnect_max_attempts=5)
+            link = Link(
+                name=name,
+                kind=LinkKind.DISCOVERED,
+                duplex=cfg.duplex,
+                options=cfg.options,
+                heartbeat_interval=cfg.heartbeat_interval,
+                heartbeat_timeout=cfg.heartbeat_timeout,
+                config=cfg,
+                peer=peer,
+            )
+            self._dialers[name] = link
+        log.info("discovered %s at %s: linking", peer, endpoints[0])
+        self._dial(link, now)
+
+    def _remove_discovered(self, link: Link, now: float, reason: str = "peer gone") -> None:
+        """Close a link to a discovered peer for good (it left, or another link replaces
+        it); the peer's announcement record is kept."""
+        if link.state is LinkState.UP:
+            self._send_link(link, wire.encode_link(wire.BYE, {"reason": reason}), now)
+        self._link_down(link, reason, now, forget_peer=False)
+
+    def peers(self) -> list[dict[str, Any]]:
+        """Every peer this node knows: how it was found, link state, endpoint."""
+        order = {
+            LinkState.UP: 0,
+            LinkState.HANDSHAKING: 1,
+            LinkState.WAITING: 2,
+            LinkState.REFUSED: 3,
+            LinkState.FAILED: 4,
+        }
+        peers: dict[str, dict[str, Any]] = {}
+
+        def entry(pid: str) -> dict[str, Any]:
+            return peers.setdefault(
+                pid,
+                {"id": pid, "found_by": [], "state": "discovered", "endpoint": None, "links": []},
+            )
+
+        for pid, rec in self._discovered.items():
+            e = entry(pid)
+            e["found_by"].append("mdns")
+            e["endpoint"] = rec["endpoints"][0]
+        for link in self._all_links():
+            if not link.peer:
+                continue
+            e = entry(link.peer)
+            how = {
+                LinkKind.STATIC: "config",
+                LinkKind.DISCOVERED: "mdns",
+                LinkKind.ACCEPTED: "inbound",
+            }[link.kind]
+            if how not in e["found_by"]:
+                e["found_by"].append(how)
+            e["links"].append(link.name)
+            if link.config is not None and e["endpoint"] is None:
+                e["endpoint"] = link.config.uri
+            current = e["state"]
+            if current == "discovered" or order[link.state] < order.get(LinkState(current), 9):
+                e["state"] = link.state.value
+        for e in peers.values():
+            e["found_by"].sort()
+        return sorted(peers.values(), key=lambda e: e["id"])
 
     # -- accounting -----------------------------------------------------------------------
 
@@ -1036,6 +1214,12 @@ class Node:
             },
             "subscriptions": {"count": len(patterns), "patterns": patterns},
             "links": [link.describe(now) for link in self._all_links()],
+            "discovery": {
+                "enabled": self._discovery is not None,
+                "interfaces": self._discovery.interfaces if self._discovery else [],
+                "error": self._discovery.error if self._discovery else None,
+                "peers": len(self._discovered),
+            },
             "interest": {
                 "routes": len(routes),
                 "remote": sum(1 for r in routes if r["link"] is not None),

@@ -41,6 +41,7 @@ STATUS     2      request ``{}``; reply: the node's status map
 PING       3      request ``{}``; reply ``{}``
 ROUTES     4      request ``{pattern?: str}``; reply ``{routes: [{pattern, origin, path,
                   hops, link}]}``
+PEERS      5      request ``{}``; reply ``{peers: [{id, found_by, state, endpoint, links}]}``
 ERROR      15     reply ``{message: str}``
 =========  =====  ===========================================================
 
@@ -96,8 +97,16 @@ HELLO = 1
 STATUS = 2
 PING = 3
 ROUTES = 4
+PEERS = 5
 ERROR = 15
-OPS = {HELLO: "HELLO", STATUS: "STATUS", PING: "PING", ROUTES: "ROUTES", ERROR: "ERROR"}
+OPS = {
+    HELLO: "HELLO",
+    STATUS: "STATUS",
+    PING: "PING",
+    ROUTES: "ROUTES",
+    PEERS: "PEERS",
+    ERROR: "ERROR",
+}
 
 LINK_HELLO = 16
 LINK_WELCOME = 17

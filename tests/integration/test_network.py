@@ -147,7 +147,7 @@ def net(broker_factory: BrokerFactory, free_port: Callable[[], int], tmp_path: P
     return Net(broker_factory, free_port, tmp_path)
 
 
-# -- status helpers ------------------------------------------------------------------------------
+# -- status helpers -------------------------------------------------------------------------------
 
 
 def links_of(broker: Broker) -> list[dict[str, Any]]:
@@ -195,9 +195,7 @@ def has_route(
 ) -> bool:
     r = route(broker, pattern, origin)
     return (
-        r is not None
-        and (hops is None or r["hops"] == hops)
-        and (via is None or r["link"] == via)
+        r is not None and (hops is None or r["hops"] == hops) and (via is None or r["link"] == via)
     )
 
 
@@ -247,7 +245,7 @@ def assert_exact(got: Collector, topic: str, payloads: Iterable[int], end: str) 
     assert len(set(ids)) == len(ids), "a message was delivered twice"
 
 
-# -- 1. chain ------------------------------------------------------------------------------------
+# -- 1. chain -------------------------------------------------------------------------------------
 
 
 def test_chain_multi_hop_delivers_exactly_once(
@@ -298,7 +296,7 @@ def test_chain_multi_hop_delivers_exactly_once(
         assert counts["bad_input"] == 0
 
 
-# -- 2. ring -------------------------------------------------------------------------------------
+# -- 2. ring --------------------------------------------------------------------------------------
 
 
 def test_ring_shortest_paths_no_loop_no_duplicates(
@@ -320,8 +318,10 @@ def test_ring_shortest_paths_no_loop_no_duplicates(
     client_factory(c.endpoint).subscribe("RING.>", got_c)
     # A reaches both directly (one hop), never around the ring
     assert wait_until(
-        lambda: has_route(a, "RING.>", "B", hops=1, via="ab")
-        and has_route(a, "RING.>", "C", hops=1, via="C/ca"),
+        lambda: (
+            has_route(a, "RING.>", "B", hops=1, via="ab")
+            and has_route(a, "RING.>", "C", hops=1, via="C/ca")
+        ),
         WAIT,
     ), routes(a)
 
@@ -346,7 +346,7 @@ def test_ring_shortest_paths_no_loop_no_duplicates(
     assert counters(c)["delivered"] == total
 
 
-# -- 3. mesh with equal-cost paths ------------------------------------------------------------------
+# -- 3. mesh with equal-cost paths ----------------------------------------------------------------
 
 
 def test_mesh_equal_cost_paths_use_one_path(
@@ -384,7 +384,7 @@ def test_mesh_equal_cost_paths_use_one_path(
     assert counters(d)["delivered"] == total
 
 
-# -- 4. ttl ----------------------------------------------------------------------------------------
+# -- 4. ttl ---------------------------------------------------------------------------------------
 
 
 def test_ttl_one_stops_at_the_first_hop(
@@ -453,7 +453,7 @@ def test_one_way_link_carries_messages_dialer_to_acceptor_only(
         assert "wrong_direction" not in counters(n)["dropped"]
 
 
-# -- 6. include / exclude filters ------------------------------------------------------------------
+# -- 6. include / exclude filters -----------------------------------------------------------------
 
 
 def test_include_exclude_filters_decide_what_crosses(
@@ -535,7 +535,7 @@ def test_static_patterns_cross_without_interest(
     assert counters(b)["duplicates"] == 0
 
 
-# -- 8. conduit ---------------------------------------------------------------------------------
+# -- 8. conduit -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("conduit", [True, False], ids=["conduit-on", "conduit-off"])
@@ -571,7 +571,7 @@ def test_conduit_one_copy_per_message_or_per_subscription(
         assert len(got[p]) == total
 
 
-# -- 9. subscriber leaving --------------------------------------------------------------------------
+# -- 9. subscriber leaving ------------------------------------------------------------------------
 
 
 def test_interest_is_withdrawn_everywhere_when_subscribers_leave(
@@ -609,14 +609,18 @@ def test_interest_is_withdrawn_everywhere_when_subscribers_leave(
         assert st["subscriptions"]["count"] == 0
 
 
-# -- 10. middle node restart ------------------------------------------------------------------------
+# -- 10. middle node restart ----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("crash", [False, True], ids=["stop", "crash"])
 def test_middle_node_restart_rebuilds_links_and_interest(
-    net: Net, client_factory: ClientFactory, wait_until: WaitUntil
+    net: Net, client_factory: ClientFactory, wait_until: WaitUntil, crash: bool
 ) -> None:
-    a = net.start("A", net.link("A", "B"))
-    b = net.start("B", net.link("B", "C"))
+    # crash: B vanishes without a goodbye, and its neighbours' heartbeat timeout is a
+    # minute: they must learn of the new incarnation from the new B itself
+    hb: dict[str, Any] = {"heartbeat_timeout": 60.0} if crash else {}
+    a = net.start("A", net.link("A", "B", **hb))
+    b = net.start("B", net.link("B", "C", **hb))
     c = net.start("C")
     wait_links(wait_until, {a: {("ab", "B")}, b: {("ab", "A"), ("bc", "C")}, c: {("bc", "B")}})
     got = Collector()
@@ -627,16 +631,28 @@ def test_middle_node_restart_rebuilds_links_and_interest(
     assert_exact(got, "MID.X", range(N), "MID.END")
     old_incarnation = b.incarnation
 
-    b.stop()
-    # B said goodbye: both neighbours drop the link and every route through it
-    assert wait_until(lambda: up_links(a) == set() and up_links(c) == set(), WAIT)
-    assert wait_until(lambda: routes(a) == [], WAIT), routes(a)
-    assert [(r["pattern"], r["origin"]) for r in routes(c)] == [("MID.>", "C")]
+    if crash:
+        b.call(lambda node: setattr(node, "_say_goodbye", lambda: None))
+        b.stop()
+        # nobody noticed: the neighbours still hold the links and the routes through them
+        assert up_links(a) == {("ab", "B")} and up_links(c) == {("bc", "B")}
+    else:
+        b.stop()
+        # B said goodbye: both neighbours drop the link and every route through it
+        assert wait_until(lambda: up_links(a) == set() and up_links(c) == set(), WAIT)
+        assert wait_until(lambda: routes(a) == [], WAIT), routes(a)
+        assert [(r["pattern"], r["origin"]) for r in routes(c)] == [("MID.>", "C")]
 
     b = net.restart("B")
     assert b.broker_id == "B"
     assert b.incarnation == old_incarnation + 1
+    # both neighbours' links are to the new incarnation (up a second time)
+    assert wait_until(
+        lambda: counters(a)["links_up"] == 2 and counters(c)["links_up"] == 2, WAIT
+    ), (links_of(a), links_of(c))
     wait_links(wait_until, {a: {("ab", "B")}, b: {("ab", "A"), ("bc", "C")}, c: {("bc", "B")}})
+    assert a.call(lambda node: node._dialers["ab"].peer_incarnation) == old_incarnation + 1
+    assert len(links_of(c)) == 1  # the old incarnation's accepted link is gone
     assert wait_until(lambda: has_route(a, "MID.>", "C", hops=2, via="ab"), WAIT), routes(a)
     # no stale routes anywhere
     assert routes(a) == [
@@ -645,8 +661,7 @@ def test_middle_node_restart_rebuilds_links_and_interest(
     assert routes(b) == [
         {"pattern": "MID.>", "origin": "C", "path": ["C"], "hops": 1, "link": "bc"}
     ]
-    assert a.call(lambda node: node._dialers["ab"].peer_incarnation) == old_incarnation + 1
-    assert len(links_of(c)) == 1  # the old incarnation's accepted link is gone
+    assert [(r["pattern"], r["origin"]) for r in routes(c)] == [("MID.>", "C")]
 
     got.clear()
     pump(publisher, "MID.X", N, got, end="MID.END", start=N)
@@ -657,7 +672,7 @@ def test_middle_node_restart_rebuilds_links_and_interest(
     assert counters(c)["duplicates"] == 0
 
 
-# -- 11. shortest-path failover ---------------------------------------------------------------------
+# -- 11. shortest-path failover -------------------------------------------------------------------
 
 
 def test_failover_to_the_other_side_of_a_square(
@@ -707,7 +722,7 @@ def test_failover_to_the_other_side_of_a_square(
     assert counters(c)["delivered"] == 2 * (N + 1)
 
 
-# -- 12. handshake refusals --------------------------------------------------------------------------
+# -- 12. handshake refusals -----------------------------------------------------------------------
 
 
 def test_link_to_self_is_refused_and_counted(
@@ -718,15 +733,16 @@ def test_link_to_self_is_refused_and_counted(
     assert wait_until(lambda: link_named(a, "self")["state"] == "refused", WAIT), links_of(a)
     ln = link_named(a, "self")
     assert "self" in (ln["last_error"] or "")
-    refused = counters(a)["handshakes_refused"]
-    assert refused >= 1
+    # one handshake, both of whose halves are this node: its acceptor refused, its dialer
+    # was refused
+    assert wait_until(lambda: counters(a)["handshakes_refused"] == 2, WAIT), counters(a)
     # not retried: the count stays put (redials would come every 0.1-0.5 s)
     time.sleep(4 * FAST["reconnect_initial_delay"] + GRACE)
-    assert counters(a)["handshakes_refused"] == refused
+    assert counters(a)["handshakes_refused"] == 2
     assert link_named(a, "self")["state"] == "refused"
     assert counters(a)["links_up"] == 0
     assert len(links_of(a)) == 1  # no accepted half either
-    assert any("self" in r.getMessage() for r in caplog.records), caplog.text
+    assert any("refused link to self (A)" in r.getMessage() for r in caplog.records), caplog.text
 
 
 def test_peer_in_another_group_is_refused_and_logged(
@@ -736,15 +752,17 @@ def test_peer_in_another_group_is_refused_and_logged(
     a = net.start("A", net.link("A", "B"), group="east")
     b = net.start("B", group="west")
     assert wait_until(lambda: counters(b)["handshakes_refused"] >= 1, WAIT), counters(b)
-    assert wait_until(lambda: "west" in (link_named(a, "ab")["last_error"] or ""), WAIT), (
-        links_of(a)
-    )
+
+    def refused() -> bool:
+        return "west" in (link_named(a, "ab")["last_error"] or "")
+
+    assert wait_until(refused, WAIT), links_of(a)
     assert links_of(b) == []
     assert link_named(a, "ab")["state"] != "up"
     assert counters(a)["links_up"] == 0 and counters(b)["links_up"] == 0
     messages = [r.getMessage() for r in caplog.records if r.name == "zbroker.node"]
-    assert any("'east'" in m and "'west'" in m for m in messages), messages
-    assert all(r.levelno >= logging.WARNING for r in caplog.records if "group" in r.getMessage())
+    # logged by both sides: the acceptor that refused and the dialer that was refused
+    assert sum("'east'" in m and "'west'" in m for m in messages) >= 2, messages
 
 
 def test_several_links_between_one_pair_all_come_up(
@@ -767,7 +785,7 @@ def test_several_links_between_one_pair_all_come_up(
     assert counters(a)["handshakes_refused"] == 0 and counters(b)["handshakes_refused"] == 0
 
 
-# -- 13. restarted dialer ----------------------------------------------------------------------------
+# -- 13. restarted dialer -------------------------------------------------------------------------
 
 
 def test_restarted_dialer_replaces_its_stale_link(
@@ -800,7 +818,7 @@ def test_restarted_dialer_replaces_its_stale_link(
     assert {m.id.incarnation for m in got.messages} == {old_incarnation + 1}
 
 
-# -- 14. heartbeat timeout ---------------------------------------------------------------------------
+# -- 14. heartbeat timeout ------------------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -837,16 +855,86 @@ def test_heartbeat_timeout_marks_a_killed_peer_down(
     assert peer.wait(5.0) == -signal.SIGKILL
 
 
-# -- real processes -----------------------------------------------------------------------------
+@pytest.mark.slow
+def test_heartbeat_timeout_drops_the_link_of_a_killed_dialer(
+    net: Net,
+    procs: Any,
+    client_factory: ClientFactory,
+    wait_ready: Callable[..., dict[str, Any]],
+    wait_until: WaitUntil,
+    tmp_path: Path,
+) -> None:
+    """The acceptor side: the dialer's heartbeat settings travelled in its handshake."""
+    a = net.start("A")
+    port = net.port("P")
+    config = tmp_path / "p.toml"
+    config.write_text(
+        f'[node]\nid = "P"\nhost = "{HOST}"\nport = {port}\n'
+        f'data_dir = "{tmp_path / "data-P"}"\nlog_level = "warning"\n'
+        f'[[link]]\nname = "pa"\nuri = "{a.endpoint}"\n'
+        "heartbeat_interval = 0.2\nheartbeat_timeout = 1.0\n"
+    )
+    peer = procs.zbroker("start", "--config", str(config))
+    wait_ready(endpoint(port), WAIT, peer)
+    wait_links(wait_until, {a: {("pa", "P")}})
+    client = client_factory(endpoint(port))
+    client.subscribe("HBA.>", Collector())
+    assert wait_until(lambda: has_route(a, "HBA.>", "P", hops=1), WAIT), routes(a)
+    client.close()
+
+    t0 = time.monotonic()
+    peer.send_signal(signal.SIGKILL)
+    assert wait_until(lambda: links_of(a) == [], FAST["heartbeat_timeout"] + 5.0), links_of(a)
+    elapsed = time.monotonic() - t0
+    assert elapsed <= FAST["heartbeat_timeout"] + 1.0, elapsed
+    assert routes(a) == []
+    assert counters(a)["links_down"] == 1
+    assert peer.wait(5.0) == -signal.SIGKILL
 
 
-def start_node(
-    procs: Any, port: int, data_dir: Path, node_id: str, *peers: int
-) -> Any:
+# -- real processes -------------------------------------------------------------------------------
+
+
+def _has_start_option(option: str) -> bool:
+    from zbroker.cli.main import start
+
+    return any(option in param.opts for param in start.params)
+
+
+PEER_MISSING = not _has_start_option("--peer")
+
+#: how a node process gets its links: ``zbroker start --peer URI`` (duplex, default
+#: options), or ``[[link]]`` tables in a config file (here with short heartbeats)
+LINKED_BY = [
+    pytest.param(
+        "peer",
+        marks=pytest.mark.xfail(
+            PEER_MISSING,
+            reason="BUG: `zbroker start` has no --peer option (README, config.peer_link and "
+            "links.py document `zbroker start --peer URI`)",
+            strict=True,
+        ),
+    ),
+    "config",
+]
+
+
+def start_node(procs: Any, how: str, port: int, data_dir: Path, node_id: str, *peers: int) -> Any:
     """``zbroker start`` as a subprocess, dialling each of ``peers`` (base ports)."""
     args = ["start", "--port", str(port), "--data-dir", str(data_dir), "--id", node_id]
-    for p in peers:
-        args += ["--peer", endpoint(p)]
+    if how == "peer":
+        for p in peers:
+            args += ["--peer", endpoint(p)]
+    else:
+        config = data_dir.with_suffix(".toml")
+        config.write_text(
+            "".join(
+                f'[[link]]\nname = "to-{p}"\nuri = "{endpoint(p)}"\n'
+                + "".join(f"{k} = {v}\n" for k, v in FAST.items())
+                for p in peers
+            )
+        )
+        args += ["--config", str(config)]
     return procs.zbroker(*args, "--log-level", "warning")
 
 
@@ -859,6 +947,7 @@ def client_up_peers(client: Client) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("how", LINKED_BY)
 def test_process_chain(
     procs: Any,
     free_port: Callable[[], int],
@@ -866,20 +955,23 @@ def test_process_chain(
     wait_ready: Callable[..., dict[str, Any]],
     wait_until: WaitUntil,
     tmp_path: Path,
+    how: str,
 ) -> None:
     p1, p2, p3 = free_port(), free_port(), free_port()
     nodes = [
-        start_node(procs, p1, tmp_path / "n1", "N1", p2),
-        start_node(procs, p2, tmp_path / "n2", "N2", p3),
-        start_node(procs, p3, tmp_path / "n3", "N3"),
+        start_node(procs, how, p1, tmp_path / "n1", "N1", p2),
+        start_node(procs, how, p2, tmp_path / "n2", "N2", p3),
+        start_node(procs, how, p3, tmp_path / "n3", "N3"),
     ]
     for port, proc in zip((p1, p2, p3), nodes, strict=True):
         wait_ready(endpoint(port), WAIT, proc)
     c1, c2, c3 = (client_factory(endpoint(p)) for p in (p1, p2, p3))
     assert wait_until(
-        lambda: client_up_peers(c1) == ["N2"]
-        and client_up_peers(c2) == ["N1", "N3"]
-        and client_up_peers(c3) == ["N2"],
+        lambda: (
+            client_up_peers(c1) == ["N2"]
+            and client_up_peers(c2) == ["N1", "N3"]
+            and client_up_peers(c3) == ["N2"]
+        ),
         WAIT,
     ), [c.status()["links"] for c in (c1, c2, c3)]
     got = Collector()
@@ -895,6 +987,7 @@ def test_process_chain(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("how", LINKED_BY)
 def test_process_ring(
     procs: Any,
     free_port: Callable[[], int],
@@ -902,20 +995,23 @@ def test_process_ring(
     wait_ready: Callable[..., dict[str, Any]],
     wait_until: WaitUntil,
     tmp_path: Path,
+    how: str,
 ) -> None:
     p1, p2, p3 = free_port(), free_port(), free_port()
     nodes = [
-        start_node(procs, p1, tmp_path / "n1", "N1", p2),
-        start_node(procs, p2, tmp_path / "n2", "N2", p3),
-        start_node(procs, p3, tmp_path / "n3", "N3", p1),
+        start_node(procs, how, p1, tmp_path / "n1", "N1", p2),
+        start_node(procs, how, p2, tmp_path / "n2", "N2", p3),
+        start_node(procs, how, p3, tmp_path / "n3", "N3", p1),
     ]
     for port, proc in zip((p1, p2, p3), nodes, strict=True):
         wait_ready(endpoint(port), WAIT, proc)
     c1, c2, c3 = (client_factory(endpoint(p)) for p in (p1, p2, p3))
     assert wait_until(
-        lambda: client_up_peers(c1) == ["N2", "N3"]
-        and client_up_peers(c2) == ["N1", "N3"]
-        and client_up_peers(c3) == ["N1", "N2"],
+        lambda: (
+            client_up_peers(c1) == ["N2", "N3"]
+            and client_up_peers(c2) == ["N1", "N3"]
+            and client_up_peers(c3) == ["N1", "N2"]
+        ),
         WAIT,
     ), [c.status()["links"] for c in (c1, c2, c3)]
     got2, got3 = Collector(), Collector()
@@ -938,6 +1034,7 @@ def test_process_ring(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("how", LINKED_BY)
 def test_process_chain_middle_killed_and_restarted(
     procs: Any,
     free_port: Callable[[], int],
@@ -945,11 +1042,12 @@ def test_process_chain_middle_killed_and_restarted(
     wait_ready: Callable[..., dict[str, Any]],
     wait_until: WaitUntil,
     tmp_path: Path,
+    how: str,
 ) -> None:
     p1, p2, p3 = free_port(), free_port(), free_port()
-    n1 = start_node(procs, p1, tmp_path / "n1", "N1", p2)
-    n2 = start_node(procs, p2, tmp_path / "n2", "N2", p3)
-    n3 = start_node(procs, p3, tmp_path / "n3", "N3")
+    n1 = start_node(procs, how, p1, tmp_path / "n1", "N1", p2)
+    n2 = start_node(procs, how, p2, tmp_path / "n2", "N2", p3)
+    n3 = start_node(procs, how, p3, tmp_path / "n3", "N3")
     for port, proc in ((p1, n1), (p2, n2), (p3, n3)):
         wait_ready(endpoint(port), WAIT, proc)
     c1, c3 = client_factory(endpoint(p1)), client_factory(endpoint(p3))
@@ -962,7 +1060,7 @@ def test_process_chain_middle_killed_and_restarted(
 
     n2.send_signal(signal.SIGKILL)
     assert n2.wait(5.0) == -signal.SIGKILL
-    n2 = start_node(procs, p2, tmp_path / "n2", "N2", p3)
+    n2 = start_node(procs, how, p2, tmp_path / "n2", "N2", p3)
     hello = wait_ready(endpoint(p2), WAIT, n2)
     assert hello["broker_id"] == "N2" and hello["incarnation"] == 2
 

@@ -389,8 +389,10 @@ def test_static_route_without_interest_carries_no_targets() -> None:
     c.handle(LocalSubscribe(pattern="ALERT.FIRE"))
     c.handle(LocalSubscribe(pattern="OTHER"))
     w.pump()
-    # the static link is used for matching topics only
-    assert route(a, "ALERT.FIRE") == (frozenset(), [("AB", ("C",), 1)])
+    # the static link is used for matching topics only, and a static push carries no
+    # targets even where interest exists: the receiver decides from its own table
+    assert route(a, "ALERT.FIRE") == (frozenset(), [("AB", None, 1)])
+    assert route(a, "OTHER") == (frozenset(), [("AB", ("C",), 1)])
     assert route(a, "ALERT.WATER") == (frozenset(), [("AB", None, 1)])
     assert route(a, "ALERT") == (frozenset(), [])
     # the receiver computes targets from its own table
@@ -477,6 +479,46 @@ def test_link_down_withdraws_and_fails_over_to_the_next_best() -> None:
     assert route(a, "X") == (frozenset(), [])
     a.handle(LinkDown(link="LC"))  # unknown: no-op
     assert a.flush() == []
+
+
+def test_alternative_paths_change_without_moving_the_best() -> None:
+    (a,) = engines("A")
+    for link, peer in (("LB", "B"), ("LC", "C"), ("LE", "E")):
+        a.handle(LinkUp(link=link, peer=peer))
+    a.flush()
+    a.handle(AdvertIn(link="LB", full=False, entries=(("X", "O", ("O", "B")),)))
+    a.handle(AdvertIn(link="LC", full=False, entries=(("X", "O", ("O", "P", "C")),)))
+    assert best(a) == {("X", "O"): ("LB", ["O", "B"])}
+    a.flush()
+    # a losing alternative changes or goes: the best and the adverts stay as they are
+    a.handle(AdvertIn(link="LC", full=False, entries=(("X", "O", ("O", "Q", "R", "C")),)))
+    assert best(a) == {("X", "O"): ("LB", ["O", "B"])}
+    assert a.entry_count() == 2
+    a.handle(AdvertIn(link="LC", full=False, entries=(("X", "O", None),)))
+    assert a.entry_count() == 1
+    assert a.flush() == []
+    # an alternative that now wins takes over
+    a.handle(AdvertIn(link="LC", full=False, entries=(("X", "O", ("O", "C")),)))
+    assert best(a) == {("X", "O"): ("LB", ["O", "B"])}  # same length: B < C
+    a.handle(AdvertIn(link="LE", full=False, entries=(("X", "O", ("O", "E")),)))
+    assert best(a) == {("X", "O"): ("LB", ["O", "B"])}  # same length: B < E
+    # the best link's own path grows: the best moves to the next one
+    a.handle(AdvertIn(link="LB", full=False, entries=(("X", "O", ("O", "S", "T", "B")),)))
+    assert best(a) == {("X", "O"): ("LC", ["O", "C"])}
+    out = {x.link: x.entries for x in a.flush()}
+    assert out == {
+        "LB": (("X", "O", ("O", "C", "A")),),
+        "LC": (("X", "O", None),),
+        "LE": (("X", "O", ("O", "C", "A")),),
+    }
+    # a full table from LC without the key: withdrawn, LE's path is next
+    a.handle(AdvertIn(link="LC", full=True, entries=()))
+    assert best(a) == {("X", "O"): ("LE", ["O", "E"])}
+    # a rejected path from a losing link only drops that link's entry
+    a.handle(AdvertIn(link="LB", full=False, entries=(("X", "O", ("O", "A", "B")),)))
+    assert a.rejected == {"own_id_in_path": 1}
+    assert best(a) == {("X", "O"): ("LE", ["O", "E"])}
+    assert a.entry_count() == 1
 
 
 def test_tie_break_lowest_peer_then_link() -> None:
