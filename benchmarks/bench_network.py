@@ -55,10 +55,11 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_node as bn  # the single-node benchmark: roles and helpers
+from _common import REPO, snapshot_sources
 
 log = bn.log
 HOST = bn.HOST
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 CHAIN_TARGET_RATE = 120_000.0
 CHAIN_TARGET_P99_MS = 3.0
@@ -820,7 +821,14 @@ def main(argv: list[str] | None = None) -> int:
         help="only one chain flood run, with cProfile in every node thread and client",
     )
     ap.add_argument("--profile-top", type=int, default=25)
+    ap.add_argument(
+        "--no-snapshot",
+        action="store_true",
+        help="import zbroker from the checkout instead of a copy taken at the start",
+    )
     args = ap.parse_args(argv)
+    if not args.no_snapshot:
+        snapshot_sources()
     n = 20_000 if args.quick and args.messages == 200_000 else args.messages
     repeat = 1 if args.quick else max(1, args.repeat)
     lat_s = 1.0 if args.quick else args.latency_seconds
@@ -837,6 +845,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.alarm(RUN_DEADLINE_S)
 
     info = bn.machine_info()
+    info["sources"] = "checkout" if args.no_snapshot else "copy taken at the start"
     result: dict[str, Any] = {
         "machine": info,
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
@@ -1298,7 +1307,8 @@ def print_summary(result: dict[str, Any]) -> None:
     )
     print(
         f"software  Python {m['python']}, pyzmq {m['pyzmq']}, libzmq {m['libzmq']}, "
-        f"msgpack {m['msgpack']}; zbroker sources sha256 {m['zbroker_src_sha256']}"
+        f"msgpack {m['msgpack']}; zbroker sources sha256 {m['zbroker_src_sha256']} "
+        f"({m['sources']})"
     )
     print(
         f"run       {result['command']}: {result['messages']:,} messages of "

@@ -920,7 +920,16 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", action="store_true", help="only one zbroker flood run, under cProfile"
     )
     ap.add_argument("--profile-top", type=int, default=25)
+    ap.add_argument(
+        "--no-snapshot",
+        action="store_true",
+        help="import zbroker from the checkout instead of a copy taken at the start",
+    )
     args = ap.parse_args(argv)
+    if not args.no_snapshot:
+        from _common import snapshot_sources
+
+        snapshot_sources()
     n = 20_000 if args.quick and args.messages == 200_000 else args.messages
     repeat = 1 if args.quick else max(1, args.repeat)
     lat_s = 1.0 if args.quick else args.latency_seconds
@@ -937,6 +946,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.alarm(RUN_DEADLINE_S)
 
     info = machine_info()
+    info["sources"] = "checkout" if args.no_snapshot else "copy taken at the start"
     result: dict[str, Any] = {
         "machine": info,
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
@@ -1210,7 +1220,8 @@ def print_summary(result: dict[str, Any]) -> None:
     )
     print(
         f"software  Python {m['python']}, pyzmq {m['pyzmq']}, libzmq {m['libzmq']}, "
-        f"msgpack {m['msgpack']}; zbroker sources sha256 {m['zbroker_src_sha256']}"
+        f"msgpack {m['msgpack']}; zbroker sources sha256 {m['zbroker_src_sha256']} "
+        f"({m.get('sources', 'checkout')})"
     )
     print(
         f"run       {result['command']}: {result['messages']:,} messages of "

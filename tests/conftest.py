@@ -257,6 +257,7 @@ def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The environment for a subprocess: no inherited ZBROKER_* settings, a private
     XDG_DATA_HOME (so no default data directory lands in the real home), plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZBROKER_")}
+    env["ZBROKER_DISCOVERY"] = "false"  # network safety: no mDNS in the root namespace
     xdg = tmp_path / "xdg-data"
     xdg.mkdir(parents=True, exist_ok=True)
     env["XDG_DATA_HOME"] = str(xdg)

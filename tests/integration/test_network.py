@@ -833,7 +833,7 @@ def test_heartbeat_timeout_marks_a_killed_peer_down(
     port = net.port("P")
     peer = procs.zbroker(
         "start", "--port", str(port), "--data-dir", str(tmp_path / "data-P"), "--id", "P",
-        "--log-level", "warning",
+        "--log-level", "warning", "--no-discovery",
     )  # fmt: skip
     wait_ready(endpoint(port), WAIT, peer)
     a = net.start("A", net.link("A", "P"))
@@ -874,7 +874,7 @@ def test_heartbeat_timeout_drops_the_link_of_a_killed_dialer(
         f'[[link]]\nname = "pa"\nuri = "{a.endpoint}"\n'
         "heartbeat_interval = 0.2\nheartbeat_timeout = 1.0\n"
     )
-    peer = procs.zbroker("start", "--config", str(config))
+    peer = procs.zbroker("start", "--config", str(config), "--no-discovery")
     wait_ready(endpoint(port), WAIT, peer)
     wait_links(wait_until, {a: {("pa", "P")}})
     client = client_factory(endpoint(port))
@@ -935,7 +935,8 @@ def start_node(procs: Any, how: str, port: int, data_dir: Path, node_id: str, *p
             )
         )
         args += ["--config", str(config)]
-    return procs.zbroker(*args, "--log-level", "warning")
+    # no mDNS discovery: links are exactly the ones given, and nothing leaves 127.0.0.1
+    return procs.zbroker(*args, "--log-level", "warning", "--no-discovery")
 
 
 def client_routes(client: Client) -> set[tuple[str, str]]:

@@ -578,7 +578,7 @@ def test_start_peer_links_to_an_in_thread_broker(
     port = free_port()
     node = procs.zbroker(
         "start", "--port", str(port), "--data-dir", str(tmp_path / "spoke"), "--id", "SPOKE",
-        "--peer", hub.endpoint, "--log-level", "info",
+        "--peer", hub.endpoint, "--log-level", "info", "--no-discovery",
     )  # fmt: skip
     wait_ready(endpoint(port), WAIT, node)
     # the hub sees the link from the subprocess...
@@ -632,7 +632,7 @@ def test_start_group_mismatch_is_refused(
     port = free_port()
     node = procs.zbroker(
         "start", "--port", str(port), "--data-dir", str(tmp_path / "spoke"), "--id", "SPOKE",
-        "--group", "green", "--peer", hub.endpoint, "--log-level", "warning",
+        "--group", "green", "--peer", hub.endpoint, "--log-level", "warning", "--no-discovery",
     )  # fmt: skip
     wait_ready(endpoint(port), WAIT, node)
     assert wait_until(lambda: hub.status()["counters"]["handshakes_refused"] >= 1, WAIT)

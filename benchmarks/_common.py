@@ -1,0 +1,46 @@
+"""Shared by the benchmarks: run every process of a benchmark on one copy of the sources.
+
+``zbroker/`` may change while a benchmark runs (other work in the same checkout). A
+benchmark starts processes over a minute or two, and each imports ``zbroker`` when it
+starts, so without a copy one run could measure several code states under one digest.
+:func:`snapshot_sources` copies ``zbroker/`` and ``cli/`` (installed as ``zbroker.cli``)
+to a temporary directory once, at the start, and puts it first on ``sys.path`` and on
+``PYTHONPATH``: the benchmark, its multiprocessing children (spawn passes ``sys.path``)
+and its subprocesses (``zbroker simulate``) all import that copy, and the digest printed
+is the copy's.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["REPO", "snapshot_sources"]
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def snapshot_sources(repo: Path = REPO) -> str:
+    """Copy the sources, make every later import of ``zbroker`` use the copy; return its
+    directory (removed when this process exits). Call before anything imports zbroker."""
+    if "zbroker" in sys.modules:
+        raise RuntimeError("snapshot_sources() must run before zbroker is imported")
+    tmp = tempfile.mkdtemp(prefix="zbroker-src-")
+    atexit.register(shutil.rmtree, tmp, True)
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(repo / "zbroker", Path(tmp) / "zbroker", ignore=skip)
+    if (repo / "cli").is_dir():
+        shutil.copytree(repo / "cli", Path(tmp) / "zbroker" / "cli", ignore=skip)
+    sys.path.insert(0, tmp)
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = tmp if not old else tmp + os.pathsep + old
+    import zbroker  # fail now, not in a child, if the copy caught a file mid-edit
+
+    origin = Path(zbroker.__file__ or "").resolve()
+    if not origin.is_relative_to(Path(tmp).resolve()):
+        raise RuntimeError(f"zbroker imported from {origin}, not from the copy in {tmp}")
+    return tmp
