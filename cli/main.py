@@ -146,10 +146,10 @@ def _client(broker: str, timeout: float, interfaces: tuple[str, ...], **kw: Any)
 )
 @click.option(
     "--discovery/--no-discovery",
-    default=True,
+    default=None,
     envvar="ZBROKER_DISCOVERY",
-    show_default=True,
-    help="Find and link nodes of the same group on the LAN by mDNS.",
+    help="Find and link nodes of the same group on the LAN by mDNS "
+    "[default: on when --host is not a loopback address].",
 )
 @click.option(
     "--interface",
@@ -170,6 +170,7 @@ def start(
 ) -> None:
     """Run a broker node in the foreground until Ctrl-C or SIGTERM."""
     config = load_config(config_file) if config_file else NodeConfig()
+    file_keys = _file_keys(config_file)
     given = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
     overrides = {
         name: value
@@ -181,6 +182,9 @@ def start(
     if interfaces:
         overrides["interfaces"] = interfaces
     config = config.replace(source="command line", **overrides)
+    if ctx.get_parameter_source("discovery") not in given and "discovery" not in file_keys:
+        # a node reachable only on loopback has nobody to discover: mDNS stays off then
+        config = config.replace(discovery=not _is_loopback(config.host))
     logging.basicConfig(
         level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -205,6 +209,27 @@ def start(
     finally:
         broker.stop()
         click.echo("zbroker node stopped", err=True)
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _file_keys(config_file: Path | None) -> set[str]:
+    """Which NodeConfig fields the config file sets (for the discovery default)."""
+    if config_file is None:
+        return set()
+    import tomllib
+
+    data = tomllib.loads(config_file.read_text("utf-8"))
+    return {"discovery"} if "enabled" in data.get("discovery", {}) else set()
 
 
 def _parse_headers(values: tuple[str, ...]) -> dict[str, Any] | None:

@@ -895,28 +895,9 @@ def test_heartbeat_timeout_drops_the_link_of_a_killed_dialer(
 # -- real processes -------------------------------------------------------------------------------
 
 
-def _has_start_option(option: str) -> bool:
-    from zbroker.cli.main import start
-
-    return any(option in param.opts for param in start.params)
-
-
-PEER_MISSING = not _has_start_option("--peer")
-
 #: how a node process gets its links: ``zbroker start --peer URI`` (duplex, default
 #: options), or ``[[link]]`` tables in a config file (here with short heartbeats)
-LINKED_BY = [
-    pytest.param(
-        "peer",
-        marks=pytest.mark.xfail(
-            PEER_MISSING,
-            reason="BUG: `zbroker start` has no --peer option (README, config.peer_link and "
-            "links.py document `zbroker start --peer URI`)",
-            strict=True,
-        ),
-    ),
-    "config",
-]
+LINKED_BY = ["peer", "config"]
 
 
 def start_node(procs: Any, how: str, port: int, data_dir: Path, node_id: str, *peers: int) -> Any:

@@ -547,24 +547,7 @@ def test_simulate_missing_topology_file(tmp_path: Path) -> None:
 # -- start --peer (a real subprocess) -------------------------------------------------------------
 
 
-def _has_start_option(option: str) -> bool:
-    from zbroker.cli.main import start
-
-    return any(option in param.opts for param in start.params)
-
-
-def _missing_option(*options: str) -> pytest.MarkDecorator:
-    missing = [o for o in options if not _has_start_option(o)]
-    return pytest.mark.xfail(
-        bool(missing),
-        reason=f"BUG: `zbroker start` has no {'/'.join(missing)} option (the README documents "
-        "`zbroker start --peer URI`, ZBROKER_PEER and ZBROKER_GROUP)",
-        strict=True,
-    )
-
-
 @pytest.mark.slow
-@_missing_option("--peer")
 def test_start_peer_links_to_an_in_thread_broker(
     broker_factory: BrokerFactory,
     procs: Any,
@@ -619,7 +602,6 @@ def test_start_peer_links_to_an_in_thread_broker(
 
 
 @pytest.mark.slow
-@_missing_option("--group", "--peer")
 def test_start_group_mismatch_is_refused(
     broker_factory: BrokerFactory,
     procs: Any,

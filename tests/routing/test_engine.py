@@ -330,9 +330,7 @@ def test_one_way_link_adverts_and_messages() -> None:
     assert [x for s, x in w.sent if s == "D"] == [SendAdvert(link="L", full=True, entries=())]
     # ... the acceptor does
     assert w.entries_on("A", "L") == [("Y", "A", ("A",))]
-    assert a.interest() == [
-        {"pattern": "Y", "origin": "A", "path": [], "hops": 0, "link": None}
-    ]
+    assert a.interest() == [{"pattern": "Y", "origin": "A", "path": [], "hops": 0, "link": None}]
     assert route(d, "Y") == (frozenset(), [("L", ("A",), 1)])
     assert route(a, "X") == (frozenset(), [])
     # even if A held interest over the link, it can never send over it
@@ -373,9 +371,7 @@ def test_include_exclude_shape_adverts_and_routes() -> None:
         expected: list[Send] = [("L", ("B",), 1)] if crosses else []
         assert route(a, topic) == (frozenset(), expected), topic
     # B delivers whatever reaches it; filters only guard the link
-    assert b.local_matches("PRICE.STOCK.NYSE.IBM") == frozenset(
-        {"PRICE.>", "PRICE.STOCK.NYSE.*"}
-    )
+    assert b.local_matches("PRICE.STOCK.NYSE.IBM") == frozenset({"PRICE.>", "PRICE.STOCK.NYSE.*"})
 
 
 # -- static routes ------------------------------------------------------------------------
@@ -634,7 +630,7 @@ def test_interest_output_shape() -> None:
 
 
 def test_unsubscribe_everywhere_empties_every_table() -> None:
-    a, w = _star()
+    _, w = _star()
     for e in w.engines.values():
         e.handle(LocalUnsubscribe(pattern="X.>"))
     w.pump()

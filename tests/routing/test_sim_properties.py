@@ -79,11 +79,7 @@ def topologies(draw: st.DrawFn, max_nodes: int = 30) -> Topology:
 
     for i in range(1, n):  # a random spanning tree
         add(i, draw(st.integers(min_value=0, max_value=i - 1)))
-    extra = draw(
-        st.lists(
-            st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=n
-        )
-    )
+    extra = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=n))
     for i, j in extra:
         add(i, j)
     return Topology(n, edges)
@@ -115,20 +111,14 @@ def expected_frames(net: Network, source: str, topic: str) -> set[tuple[str, str
         nbrs.setdefault(d, []).append((a, ln))
         nbrs.setdefault(a, []).append((d, ln))
     reach = net.distances(source)
-    origins = {
-        n
-        for n in reach
-        if n != source and any(match(p, topic) for p in net.nodes[n].refs)
-    }
+    origins = {n for n in reach if n != source and any(match(p, topic) for p in net.nodes[n].refs)}
     out: set[tuple[str, str]] = set()
     for origin in origins:
         to_origin = net.distances(origin)
         at = source
         while at != origin:
             nxt, ln = min(
-                (peer, ln)
-                for peer, ln in nbrs[at]
-                if to_origin.get(peer, -1) == to_origin[at] - 1
+                (peer, ln) for peer, ln in nbrs[at] if to_origin.get(peer, -1) == to_origin[at] - 1
             )
             out.add((ln, f"{at}>{nxt}"))
             at = nxt
@@ -142,9 +132,7 @@ def assert_converged_tables(net: Network) -> None:
         if not node.alive:
             continue
         dist = net.distances(node_id)
-        want = {
-            (p, o): dist[o] for o in dist for p in net.nodes[o].refs
-        }
+        want = {(p, o): dist[o] for o in dist for p in net.nodes[o].refs}
         have = {(str(e["pattern"]), str(e["origin"])): e["hops"] for e in node.engine.interest()}
         assert have == want, node_id
         for e in node.engine.interest():
@@ -181,17 +169,14 @@ def publish_and_check(net: Network, data: st.DataObject, live: list[str]) -> Non
             if d.msg_id == msg_id:
                 assert d.hops == dist[d.node] == len(d.path)
                 assert match(d.pattern, topic)
-        crossings = {
-            (ln, way): n for (m, ln, way), n in net.stats.crossings.items() if m == msg_id
-        }
+        crossings = {(ln, way): n for (m, ln, way), n in net.stats.crossings.items() if m == msg_id}
         # no crossing twice, and every crossing is justified at its destination
         assert all(n == 1 for n in crossings.values())
         for _ln, way in crossings:
             dst = way.split(">")[1]
             engine = net.nodes[dst].engine
             assert engine.local_matches(topic) or any(
-                match(str(e["pattern"]), topic) and e["origin"] != dst
-                for e in engine.interest()
+                match(str(e["pattern"]), topic) and e["origin"] != dst for e in engine.interest()
             ), (src, topic, way)
         # and they are exactly the edges of the shortest-path tree
         assert set(crossings) == frames, (src, topic)

@@ -149,9 +149,7 @@ def test_ttl_1_chain() -> None:
     net.subscribe("C", "X")
     net.run()
     # C's interest is 2 hops from A: never advertised over a ttl-1 link
-    assert [(e["origin"], e["path"]) for e in net.nodes["A"].engine.interest()] == [
-        ("B", ["B"])
-    ]
+    assert [(e["origin"], e["path"]) for e in net.nodes["A"].engine.interest()] == [("B", ["B"])]
     m = publish(net, "A", "X")
     assert got(net, m) == {("B", sb): 1}
     assert frames_of(net, m) == {("A-B", "A>B"): 1}
@@ -307,9 +305,9 @@ def test_subscriber_leaving_empties_every_table() -> None:
     for node, sid in sids[:3]:
         net.unsubscribe(node, sid)
     net.run()
-    for node in net.nodes.values():
-        assert node.engine.interest() == []
-        assert node.engine.entry_count() == 0
+    for sim_node in net.nodes.values():
+        assert sim_node.engine.interest() == []
+        assert sim_node.engine.entry_count() == 0
     assert net.interest_entries() == 0
     m = publish(net, "A", "X.1")
     assert frames_of(net, m) == {}
@@ -333,8 +331,10 @@ def test_middle_node_killed_and_restarted() -> None:
     net.run()
     assert_tables_consistent(net)
     for n in "ABCD":
-        assert all(e["origin"] != "M" and "M" not in e["path"]  # type: ignore[operator]
-                   for e in net.nodes[n].engine.interest())
+        assert all(
+            e["origin"] != "M" and "M" not in e["path"]  # type: ignore[operator]
+            for e in net.nodes[n].engine.interest()
+        )
     m = publish(net, "A", "X")
     assert got(net, m) == {("B", sb): 1}
     assert hops_of(net, m) == {"B": 3}
