@@ -940,9 +940,14 @@ def main(argv: list[str] | None = None) -> int:
             _print_chain_run("chain", result["c_flood"][-1])
         result["c_paced"] = []
         if any(r["lost"] for r in result["c_flood"]):
-            # a run that lost messages ended early: pace from the runs that did not, if any
-            clean = [r for r in result["c_flood"] if not r["lost"]] or result["c_flood"]
-            for rate in _paced_rates(_median(clean)["delivered_rate"], CHAIN_TARGET_RATE):
+            # pace from the runs that lost nothing, if any; else from the best lossy run
+            clean = [r for r in result["c_flood"] if not r["lost"]]
+            base = (
+                _median(clean)["delivered_rate"]
+                if clean
+                else max(r["delivered_rate"] for r in result["c_flood"])
+            )
+            for rate in _paced_rates(base, CHAIN_TARGET_RATE):
                 log(f"(c) a flood run lost messages: paced run at {bn._fmt_rate(rate)} ...")
                 pr = run_chain(ctx, nodes, "paced", n, rate)
                 result["c_paced"].append(pr)

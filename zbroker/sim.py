@@ -39,6 +39,7 @@ from .routing import (
     LocalUnsubscribe,
     RoutingEngine,
 )
+from .routing.filters import LinkFilter
 from .topics import match
 
 __all__ = ["Delivery", "Network", "SimLink", "SimStats"]
@@ -334,28 +335,40 @@ class Network:
 
     # -- analysis ------------------------------------------------------------------------
 
-    def distances(self, source: str) -> dict[str, int]:
-        """Hop distances from ``source`` over live links in the direction messages flow."""
-        adj: dict[str, list[str]] = {}
+    def distances(self, source: str, topic: str | None = None) -> dict[str, int]:
+        """Hop distances from ``source`` over live links in the direction messages flow.
+
+        With ``topic``: only over links whose filters let it cross and within each link's
+        ttl (a message may cross a link as its hop number h if h <= ttl).
+        """
+        adj: dict[str, list[tuple[str, SimLink]]] = {}
         for link in self.links.values():
             if not (link.up and self._alive(link.dialer) and self._alive(link.acceptor)):
                 continue
-            adj.setdefault(link.dialer, []).append(link.acceptor)
+            adj.setdefault(link.dialer, []).append((link.acceptor, link))
             if link.duplex:
-                adj.setdefault(link.acceptor, []).append(link.dialer)
+                adj.setdefault(link.acceptor, []).append((link.dialer, link))
         dist = {source: 0}
         todo = deque([source])
         while todo:
             n = todo.popleft()
-            for m in adj.get(n, ()):
-                if m not in dist:
-                    dist[m] = dist[n] + 1
-                    todo.append(m)
+            hops = dist[n] + 1
+            for m, link in adj.get(n, ()):
+                if m in dist:
+                    continue
+                if topic is not None:
+                    f = LinkFilter(link.options.include, link.options.exclude)
+                    if hops > link.options.ttl or not f.allows_topic(topic):
+                        continue
+                dist[m] = hops
+                todo.append(m)
         return dist
 
     def expected_deliveries(self, source: str, topic: str) -> set[tuple[str, int]]:
-        """(node, subscriber) pairs that should receive a message published at ``source``."""
-        reach = self.distances(source)
+        """(node, subscriber) pairs that should receive a message published at ``source``:
+        subscribers matching ``topic`` on nodes it can reach through the links' filters and
+        within their ttls."""
+        reach = self.distances(source, topic)
         return {
             (n, sid)
             for n in reach

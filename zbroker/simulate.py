@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import _check_patterns, validate_broker_id
-from .errors import ConfigError
+from .errors import ConfigError, InvalidTopic
 from .routing import LinkOptions
 from .sim import Network
 from .topics import validate_pattern, validate_topic
@@ -75,17 +75,53 @@ class SimulationReport:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def _opt(table: dict[str, Any], where: str) -> LinkOptions:
-    known = {"from", "to", "name", "duplex", "ttl", "conduit", "include", "exclude", "static"}
-    unknown = set(table) - known
+def _table(value: Any, where: str, known: set[str]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: must be a table, not {type(value).__name__}")
+    unknown = set(value) - known
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
-    ttl = table.get("ttl", LinkOptions().ttl)
-    if type(ttl) is not int or not 1 <= ttl <= 255:
-        raise ConfigError(f"{where}: ttl {ttl!r} is not an integer in 1..255")
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(sorted(unknown))} "
+            f"(known: {', '.join(sorted(known))})"
+        )
+    return value
+
+
+def _tables(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: must be an array of tables ([[...]])")
+    return value
+
+
+def _int(value: Any, where: str, lo: int, hi: int = 10**9) -> int:
+    if type(value) is not int or not lo <= value <= hi:
+        raise ConfigError(f"{where}: {value!r} is not an integer in {lo}..{hi}")
+    return value
+
+
+def _flag(value: Any, where: str) -> bool:
+    if type(value) is not bool:
+        raise ConfigError(f"{where}: {value!r} is not true or false")
+    return value
+
+
+def _checked(fn: Any, value: Any, where: str) -> str:
+    try:
+        result: str = fn(value)
+    except (InvalidTopic, ConfigError) as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    return result
+
+
+def _opt(table: dict[str, Any], where: str) -> LinkOptions:
+    _table(
+        table,
+        where,
+        {"from", "to", "name", "duplex", "ttl", "conduit", "include", "exclude", "static"},
+    )
     return LinkOptions(
-        ttl=ttl,
-        conduit=bool(table.get("conduit", True)),
+        ttl=_int(table.get("ttl", LinkOptions().ttl), f"{where}: ttl", 1, 255),
+        conduit=_flag(table.get("conduit", True), f"{where}: conduit"),
         include=_check_patterns(table.get("include", []), f"{where}: include"),
         exclude=_check_patterns(table.get("exclude", []), f"{where}: exclude"),
         static=_check_patterns(table.get("static", []), f"{where}: static"),
@@ -100,6 +136,8 @@ def load_topology(path: str | Path) -> dict[str, Any]:
         data = tomllib.loads(p.read_text("utf-8"))
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read topology: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: not valid TOML: {exc}") from exc
     unknown = set(data) - {"simulation", "node", "link", "publish", "random"}
@@ -112,9 +150,19 @@ def load_topology(path: str | Path) -> dict[str, Any]:
 def _random_topology(
     net: Network, spec: dict[str, Any], rng: random.Random, src: str
 ) -> tuple[list[tuple[str, str]], list[str]]:
-    n = int(spec.get("nodes", 10))
-    if n < 1:
-        raise ConfigError(f"{src}: [random] nodes must be >= 1")
+    where = f"{src}: [random]"
+    _table(spec, where, {"nodes", "extra_links", "subscriptions", "publishes", "segments"})
+    n = _int(spec.get("nodes", 10), f"{where} nodes", 1, 100_000)
+    for key in ("extra_links", "subscriptions", "publishes"):
+        if key in spec:
+            _int(spec[key], f"{where} {key}", 0, 10_000_000)
+    segments = spec.get("segments", ["A", "B", "C", "D"])
+    if not isinstance(segments, list) or not segments:
+        raise ConfigError(f"{where} segments must be a non-empty list")
+    for seg in segments:
+        _checked(validate_topic, seg, f"{where} segments")
+        if "." in seg:
+            raise ConfigError(f"{where} segments: {seg!r} is not a single segment")
     ids = [f"n{i:03d}" for i in range(n)]
     for i in ids:
         net.add_node(i)
@@ -160,46 +208,70 @@ def _rss() -> int:
 def run_simulation(topology: dict[str, Any]) -> SimulationReport:
     """Build the network, converge, publish, and measure."""
     src = topology.get("_source", "topology")
-    sim = topology.get("simulation", {})
-    seed = int(sim.get("seed", 0))
-    lo, hi = sim.get("delay_ms", [1, 5])
+    sim = _table(topology.get("simulation", {}), f"{src}: [simulation]", {"seed", "delay_ms"})
+    seed = _int(sim.get("seed", 0), f"{src}: simulation.seed", 0, 2**63)
+    delay = sim.get("delay_ms", [1, 5])
+    if (
+        not isinstance(delay, list)
+        or len(delay) != 2
+        or not all(type(d) in (int, float) and d >= 0 for d in delay)
+        or delay[0] > delay[1]
+    ):
+        raise ConfigError(f"{src}: simulation.delay_ms: {delay!r} is not [low, high] milliseconds")
+    lo, hi = delay
     rng = random.Random(seed)
     t0 = time.perf_counter()
     net = Network(seed=seed, delay=(lo / 1000.0, hi / 1000.0))
-    for i, node in enumerate(topology.get("node", [])):
-        validate_broker_id(node.get("id"), f"{src}: node #{i + 1} id")
-        net.add_node(node["id"])
-    for i, link in enumerate(topology.get("link", [])):
+    subs: list[tuple[str, str]] = []
+    for i, node in enumerate(_tables(topology.get("node", []), f"{src}: [[node]]")):
+        where = f"{src}: node #{i + 1}"
+        _table(node, where, {"id", "subscribe"})
+        node_id = _checked(validate_broker_id, node.get("id"), f"{where}: id")
+        if node_id in net.nodes:
+            raise ConfigError(f"{where}: node {node_id!r} is declared twice")
+        net.add_node(node_id)
+        patterns = node.get("subscribe", [])
+        if not isinstance(patterns, list):
+            raise ConfigError(f"{where}: subscribe must be a list of patterns")
+        for pattern in patterns:
+            subs.append((node_id, _checked(validate_pattern, pattern, f"{where}: subscribe")))
+    for i, link in enumerate(_tables(topology.get("link", []), f"{src}: [[link]]")):
         where = f"{src}: link #{i + 1}"
+        options = _opt(link, where)
         for end in ("from", "to"):
             if link.get(end) not in net.nodes:
                 raise ConfigError(f"{where}: {end} {link.get(end)!r} is not a declared node")
+        name = link.get("name")
+        if name is not None:
+            _checked(validate_broker_id, name, f"{where}: name")
+        if (name or f"{link['from']}-{link['to']}") in net.links:
+            raise ConfigError(
+                f"{where}: a link named {name or link['from'] + '-' + link['to']!r} exists"
+            )
         net.add_link(
             link["from"],
             link["to"],
-            link.get("name"),
-            duplex=bool(link.get("duplex", True)),
-            options=_opt(link, where),
+            name,
+            duplex=_flag(link.get("duplex", True), f"{where}: duplex"),
+            options=options,
         )
-    subs: list[tuple[str, str]] = []
     pubs_by_node: list[tuple[str, str]] = []
-    for node in topology.get("node", []):
-        for pattern in node.get("subscribe", []):
-            validate_pattern(pattern)
-            subs.append((node["id"], pattern))
     random_topics: list[str] = []
     if "random" in topology:
         rsubs, random_topics = _random_topology(net, topology["random"], rng, src)
         subs.extend(rsubs)
-    for i, pub in enumerate(topology.get("publish", [])):
+    for i, pub in enumerate(_tables(topology.get("publish", []), f"{src}: [[publish]]")):
+        where = f"{src}: publish #{i + 1}"
+        _table(pub, where, {"node", "topic", "count"})
         if pub.get("node") not in net.nodes:
-            raise ConfigError(f"{src}: publish #{i + 1}: node {pub.get('node')!r} is not declared")
-        validate_topic(pub.get("topic"))
-        pubs_by_node.extend([(pub["node"], pub["topic"])] * int(pub.get("count", 1)))
+            raise ConfigError(f"{where}: node {pub.get('node')!r} is not declared")
+        topic = _checked(validate_topic, pub.get("topic"), f"{where}: topic")
+        count = _int(pub.get("count", 1), f"{where}: count", 1, 10_000_000)
+        pubs_by_node.extend([(pub["node"], topic)] * count)
     node_ids = sorted(net.nodes)
-    pubs_by_node.extend((rng.choice(node_ids), t) for t in random_topics)
     if not node_ids:
-        raise ConfigError(f"{src}: no nodes")
+        raise ConfigError(f"{src}: no nodes (declare [[node]] tables or a [random] table)")
+    pubs_by_node.extend((rng.choice(node_ids), t) for t in random_topics)
 
     net.run()  # links up
     before = _rss()
@@ -215,13 +287,14 @@ def run_simulation(topology: dict[str, Any]) -> SimulationReport:
 
     expected = 0
     non_shortest = 0
-    dists: dict[str, dict[str, int]] = {}
+    dists: dict[tuple[str, str], dict[str, int]] = {}
     for node_id, topic in pubs_by_node:
         first = len(net.deliveries)
         net.publish(node_id, topic)
         expected += len(net.expected_deliveries(node_id, topic))
         net.run()
-        dist = dists.get(node_id) or dists.setdefault(node_id, net.distances(node_id))
+        key = (node_id, topic)
+        dist = dists.get(key) or dists.setdefault(key, net.distances(node_id, topic))
         for d in net.deliveries[first:]:
             if d.hops != dist.get(d.node, -1):
                 non_shortest += 1
