@@ -1209,7 +1209,7 @@ def print_summary(result: dict[str, Any]) -> None:
         ),
     ]
     print()
-    print("=" * 108)
+    print("=" * 110)
     print("zbroker single-node benchmark: summary")
     print(f"date      {m['date']}")
     print(
@@ -1229,11 +1229,11 @@ def print_summary(result: dict[str, Any]) -> None:
         f"latency {result['latency_rate']:,.0f} msg/s for {result['latency_seconds']:g} s; "
         f"elapsed {s['elapsed_s']:.1f} s"
     )
-    print("-" * 108)
-    print(f"{'figure':<42}{'measured':<34}{'target':<28}result")
+    print("-" * 110)
+    print(f"{'figure':<42}{'measured':<36}{'target':<28}result")
     for name, val, target, verdict in rows:
-        print(f"{name:<42}{val:<34}{target:<28}{verdict}".rstrip())
-    print("=" * 108)
+        print(f"{name:<42}{val:<36}{target:<28}{verdict}".rstrip())
+    print("=" * 110)
 
 
 if __name__ == "__main__":

@@ -36,11 +36,14 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def format_message_json(msg: Message) -> str:
-    """One JSON object: topic, pattern, id, timestamp, headers, payload, payload_encoding."""
+def format_message_json(msg: Message, log_seq: int | None = None) -> str:
+    """One JSON object: topic, pattern, id, timestamp, headers, payload, payload_encoding
+    (and log_seq for messages read from the retention log)."""
     payload, encoding = payload_for_json(msg)
+    extra = {} if log_seq is None else {"log_seq": log_seq}
     return json.dumps(
         {
+            **extra,
             "topic": msg.topic,
             "pattern": msg.pattern,
             "id": str(msg.id),

@@ -261,6 +261,14 @@ def _parse_headers(values: tuple[str, ...]) -> dict[str, Any] | None:
     help="Messages per second (default: as fast as possible).",
 )
 @click.option("--header", "-H", "headers", multiple=True, help="Header KEY=VALUE (repeatable).")
+@click.option(
+    "--persistent", is_flag=True, help="Send as persistent: the node stores it before confirming."
+)
+@click.option(
+    "--confirm",
+    is_flag=True,
+    help="Wait for the node's confirmation of each (implies --persistent).",
+)
 @_timeout_option()
 def pub(
     topic: str,
@@ -269,6 +277,8 @@ def pub(
     count: int,
     rate: float | None,
     headers: tuple[str, ...],
+    persistent: bool,
+    confirm: bool,
     timeout: float,
     interfaces: tuple[str, ...],
 ) -> None:
@@ -288,6 +298,8 @@ def pub(
                 yield data
 
     sent = 0
+    confirmed = 0
+    futures = []
     with _client(broker, timeout, interfaces, publish_timeout=timeout) as client:
         start_t = time.monotonic()
         for payload in payloads():
@@ -295,9 +307,22 @@ def pub(
                 delay = start_t + sent / rate - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-            client.publish(topic, payload, headers=hdrs)
+            if persistent or confirm:
+                # confirmations are awaited together at the end: the node batches commits
+                futures.append(client.publish(topic, payload, headers=hdrs, persistent=True))
+            else:
+                client.publish(topic, payload, headers=hdrs)
             sent += 1
-    click.echo(f"published {sent} message(s) to {topic}", err=True)
+        for fut in futures:
+            try:
+                fut.result(timeout)
+            except Exception as exc:
+                raise click.ClickException(
+                    f"{confirmed} of {sent} message(s) confirmed; then: {exc or 'no answer'}"
+                ) from exc
+            confirmed += 1
+    note = f", {confirmed} confirmed stored" if futures else ""
+    click.echo(f"published {sent} message(s) to {topic}{note}", err=True)
 
 
 @cli.command()
@@ -360,6 +385,51 @@ def status(broker: str, as_json: bool, timeout: float, interfaces: tuple[str, ..
     with _client(broker, timeout, interfaces) as client:
         st = client.status()
     click.echo(json.dumps(st, indent=2) if as_json else format_status(st))
+
+
+@cli.command()
+@click.argument("pattern", default=">")
+@_broker_option()
+@click.option(
+    "--from",
+    "start",
+    type=click.IntRange(min=0),
+    default=None,
+    help="First sequence [default: the oldest retained].",
+)
+@click.option(
+    "--to",
+    "end",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Stop before this sequence [default: the newest + 1].",
+)
+@click.option("--limit", type=click.IntRange(min=1), default=100_000, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line (with log_seq).")
+@_timeout_option()
+def replay(
+    pattern: str,
+    broker: str,
+    start: int | None,
+    end: int | None,
+    limit: int,
+    as_json: bool,
+    timeout: float,
+    interfaces: tuple[str, ...],
+) -> None:
+    """Print messages of the node's retention log matching PATTERN, by sequence range."""
+    from zbroker.topics import validate_pattern
+
+    validate_pattern(pattern)
+    with _client(broker, timeout, interfaces) as client:
+        first, last = client.log_range()
+        msgs = client.read(pattern, first if start is None else start, end, limit)
+    for msg in msgs:
+        if as_json:
+            click.echo(format_message_json(msg, log_seq=msg.log_seq))
+        else:
+            click.echo(f"{msg.log_seq} {format_message_text(msg)}")
+    click.echo(f"{len(msgs)} message(s); log holds {first}..{last}", err=True)
 
 
 @cli.command()

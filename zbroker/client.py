@@ -200,6 +200,7 @@ class Message:
     __slots__ = (
         "headers",
         "incarnation",
+        "log_seq",
         "origin",
         "pattern",
         "payload",
@@ -222,7 +223,9 @@ class Message:
         timestamp: float,
         pattern: str,
         raw: bytes,
+        log_seq: int | None = None,
     ) -> None:
+        self.log_seq = log_seq  # retention-log sequence (messages from Client.read)
         self.topic = topic
         self.payload = payload
         self.payload_type = payload_type
@@ -395,14 +398,27 @@ class Client:
         return str(self.hello["broker_id"])
 
     def publish(
-        self, topic: str, payload: Any = b"", headers: dict[str, Any] | None = None
-    ) -> None:
+        self,
+        topic: str,
+        payload: Any = b"",
+        headers: dict[str, Any] | None = None,
+        *,
+        persistent: bool = False,
+        confirm: bool = False,
+    ) -> Any:
         """Publish ``payload`` on ``topic``.
 
         ``bytes`` (or bytearray/memoryview) travel as they are; any other msgpack-able value
         is encoded and subscribers receive it decoded (``Message.payload_type`` tells them
         which). Raises InvalidTopic/ReservedTopic, PayloadError, PublishTimeout, ClientClosed.
+
+        ``persistent=True`` sends the message as a request that the node answers once its
+        store has committed it (retained topics are then on disk): the call returns a
+        ``Future`` of that confirmation, or, with ``confirm=True``, waits for it and returns
+        it (``{"id": [origin, incarnation, seq], "retained_seq": n or None}``).
         """
+        if persistent or confirm:
+            return self._publish_persistent(topic, payload, headers, wait=confirm)
         if self._closed:
             raise ClientClosed("client is closed")
         head = self._topic_heads.get(topic)
@@ -461,6 +477,65 @@ class Client:
                     f"{self.publish_timeout:g} s (it is down or overloaded)"
                 )
             self._push.poll(int(min(left, 0.05) * 1000) + 1, zmq.POLLOUT)
+
+    def _publish_persistent(
+        self, topic: str, payload: Any, headers: dict[str, Any] | None, *, wait: bool
+    ) -> Any:
+        validate_publish_topic(topic)
+        if isinstance(payload, bytes | bytearray | memoryview):
+            raw, fmt = bytes(payload), wire.FMT_BYTES
+        else:
+            try:
+                raw, fmt = msgpack.packb(payload), wire.FMT_MSGPACK
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise PayloadError(f"payload cannot be encoded with msgpack: {exc}") from exc
+        if headers is not None and (
+            not isinstance(headers, dict) or not all(isinstance(k, str) for k in headers)
+        ):
+            raise PayloadError("headers must be a dict with string keys")
+        body = {"topic": topic, "payload": raw, "fmt": fmt, "headers": headers}
+        fut = self._command("req", (wire.PUBLISH, body))
+        if not wait:
+            return fut
+        try:
+            return fut.result(self.publish_timeout)
+        except FutureTimeout:
+            raise PublishTimeout(
+                f"node at {self.address} did not confirm the message within "
+                f"{self.publish_timeout:g} s"
+            ) from None
+
+    def read(
+        self, pattern: str = ">", start_seq: int = 1, end_seq: int | None = None, limit: int = 1000
+    ) -> list[Message]:
+        """Messages of the node's retention log with ``start_seq <= seq < end_seq`` (None:
+        up to the newest) whose topic matches ``pattern``, oldest first, at most ``limit``.
+        Each has ``log_seq``. Sequences that expired from the log are simply absent: compare
+        ``start_seq`` with :meth:`log_range` to detect it."""
+        validate_pattern(pattern)
+        out: list[Message] = []
+        start = start_seq
+        while len(out) < limit:
+            body = {"pattern": pattern, "start": start, "limit": min(limit - len(out), 10_000)}
+            if end_seq is not None:
+                body["end"] = end_seq
+            reply = self.request(wire.READ, body)
+            for seq, topic, raw, fmt, headers, origin, inc, oseq, ts in reply["rows"]:
+                msg = _message(pattern, [topic, raw, fmt, headers, origin, inc, oseq, ts])
+                msg.log_seq = seq
+                out.append(msg)
+            nxt = int(reply["next"])
+            if not reply["rows"] or nxt >= (
+                end_seq if end_seq is not None else reply["last_seq"] + 1
+            ):
+                break
+            start = nxt
+        return out
+
+    def log_range(self) -> tuple[int, int]:
+        """(first, last) sequence of the node's retention log; first > last when empty."""
+        reply = self.request(wire.READ, {"pattern": ">", "start": 0, "end": 0, "limit": 1})
+        return int(reply["first_seq"]), int(reply["last_seq"])
 
     def _publish_fanout(self, frame: bytes) -> None:
         deadline = time.monotonic() + self.publish_timeout

@@ -25,6 +25,10 @@ File layout (all keys optional)::
     [discovery.link_defaults]     # options of links made to discovered peers
     ttl = 8
 
+    [[retain]]                    # keep matching messages in the retention log
+    pattern = "TRADES.>"
+    max_msgs = 1000000            # 0 = unbounded; also max_bytes, max_age (seconds)
+
     [[link]]                      # one table per link this node dials (see LinkConfig)
     name = "to-b"
     uri = "tcp://10.0.0.2:7100"
@@ -59,12 +63,14 @@ from .const import (
 )
 from .errors import ConfigError, InvalidTopic
 from .routing import DEFAULT_TTL, LinkOptions
+from .store import RetainRule
 from .topics import validate_pattern
 
 __all__ = [
     "LOG_LEVELS",
     "LinkConfig",
     "NodeConfig",
+    "RetainRule",
     "default_data_dir",
     "load_config",
     "peer_link",
@@ -201,6 +207,10 @@ class NodeConfig:
     interfaces: tuple[str, ...] = ()
     #: LinkConfig options (no name/uri) for links made to discovered peers
     discovery_link_defaults: dict[str, Any] = field(default_factory=dict)
+    #: retention log rules (topics kept in the store, readable by sequence range)
+    retain: tuple[RetainRule, ...] = ()
+    #: fsync every store commit (survives power loss, not only a killed process)
+    fsync: bool = False
     #: where the values came from, for error messages ("file.toml", "keyword", ...)
     source: str = field(default="keyword", compare=False)
 
@@ -243,6 +253,25 @@ class NodeConfig:
                 ) from exc
         object.__setattr__(self, "interfaces", interfaces)
         self.discovered_link("check", "tcp://127.0.0.1:1")  # validates the defaults
+        retain = tuple(self.retain)
+        seen: set[str] = set()
+        for i, rule in enumerate(retain):
+            where = f"{src}: retain #{i + 1}"
+            if not isinstance(rule, RetainRule):
+                raise ConfigError(f"{where}: {rule!r} is not a RetainRule")
+            try:
+                validate_pattern(rule.pattern)
+            except InvalidTopic as exc:
+                raise ConfigError(f"{where}: {exc}") from exc
+            if rule.pattern in seen:
+                raise ConfigError(f"{where}: pattern {rule.pattern!r} appears twice")
+            seen.add(rule.pattern)
+            _check_int(rule.max_msgs, f"{where}: max_msgs", 0, 1 << 62)
+            _check_int(rule.max_bytes, f"{where}: max_bytes", 0, 1 << 62)
+            _check_float(rule.max_age, f"{where}: max_age", 0, 10 * 365 * 86400)
+        object.__setattr__(self, "retain", retain)
+        if type(self.fsync) is not bool:
+            raise ConfigError(f"{src}: node.fsync must be true or false")
 
     def discovered_link(self, name: str, uri: str) -> LinkConfig:
         """A LinkConfig for a link to a discovered peer: the discovery defaults applied."""
@@ -284,6 +313,7 @@ _SCHEMA: dict[str, dict[str, str]] = {
         "data_dir": "data_dir",
         "log_level": "log_level",
         "group": "group",
+        "fsync": "fsync",
     },
     "limits": {"max_frame_bytes": "max_frame_bytes", "hwm": "hwm"},
 }
@@ -298,6 +328,9 @@ def config_from_mapping(data: dict[str, Any], source: str) -> NodeConfig:
             continue
         if table == "discovery":
             kwargs.update(_discovery_from_toml(value, source))
+            continue
+        if table == "retain":
+            kwargs["retain"] = _retain_from_toml(value, source)
             continue
         keys = _SCHEMA.get(table)
         if keys is None:
@@ -342,6 +375,32 @@ def _links_from_toml(value: Any, source: str) -> tuple[LinkConfig, ...]:
                 raise ConfigError(f"{source}: [[link]] #{i + 1}: missing key {required!r}")
         links.append(LinkConfig(source=source, **item))
     return tuple(links)
+
+
+def _retain_from_toml(value: Any, source: str) -> tuple[RetainRule, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{source}: retention rules are written as [[retain]] tables")
+    rules = []
+    known = {"pattern", "max_msgs", "max_bytes", "max_age"}
+    for i, item in enumerate(value):
+        where = f"{source}: [[retain]] #{i + 1}"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where} is not a table")
+        unknown = set(item) - known
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+        if "pattern" not in item:
+            raise ConfigError(f"{where}: missing key 'pattern'")
+        age = item.get("max_age", 0.0)
+        rules.append(
+            RetainRule(
+                pattern=item["pattern"],
+                max_msgs=item.get("max_msgs", 0),
+                max_bytes=item.get("max_bytes", 0),
+                max_age=float(age) if type(age) in (int, float) else age,
+            )
+        )
+    return tuple(rules)
 
 
 def _discovery_from_toml(value: Any, source: str) -> dict[str, Any]:

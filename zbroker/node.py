@@ -62,6 +62,7 @@ from .routing import (
     LocalUnsubscribe,
     RoutingEngine,
 )
+from .store import Store
 from .topics import patterns_overlap, validate_pattern, validate_publish_topic, validate_topic
 
 __all__ = ["Node", "format_endpoint"]
@@ -155,6 +156,10 @@ class Node:
         self._by_engine_id: dict[str, Link] = {}
         self._dirty: list[Link] = []  # links with a non-empty outbox
         self._discovered: dict[str, dict[str, Any]] = {}  # peer id -> mDNS record
+        self._xpub_patterns: set[str] = set()  # patterns clients subscribe to
+        self._retain_patterns = {rule.pattern for rule in config.retain}
+        self.store: Store | None = None
+        self._confirms: list[tuple[bytes, int, dict[str, Any]]] = []  # after the next commit
         self._discovery: Discovery | None = None
         self._discovery_endpoint = f"inproc://zbroker-disc-{uuid.uuid4().hex}"
         self._next_tick = 0.0
@@ -198,9 +203,15 @@ class Node:
                 s.setsockopt(zmq.IPV6, 1)
         try:
             self._bind_ports(cfg.host, cfg.port)
+            self.store = Store(
+                self.identity.data_dir / "store.sqlite3", cfg.retain, fsync=cfg.fsync
+            )
         except BaseException:
             self.close()
             raise
+        for pattern in sorted(self._retain_patterns):
+            # a retention rule is local interest: the network brings its topics here
+            self.engine.handle(LocalSubscribe(pattern=pattern))
 
     def _bind_ports(self, host: str, port: int) -> None:
         if port:
@@ -251,6 +262,9 @@ class Node:
                 link.socket = None
         for s in getattr(self, "_sockets", []):
             s.close()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
 
     @property
     def endpoints(self) -> dict[str, str]:
@@ -291,6 +305,8 @@ class Node:
             if self._dirty:
                 self._flush_outboxes()
             self._flush_adverts()
+            if (self.store is not None and self.store.commit()) or self._confirms:
+                self._send_confirms()
             now = time.monotonic()
             if now >= self._next_tick:
                 self._next_tick = now + TICK_INTERVAL
@@ -325,6 +341,10 @@ class Node:
         noblock = zmq.NOBLOCK
         now = time.time
         limit = self.config.max_frame_bytes
+        store = self.store
+        retaining = store is not None and bool(store.rules)
+        retain_rule = store.retain_rule if store is not None else _no_rule
+        retain = store.retain if store is not None else _no_retain
         seq = self.seq
         delivered = 0
         received = 0
@@ -370,6 +390,10 @@ class Node:
                 seq += 1
                 received += 1
                 ts = now()
+                if retaining:
+                    rule = retain_rule(topic)
+                    if rule is not None:
+                        retain(rule, topic, payload, fmt, headers, origin, inc, seq, ts)
                 if engine.links:
                     patterns, sends = route(topic, (), None)
                     if sends:
@@ -429,10 +453,13 @@ class Node:
             except (UnicodeDecodeError, InvalidTopic) as exc:
                 self._bad("subscriber", "bad_pattern", str(exc))
                 continue
-            event = (
-                LocalSubscribe(pattern=pattern) if subscribe else LocalUnsubscribe(pattern=pattern)
-            )
-            self.engine.handle(event)
+            if subscribe:
+                self._xpub_patterns.add(pattern)
+                self.engine.handle(LocalSubscribe(pattern=pattern))
+            else:
+                self._xpub_patterns.discard(pattern)
+                if pattern not in self._retain_patterns:  # retention keeps its interest
+                    self.engine.handle(LocalUnsubscribe(pattern=pattern))
             log.debug("local interest %s %s", "+" if subscribe else "-", pattern)
 
     def _on_control(self) -> None:
@@ -466,6 +493,9 @@ class Node:
                 self._bad(self._source(ident), exc.reason, exc.detail)
                 continue
             _, req_id, req = value
+            if op == wire.PUBLISH:
+                self._control_publish(ident, req_id, req)
+                continue
             reply = self._control_reply(op, req)
             if reply is None:
                 self._bad(self._source(ident), "unknown_op", f"op {op}")
@@ -493,6 +523,8 @@ class Node:
             return op, {}
         if op == wire.PEERS:
             return op, {"peers": self.peers()}
+        if op == wire.READ:
+            return self._read(body)
         if op == wire.ROUTES:
             pattern = body.get("pattern")
             routes = self.engine.interest()
@@ -656,6 +688,7 @@ class Node:
         send = self.deliver.send
         encode = wire.encode_delivery_body
         check = wire.check_link_msg
+        store = self.store
         link.msgs_in += len(batch)
         for m in batch:
             try:
@@ -678,6 +711,10 @@ class Node:
                 continue
             if seen(origin, inc, seq):
                 continue
+            if store is not None and store.rules:
+                rule = store.retain_rule(topic)
+                if rule is not None:
+                    store.retain(rule, topic, payload, fmt, headers, origin, inc, seq, ts)
             patterns, sends = route(topic, tuple(path), None if targets is None else tuple(targets))
             if sends:
                 self._enqueue(
@@ -1180,6 +1217,100 @@ class Node:
             e["found_by"].sort()
         return sorted(peers.values(), key=lambda e: e["id"])
 
+    # -- persistent publish and the retention log -------------------------------------------
+
+    def _control_publish(self, ident: bytes, req_id: int, req: dict[str, Any]) -> None:
+        """A publish sent as a request (``persistent``): handled like any publish, and
+        confirmed only after the end-of-pass commit that stores it."""
+        topic, payload, fmt, headers = (
+            req.get("topic"),
+            req.get("payload"),
+            req.get("fmt", 0),
+            req.get("headers"),
+        )
+        try:
+            if type(topic) is not str or type(payload) is not bytes or fmt not in (0, 1):
+                raise ProtocolError("bad_type", "PUBLISH needs topic, payload bytes and fmt")
+            if headers is not None and (
+                type(headers) is not dict or not all(type(k) is str for k in headers)
+            ):
+                raise ProtocolError("bad_type", "headers must be a map with string keys")
+            validate_publish_topic(topic)
+        except (ProtocolError, InvalidTopic) as exc:
+            self._bad(self._source(ident), getattr(exc, "reason", "bad_topic"), str(exc))
+            self._send_control(ident, wire.ERROR, req_id, {"message": str(exc)})
+            return
+        self.seq += 1
+        self.received += 1
+        seq, ts, me, inc = self.seq, time.time(), self.broker_id, self.incarnation
+        stored = None
+        if self.store is not None:
+            rule = self.store.retain_rule(topic)
+            if rule is not None:
+                stored = self.store.retain(rule, topic, payload, fmt, headers, me, inc, seq, ts)
+        patterns, sends = self.engine.route(topic, (), None)
+        if sends:
+            self._enqueue(sends, [topic, payload, fmt, headers, me, inc, seq, ts, [me], None])
+        if patterns:
+            body = wire.encode_delivery_body(topic, payload, fmt, headers, me, inc, seq, ts)
+            self._deliver_local(patterns, body)
+        self._confirms.append((ident, req_id, {"id": [me, inc, seq], "retained_seq": stored}))
+
+    def _deliver_local(self, patterns: frozenset[str], body: bytes) -> None:
+        for pattern in patterns:
+            pfx = self._prefix.get(pattern)
+            if pfx is None:
+                pfx = self._prefix[pattern] = pattern.encode() + b"\0"
+            try:
+                self.deliver.send(pfx + body, zmq.NOBLOCK)
+                self.delivered += 1
+            except zmq.Again:
+                self._drop("subscriber_queue_full")
+
+    def _send_confirms(self) -> None:
+        confirms = self._confirms
+        self._confirms = []
+        for ident, req_id, body in confirms:
+            self._send_control(ident, wire.PUBLISH, req_id, body)
+
+    def _read(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """A range of the retention log: ``start <= seq < end``, matching ``pattern``."""
+        store = self.store
+        if store is None:
+            return wire.ERROR, {"message": "this node has no store"}
+        pattern = body.get("pattern", ">")
+        start = body.get("start", 1)
+        end = body.get("end")
+        limit = body.get("limit", 1000)
+        try:
+            validate_pattern(pattern)
+        except InvalidTopic as exc:
+            return wire.ERROR, {"message": str(exc)}
+        if type(start) is not int or start < 0 or (end is not None and type(end) is not int):
+            return wire.ERROR, {"message": "start and end must be integer sequence numbers"}
+        if type(limit) is not int or not 1 <= limit <= 100_000:
+            return wire.ERROR, {"message": "limit must be an integer in 1..100000"}
+        store.commit()  # a reader sees everything received so far
+        from .topics import match as topic_match
+
+        def wanted(topic: str) -> bool:
+            return topic_match(pattern, topic)
+
+        rows = store.read(start, end, limit, None if pattern == ">" else wanted)
+        out = [
+            [seq, topic, payload, fmt, None if h is None else msgpack.unpackb(h), o, i, q, ts]
+            for seq, topic, payload, fmt, h, o, i, q, ts in rows
+        ]
+        upper = end if end is not None else store.last_seq + 1
+        if len(rows) >= limit:
+            upper = rows[-1][0] + 1  # more may follow: resume from here
+        return wire.READ, {
+            "rows": out,
+            "first_seq": store.first_seq(),
+            "last_seq": store.last_seq,
+            "next": upper,
+        }
+
     # -- accounting -----------------------------------------------------------------------
 
     def _drop(self, reason: str, n: int = 1) -> None:
@@ -1214,6 +1345,7 @@ class Node:
             },
             "subscriptions": {"count": len(patterns), "patterns": patterns},
             "links": [link.describe(now) for link in self._all_links()],
+            "store": self.store.stats() if self.store is not None else None,
             "discovery": {
                 "enabled": self._discovery is not None,
                 "interfaces": self._discovery.interfaces if self._discovery else [],
@@ -1232,6 +1364,14 @@ class Node:
 
 #: msgpack of (uint64 seq, float64 ts): the last two envelope fields, in one struct call
 _ENVELOPE_TAIL = struct.Struct(">BQBd")
+
+
+def _no_rule(topic: str) -> str | None:
+    return None
+
+
+def _no_retain(*args: Any) -> int:
+    return 0
 
 
 def _raw_send(sock: zmq.Socket[bytes]) -> Callable[[bytes, int], Any]:

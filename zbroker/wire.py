@@ -42,6 +42,13 @@ PING       3      request ``{}``; reply ``{}``
 ROUTES     4      request ``{pattern?: str}``; reply ``{routes: [{pattern, origin, path,
                   hops, link}]}``
 PEERS      5      request ``{}``; reply ``{peers: [{id, found_by, state, endpoint, links}]}``
+PUBLISH    6      request ``{topic, payload, fmt, headers}``: a persistent publish; the
+                  reply ``{id: [origin, incarnation, seq], retained_seq}`` comes after the
+                  node's store committed it
+READ       7      request ``{pattern, start, end?, limit}``: the retention log range
+                  ``start <= seq < end``; reply ``{rows: [[seq, topic, payload, fmt,
+                  headers, origin, incarnation, origin_seq, ts]], first_seq, last_seq,
+                  next}`` (``next``: where to continue)
 ERROR      15     reply ``{message: str}``
 =========  =====  ===========================================================
 
@@ -98,6 +105,8 @@ STATUS = 2
 PING = 3
 ROUTES = 4
 PEERS = 5
+PUBLISH = 6
+READ = 7
 ERROR = 15
 OPS = {
     HELLO: "HELLO",
@@ -105,6 +114,8 @@ OPS = {
     PING: "PING",
     ROUTES: "ROUTES",
     PEERS: "PEERS",
+    PUBLISH: "PUBLISH",
+    READ: "READ",
     ERROR: "ERROR",
 }
 

@@ -1,0 +1,247 @@
+"""The node's store: SQLite in the data directory (WAL mode, batched commits).
+
+What is kept here today:
+
+* the **retention log**: messages whose topic matches a configured ``retain`` pattern,
+  numbered by a per-node sequence (``seq``, gap-free, starting at 1), bounded per pattern by
+  ``max_msgs`` / ``max_bytes`` / ``max_age`` (oldest dropped first; what was dropped is
+  counted). Readable by range (``Client.read``, ``zbroker replay``).
+
+Writes are queued during a poll pass and committed once at its end (:meth:`Store.commit`),
+so a burst of messages costs one transaction; a persistent publish is confirmed only after
+the commit that holds it. WAL with ``synchronous=NORMAL`` survives a killed process (the
+WAL is replayed on open); ``synchronous=FULL`` (``fsync=True``) also survives power loss.
+
+The store is used by one thread only (the node's I/O thread).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from .sublist import Sublist
+
+__all__ = ["RetainRule", "Store"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS retained (
+    seq      INTEGER PRIMARY KEY,
+    rule     TEXT NOT NULL,
+    topic    TEXT NOT NULL,
+    payload  BLOB NOT NULL,
+    fmt      INTEGER NOT NULL,
+    headers  BLOB,
+    origin   TEXT NOT NULL,
+    inc      INTEGER NOT NULL,
+    oseq     INTEGER NOT NULL,
+    ts       REAL NOT NULL,
+    size     INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS retained_rule ON retained (rule, seq);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class RetainRule:
+    """Keep messages on topics matching ``pattern``; 0 means unbounded."""
+
+    pattern: str
+    max_msgs: int = 0
+    max_bytes: int = 0
+    max_age: float = 0.0
+
+
+Row = tuple[int, str, bytes, int, Any, str, int, int, float]
+
+
+class Store:
+    """SQLite-backed retention log for one node."""
+
+    def __init__(
+        self, path: Path, rules: tuple[RetainRule, ...] = (), *, fsync: bool = False
+    ) -> None:
+        self.path = path
+        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
+        self._db.executescript(_SCHEMA)
+        self.rules = {r.pattern: r for r in rules}
+        self._match: Sublist[str] = Sublist()
+        for r in rules:
+            self._match.insert(r.pattern, r.pattern)
+        row = self._db.execute("SELECT MAX(seq) FROM retained").fetchone()
+        stored = self._db.execute("SELECT value FROM meta WHERE key='last_seq'").fetchone()
+        # the sequence never goes back, even when the newest rows were trimmed away
+        self.last_seq = max(row[0] or 0, stored[0] if stored else 0)
+        self._pending: list[tuple[Any, ...]] = []
+        self._sizes: dict[str, list[int]] = {}  # rule -> [count, bytes] (lazy)
+        self.dropped: dict[str, int] = {}
+        self.retained = 0
+
+    def close(self) -> None:
+        self.commit()
+        self._db.close()
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def retain_rule(self, topic: str) -> str | None:
+        """The rule (pattern) that retains ``topic``, or None. The most specific rule wins
+        when several match (fewest wildcards, then longest)."""
+        rules = self._match.match(topic)
+        if not rules:
+            return None
+        if len(rules) == 1:
+            return next(iter(rules))
+        return min(rules, key=lambda p: (p.count("*") + p.count(">"), -len(p), p))
+
+    def retain(
+        self,
+        rule: str,
+        topic: str,
+        payload: bytes,
+        fmt: int,
+        headers: dict[str, Any] | None,
+        origin: str,
+        inc: int,
+        oseq: int,
+        ts: float,
+    ) -> int:
+        """Queue a message for the retention log; return its retention sequence."""
+        self.last_seq += 1
+        size = len(payload) + len(topic)
+        self._pending.append(
+            (
+                self.last_seq,
+                rule,
+                topic,
+                payload,
+                fmt,
+                None if headers is None else msgpack.packb(headers),
+                origin,
+                inc,
+                oseq,
+                ts,
+                size,
+            )
+        )
+        return self.last_seq
+
+    def commit(self) -> int:
+        """Write everything queued in one transaction, then apply the bounds. Returns the
+        number of rows written."""
+        if not self._pending:
+            return 0
+        rows = self._pending
+        self._pending = []
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            db.executemany("INSERT INTO retained VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+            db.execute(
+                "INSERT INTO meta(key, value) VALUES('last_seq', ?) "
+                "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                (self.last_seq,),
+            )
+            touched = {r[1] for r in rows}
+            for rule in touched:
+                self._trim(rule)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self.retained += len(rows)
+        return len(rows)
+
+    def _trim(self, rule_pattern: str) -> None:
+        rule = self.rules.get(rule_pattern)
+        if rule is None:
+            return
+        db = self._db
+        if rule.max_age:
+            cut = time.time() - rule.max_age
+            n = db.execute(
+                "DELETE FROM retained WHERE rule=? AND ts < ?", (rule_pattern, cut)
+            ).rowcount
+            self._count_drop("max_age", n)
+        if rule.max_msgs:
+            n = db.execute(
+                "DELETE FROM retained WHERE rule=? AND seq <= (SELECT seq FROM retained "
+                "WHERE rule=? ORDER BY seq DESC LIMIT 1 OFFSET ?)",
+                (rule_pattern, rule_pattern, rule.max_msgs),
+            ).rowcount
+            self._count_drop("max_msgs", n)
+        if rule.max_bytes:
+            total = db.execute(
+                "SELECT COALESCE(SUM(size),0) FROM retained WHERE rule=?", (rule_pattern,)
+            ).fetchone()[0]
+            if total > rule.max_bytes:
+                # drop oldest rows until the rest fits
+                cut_seq = None
+                acc = total
+                for seq, size in db.execute(
+                    "SELECT seq, size FROM retained WHERE rule=? ORDER BY seq", (rule_pattern,)
+                ):
+                    acc -= size
+                    cut_seq = seq
+                    if acc <= rule.max_bytes:
+                        break
+                if cut_seq is not None:
+                    n = db.execute(
+                        "DELETE FROM retained WHERE rule=? AND seq <= ?", (rule_pattern, cut_seq)
+                    ).rowcount
+                    self._count_drop("max_bytes", n)
+
+    def _count_drop(self, why: str, n: int) -> None:
+        if n > 0:
+            self.dropped[why] = self.dropped.get(why, 0) + n
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def first_seq(self) -> int:
+        """The oldest retained sequence (last_seq + 1 when the log is empty)."""
+        row = self._db.execute("SELECT MIN(seq) FROM retained").fetchone()
+        return int(row[0]) if row[0] is not None else self.last_seq + 1
+
+    def read(
+        self, start: int, end: int | None, limit: int, topic_filter: Any = None
+    ) -> list[tuple[Any, ...]]:
+        """Retained rows with ``start <= seq < end`` (end None: to the newest), oldest
+        first, at most ``limit``; ``topic_filter(topic) -> bool`` selects rows."""
+        out: list[tuple[Any, ...]] = []
+        cur = self._db.execute(
+            "SELECT seq, topic, payload, fmt, headers, origin, inc, oseq, ts FROM retained "
+            "WHERE seq >= ? AND seq < ? ORDER BY seq",
+            (start, end if end is not None else self.last_seq + 1),
+        )
+        for row in cur:
+            if topic_filter is None or topic_filter(row[1]):
+                out.append(row)
+                if len(out) >= limit:
+                    break
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        first = self.first_seq()
+        return {
+            "path": str(self.path),
+            "first_seq": first,
+            "last_seq": self.last_seq,
+            "retained_rows": self._db.execute("SELECT COUNT(*) FROM retained").fetchone()[0],
+            "dropped": dict(sorted(self.dropped.items())),
+            "rules": [
+                {
+                    "pattern": r.pattern,
+                    "max_msgs": r.max_msgs,
+                    "max_bytes": r.max_bytes,
+                    "max_age": r.max_age,
+                }
+                for r in self.rules.values()
+            ],
+        }
