@@ -332,16 +332,25 @@ def pub(
     "--count", "-n", type=click.IntRange(min=1), default=None, help="Exit after this many messages."
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option(
+    "--durable",
+    default=None,
+    help="Open (or reattach to) the durable subscription NAME: messages published while "
+    "away are delivered on return (one PATTERN only).",
+)
 @_timeout_option()
 def sub(
     patterns: tuple[str, ...],
     broker: str,
     count: int | None,
     as_json: bool,
+    durable: str | None,
     timeout: float,
     interfaces: tuple[str, ...],
 ) -> None:
     """Print messages matching PATTERN(s) until Ctrl-C (or --count)."""
+    if durable is not None and len(patterns) != 1:
+        raise click.UsageError("--durable takes exactly one PATTERN")
     from zbroker.topics import validate_pattern
 
     for p in patterns:
@@ -367,7 +376,7 @@ def sub(
     signal.signal(signal.SIGTERM, on_signal)
     with _client(broker, timeout, interfaces) as client:
         for p in patterns:
-            client.subscribe(p, on_message)
+            client.subscribe(p, on_message, durable=durable)
         click.echo(f"subscribed to {', '.join(patterns)} on {client.broker_id}", err=True)
         try:
             while not done.wait(0.2):

@@ -206,6 +206,7 @@ class Message:
         "payload",
         "payload_type",
         "raw",
+        "redelivered",
         "seq",
         "timestamp",
         "topic",
@@ -224,8 +225,12 @@ class Message:
         pattern: str,
         raw: bytes,
         log_seq: int | None = None,
+        redelivered: bool = False,
     ) -> None:
         self.log_seq = log_seq  # retention-log sequence (messages from Client.read)
+        # a durable subscription's message sent before and not acknowledged (the
+        # subscriber may have seen it)
+        self.redelivered = redelivered
         self.topic = topic
         self.payload = payload
         self.payload_type = payload_type
@@ -283,12 +288,13 @@ def _message(pattern: str, fields: list[Any]) -> Message:
 class Subscription:
     """A handle on one subscription; ``unsubscribe()`` ends it (idempotent)."""
 
-    __slots__ = ("_active", "_client", "callback", "pattern")
+    __slots__ = ("_active", "_client", "callback", "durable", "pattern")
 
     def __init__(self, client: Client, pattern: str, callback: Callable[[Message], Any]) -> None:
         self._client = client
         self.pattern = pattern
         self.callback = callback
+        self.durable: str | None = None
         self._active = True
 
     @property
@@ -358,6 +364,9 @@ class Client:
         # publish sockets: created here, connected and disconnected by the client thread
         # under _pub_lock as it (re)connects, used by publish() under the same lock
         self._pushes: dict[str, zmq.Socket[bytes]] = {}
+        # durable subscriptions: name -> (handle, credit, max_msgs); reopened on reconnect
+        self._durables: dict[str, tuple[Subscription, int, int]] = {}
+        self.durable_info: dict[str, dict[str, Any]] = {}
         self._push = self._new_push()
         self._send: Callable[[bytes, int], Any] = zmq.backend.Socket.send.__get__(self._push)
         ready: Future[dict[str, Any]] = Future()
@@ -565,13 +574,32 @@ class Client:
                 )
             time.sleep(0.005)
 
-    def subscribe(self, pattern: str, callback: Callable[[Message], Any]) -> Subscription:
+    def subscribe(
+        self,
+        pattern: str,
+        callback: Callable[[Message], Any],
+        *,
+        durable: str | None = None,
+        credit: int = 100,
+        max_msgs: int = 0,
+    ) -> Subscription:
         """Call ``callback(message)`` for every message matching ``pattern``.
 
         Returns once the node has the subscription; raises InvalidTopic for a bad pattern
         and BrokerUnreachable if the node does not confirm within the timeout.
+
+        ``durable="NAME"`` opens (or reattaches to) a durable subscription: the node keeps
+        its interest and stores matching messages while no subscriber is attached, and
+        delivers them on return (from any process using the same name), then continues
+        live. At most ``credit`` messages are unacknowledged at a time; each is
+        acknowledged after ``callback`` returns, and one not acknowledged before a
+        disconnect is delivered again with ``message.redelivered`` set. ``max_msgs`` bounds
+        what is stored (oldest dropped first; 0 = unbounded). ``unsubscribe()`` on the
+        handle detaches; :meth:`delete_durable` deletes it and its stored messages.
         """
         validate_pattern(pattern)
+        if durable is not None:
+            return self._subscribe_durable(pattern, callback, durable, credit, max_msgs)
         sub = Subscription(self, pattern, callback)
         with self._subs_lock:
             self._subs[pattern] = (*self._subs.get(pattern, ()), sub)
@@ -584,6 +612,37 @@ class Client:
                 f"{self.timeout:g} s"
             ) from None
         return sub
+
+    def _subscribe_durable(
+        self,
+        pattern: str,
+        callback: Callable[[Message], Any],
+        name: str,
+        credit: int,
+        max_msgs: int,
+    ) -> Subscription:
+        validate_broker_id(name, "durable subscription name")
+        if type(credit) is not int or not 1 <= credit <= 100_000:
+            raise ConfigError("credit must be an integer in 1..100000")
+        sub = Subscription(self, pattern, callback)
+        sub.durable = name
+        self._durables[name] = (sub, credit, max_msgs)
+        try:
+            self.durable_info[name] = self.request(
+                wire.DURABLE_OPEN,
+                {"name": name, "pattern": pattern, "credit": credit, "max_msgs": max_msgs},
+            )
+        except BaseException:
+            self._durables.pop(name, None)
+            raise
+        return sub
+
+    def delete_durable(self, name: str) -> int:
+        """Delete durable subscription ``name`` and its stored messages (on the node this
+        client is connected to); return how many stored messages went with it."""
+        validate_broker_id(name, "durable subscription name")
+        self._durables.pop(name, None)
+        return int(self.request(wire.DURABLE_DELETE, {"name": name}).get("deleted", 0))
 
     def messages(self, pattern: str, timeout: float | None = None) -> Iterator[Message]:
         """Iterate over messages matching ``pattern``; stop after ``timeout`` seconds without
@@ -672,6 +731,16 @@ class Client:
         return fut
 
     def _remove(self, sub: Subscription) -> None:
+        if sub.durable is not None:
+            entry = self._durables.get(sub.durable)
+            if entry is not None and entry[0] is sub:
+                del self._durables[sub.durable]
+                if not self._closed:
+                    try:
+                        self._command("send", (wire.DURABLE_CLOSE, {"name": sub.durable}))
+                    except (ClientClosed, zmq.ZMQError):
+                        pass
+            return
         with self._subs_lock:
             left = tuple(s for s in self._subs.get(sub.pattern, ()) if s is not sub)
             if left:
@@ -897,6 +966,9 @@ class _ClientLoop:
             except ProtocolError as exc:
                 log.warning("bad control reply from node: %s", exc)
                 continue
+            if req_id == 0 and op == wire.DELIVER:
+                self._on_durable(session, body)
+                continue
             if req_id == 0:
                 if op == wire.HELLO and session.state == "hello":
                     if not isinstance(body.get("ports"), dict):
@@ -919,6 +991,26 @@ class _ClientLoop:
                 fut.set_result(body)
             if not self.session_alive(session):
                 return
+
+    def _on_durable(self, session: _Session, body: dict[str, Any]) -> None:
+        """A durable subscription's message: run the callback, then acknowledge it."""
+        name = body.get("name")
+        entry = self.client._durables.get(name) if isinstance(name, str) else None
+        q = body.get("q")
+        if entry is None or type(q) is not int:
+            return  # detached meanwhile: it stays unacknowledged, so it comes back later
+        sub = entry[0]
+        try:
+            msg = _message(sub.pattern, body["msg"])
+        except (ProtocolError, KeyError, TypeError) as exc:
+            log.warning("dropped malformed durable delivery: %s", exc)
+            return
+        msg.redelivered = bool(body.get("redelivered"))
+        try:
+            sub.callback(msg)
+        except Exception:
+            log.exception("durable subscriber callback for %r raised", name)
+        session.dealer.send(wire.encode_control(wire.DURABLE_ACK, 0, {"name": name, "upto": q}))
 
     def session_alive(self, session: _Session) -> bool:
         return self.sessions.get(session.endpoint) is session
@@ -969,6 +1061,16 @@ class _ClientLoop:
         for req_id, op, body in self.waiting:
             session.dealer.send(wire.encode_control(op, req_id, body))
         self.waiting.clear()
+        if self.ready.done():
+            # a reconnect: reattach durable subscriptions (unacknowledged ones come again)
+            for name, (sub, credit, max_msgs) in list(c._durables.items()):
+                body = {
+                    "name": name,
+                    "pattern": sub.pattern,
+                    "credit": credit,
+                    "max_msgs": max_msgs,
+                }
+                session.dealer.send(wire.encode_control(wire.DURABLE_OPEN, 0, body))
 
     def _on_command(self) -> None:
         c = self.client
@@ -996,6 +1098,12 @@ class _ClientLoop:
                         self.sub.unsubscribe(arg.encode() + b"\0")
                 else:
                     self.refs[arg] = n - 1
+                if fut is not None:
+                    fut.set_result(None)
+            elif name == "send":
+                op, body = arg
+                if self.primary is not None:
+                    self.primary.dealer.send(wire.encode_control(op, 0, body))
                 if fut is not None:
                     fut.set_result(None)
             elif name == "req":

@@ -22,6 +22,7 @@ timeout) when the node cannot keep up, where PUB would drop silently.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import queue
@@ -63,6 +64,7 @@ from .routing import (
     RoutingEngine,
 )
 from .store import Store
+from .sublist import Sublist
 from .topics import patterns_overlap, validate_pattern, validate_publish_topic, validate_topic
 
 __all__ = ["Node", "format_endpoint"]
@@ -70,6 +72,27 @@ __all__ = ["Node", "format_endpoint"]
 log = logging.getLogger("zbroker.node")
 
 _CMD_STOP = b"stop"
+_DURABLE_OPS = frozenset(
+    {wire.DURABLE_OPEN, wire.DURABLE_ACK, wire.DURABLE_CLOSE, wire.DURABLE_DELETE}
+)
+
+
+class Durable:
+    """A durable subscription's live state (its messages are in the store)."""
+
+    __slots__ = ("consumer", "credit", "max_msgs", "name", "next_q", "pattern", "sent", "sent_upto")
+
+    def __init__(self, name: str, pattern: str, next_q: int, max_msgs: int) -> None:
+        self.name = name
+        self.pattern = pattern
+        self.next_q = next_q
+        self.max_msgs = max_msgs
+        self.consumer: bytes | None = None  # routing id of the attached client session
+        self.credit = 0
+        self.sent: collections.deque[int] = collections.deque()  # sent, not yet acked
+        self.sent_upto = 0
+
+
 _CMD_CALL = b"call"
 
 
@@ -136,6 +159,9 @@ class Node:
         self.bad_input = 0
         self.dropped: dict[str, int] = {}
         self.forwarded = 0
+        self.durable_stored = 0
+        self.durable_delivered = 0
+        self.durable_acked = 0
         self.links_up = 0
         self.links_down = 0
         self.handshakes_refused = 0
@@ -156,10 +182,13 @@ class Node:
         self._by_engine_id: dict[str, Link] = {}
         self._dirty: list[Link] = []  # links with a non-empty outbox
         self._discovered: dict[str, dict[str, Any]] = {}  # peer id -> mDNS record
-        self._xpub_patterns: set[str] = set()  # patterns clients subscribe to
-        self._retain_patterns = {rule.pattern for rule in config.retain}
+        # local interest by source: "clients" (XPUB), "retain", "durable:NAME"
+        self._interest: dict[str, set[str]] = {}
+        self._durables: dict[str, Durable] = {}
+        self._durable_match: Sublist[str] = Sublist()
         self.store: Store | None = None
         self._confirms: list[tuple[bytes, int, dict[str, Any]]] = []  # after the next commit
+        self._pump: set[str] = set()  # durables with something to send
         self._discovery: Discovery | None = None
         self._discovery_endpoint = f"inproc://zbroker-disc-{uuid.uuid4().hex}"
         self._next_tick = 0.0
@@ -209,9 +238,14 @@ class Node:
         except BaseException:
             self.close()
             raise
-        for pattern in sorted(self._retain_patterns):
+        for rule in cfg.retain:
             # a retention rule is local interest: the network brings its topics here
-            self.engine.handle(LocalSubscribe(pattern=pattern))
+            self._add_interest(rule.pattern, "retain")
+        assert self.store is not None
+        for name, (pattern, next_q, max_msgs) in self.store.durables().items():
+            self._durables[name] = Durable(name, pattern, next_q, max_msgs)
+            self._durable_match.insert(pattern, name)
+            self._add_interest(pattern, "durable:" + name)
 
     def _bind_ports(self, host: str, port: int) -> None:
         if port:
@@ -307,6 +341,8 @@ class Node:
             self._flush_adverts()
             if (self.store is not None and self.store.commit()) or self._confirms:
                 self._send_confirms()
+            if self._pump:
+                self._pump_durables()
             now = time.monotonic()
             if now >= self._next_tick:
                 self._next_tick = now + TICK_INTERVAL
@@ -345,6 +381,7 @@ class Node:
         retaining = store is not None and bool(store.rules)
         retain_rule = store.retain_rule if store is not None else _no_rule
         retain = store.retain if store is not None else _no_retain
+        durables = bool(self._durables)
         seq = self.seq
         delivered = 0
         received = 0
@@ -394,6 +431,8 @@ class Node:
                     rule = retain_rule(topic)
                     if rule is not None:
                         retain(rule, topic, payload, fmt, headers, origin, inc, seq, ts)
+                if durables:
+                    self._enqueue_durable(topic, payload, fmt, headers, origin, inc, seq, ts)
                 if engine.links:
                     patterns, sends = route(topic, (), None)
                     if sends:
@@ -412,7 +451,7 @@ class Node:
                 for pattern in patterns:
                     pfx = prefix.get(pattern)
                     if pfx is None:
-                        pfx = prefix[pattern] = pattern.encode() + b"\0"
+                        continue  # interest of retention or a durable, no client on XPUB
                     try:
                         send(pfx + body, noblock)
                         delivered += 1
@@ -454,12 +493,12 @@ class Node:
                 self._bad("subscriber", "bad_pattern", str(exc))
                 continue
             if subscribe:
-                self._xpub_patterns.add(pattern)
-                self.engine.handle(LocalSubscribe(pattern=pattern))
+                # the delivery prefix exists exactly while clients hold the pattern
+                self._prefix[pattern] = pattern.encode() + b"\0"
+                self._add_interest(pattern, "clients")
             else:
-                self._xpub_patterns.discard(pattern)
-                if pattern not in self._retain_patterns:  # retention keeps its interest
-                    self.engine.handle(LocalUnsubscribe(pattern=pattern))
+                self._prefix.pop(pattern, None)
+                self._drop_interest(pattern, "clients")
             log.debug("local interest %s %s", "+" if subscribe else "-", pattern)
 
     def _on_control(self) -> None:
@@ -495,6 +534,11 @@ class Node:
             _, req_id, req = value
             if op == wire.PUBLISH:
                 self._control_publish(ident, req_id, req)
+                continue
+            if op in _DURABLE_OPS:
+                reply = self._durable_op(ident, op, req)
+                if reply is not None and req_id:
+                    self._send_control(ident, reply[0], req_id, reply[1])
                 continue
             reply = self._control_reply(op, req)
             if reply is None:
@@ -715,6 +759,8 @@ class Node:
                 rule = store.retain_rule(topic)
                 if rule is not None:
                     store.retain(rule, topic, payload, fmt, headers, origin, inc, seq, ts)
+            if self._durables:
+                self._enqueue_durable(topic, payload, fmt, headers, origin, inc, seq, ts)
             patterns, sends = route(topic, tuple(path), None if targets is None else tuple(targets))
             if sends:
                 self._enqueue(
@@ -726,7 +772,7 @@ class Node:
             for pattern in patterns:
                 pfx = prefix.get(pattern)
                 if pfx is None:
-                    pfx = prefix[pattern] = pattern.encode() + b"\0"
+                    continue  # interest of retention or a durable, no client on XPUB
                 try:
                     send(pfx + body, zmq.NOBLOCK)
                     self.delivered += 1
@@ -1217,6 +1263,176 @@ class Node:
             e["found_by"].sort()
         return sorted(peers.values(), key=lambda e: e["id"])
 
+    # -- durable subscriptions ---------------------------------------------------------------
+
+    def _add_interest(self, pattern: str, source: str) -> None:
+        sources = self._interest.setdefault(pattern, set())
+        if not sources:
+            self.engine.handle(LocalSubscribe(pattern=pattern))
+        sources.add(source)
+
+    def _drop_interest(self, pattern: str, source: str) -> None:
+        sources = self._interest.get(pattern)
+        if sources is None or source not in sources:
+            return
+        sources.discard(source)
+        if not sources:
+            del self._interest[pattern]
+            self.engine.handle(LocalUnsubscribe(pattern=pattern))
+
+    def _enqueue_durable(
+        self,
+        topic: str,
+        payload: bytes,
+        fmt: int,
+        headers: Any,
+        origin: str,
+        inc: int,
+        seq: int,
+        ts: float,
+    ) -> None:
+        store = self.store
+        assert store is not None
+        for name in self._durable_match.match(topic):
+            d = self._durables[name]
+            store.enqueue(name, d.next_q, (topic, payload, fmt, headers, origin, inc, seq, ts))
+            d.next_q += 1
+            self.durable_stored += 1
+            if d.consumer is not None:
+                self._pump.add(name)
+
+    def _durable_op(
+        self, ident: bytes, op: int, req: dict[str, Any]
+    ) -> tuple[int, dict[str, Any]] | None:
+        store = self.store
+        name = req.get("name")
+        try:
+            validate_broker_id(name, "durable name")
+        except ConfigError as exc:
+            return wire.ERROR, {"message": str(exc)}
+        assert isinstance(name, str) and store is not None
+        d = self._durables.get(name)
+        if op == wire.DURABLE_OPEN:
+            pattern = req.get("pattern")
+            credit = req.get("credit", 100)
+            max_msgs = req.get("max_msgs", 0)
+            try:
+                validate_pattern(pattern)
+            except InvalidTopic as exc:
+                return wire.ERROR, {"message": str(exc)}
+            assert isinstance(pattern, str)
+            if type(credit) is not int or not 1 <= credit <= 100_000:
+                return wire.ERROR, {"message": "credit must be an integer in 1..100000"}
+            if type(max_msgs) is not int or max_msgs < 0:
+                return wire.ERROR, {"message": "max_msgs must be a non-negative integer"}
+            created = d is None
+            if d is None:
+                store.create_durable(name, pattern, max_msgs)
+                d = self._durables[name] = Durable(name, pattern, 1, max_msgs)
+                self._durable_match.insert(pattern, name)
+                self._add_interest(pattern, "durable:" + name)
+            elif d.pattern != pattern:
+                return wire.ERROR, {
+                    "message": f"durable subscription {name!r} exists with pattern {d.pattern!r}"
+                }
+            # (re)attach: everything not acknowledged is sent again, flagged redelivered
+            d.consumer, d.credit, d.sent = ident, credit, collections.deque()
+            d.sent_upto = 0
+            self._pump.add(name)
+            store.commit()
+            return op, {
+                "name": name,
+                "pattern": pattern,
+                "stored": store.durable_depth(name),
+                "dropped": store.durable_dropped(name),
+                "created": created,
+            }
+        if d is None:
+            if op == wire.DURABLE_DELETE:
+                return op, {"deleted": 0}
+            return None
+        if op == wire.DURABLE_ACK:
+            upto = req.get("upto")
+            if type(upto) is int and d.consumer == ident:
+                store.ack(name, upto)
+                while d.sent and d.sent[0] <= upto:
+                    d.sent.popleft()
+                self.durable_acked += 1
+                self._pump.add(name)
+            return None
+        if op == wire.DURABLE_CLOSE:
+            if d.consumer == ident:
+                d.consumer = None
+            return None
+        if op == wire.DURABLE_DELETE:
+            del self._durables[name]
+            self._durable_match.remove(d.pattern, name)
+            self._drop_interest(d.pattern, "durable:" + name)
+            self._pump.discard(name)
+            return op, {"deleted": store.delete_durable(name)}
+        return None
+
+    def _pump_durables(self) -> None:
+        """Send attached durable subscribers what they have credit for."""
+        store = self.store
+        assert store is not None
+        names = self._pump
+        self._pump = set()
+        for name in names:
+            d = self._durables.get(name)
+            if d is None or d.consumer is None:
+                continue
+            room = d.credit - len(d.sent)
+            if room <= 0:
+                continue
+            rows = store.pending_durable(name, d.sent_upto, room)
+            sent: list[int] = []
+            for q, topic, payload, fmt, h, origin, inc, oseq, ts, delivered in rows:
+                body = {
+                    "name": name,
+                    "q": q,
+                    "redelivered": bool(delivered),
+                    "msg": [
+                        topic,
+                        payload,
+                        fmt,
+                        None if h is None else msgpack.unpackb(h),
+                        origin,
+                        inc,
+                        oseq,
+                        ts,
+                    ],
+                }
+                try:
+                    self.control.send_multipart(
+                        [d.consumer, wire.encode_control(wire.DELIVER, 0, body)], zmq.NOBLOCK
+                    )
+                except zmq.ZMQError:
+                    d.consumer = None  # gone (or not reading): keep the rest for its return
+                    break
+                d.sent.append(q)
+                d.sent_upto = q
+                sent.append(q)
+            if sent:
+                store.mark_delivered(name, sent)
+                self.durable_delivered += len(sent)
+
+    def durable_status(self) -> list[dict[str, Any]]:
+        store = self.store
+        assert store is not None
+        return [
+            {
+                "name": d.name,
+                "pattern": d.pattern,
+                "attached": d.consumer is not None,
+                "in_flight": len(d.sent),
+                "stored": store.durable_depth(d.name),
+                "dropped": store.durable_dropped(d.name),
+                "max_msgs": d.max_msgs,
+            }
+            for d in self._durables.values()
+        ]
+
     # -- persistent publish and the retention log -------------------------------------------
 
     def _control_publish(self, ident: bytes, req_id: int, req: dict[str, Any]) -> None:
@@ -1248,6 +1464,8 @@ class Node:
             rule = self.store.retain_rule(topic)
             if rule is not None:
                 stored = self.store.retain(rule, topic, payload, fmt, headers, me, inc, seq, ts)
+        if self._durables:
+            self._enqueue_durable(topic, payload, fmt, headers, me, inc, seq, ts)
         patterns, sends = self.engine.route(topic, (), None)
         if sends:
             self._enqueue(sends, [topic, payload, fmt, headers, me, inc, seq, ts, [me], None])
@@ -1260,7 +1478,7 @@ class Node:
         for pattern in patterns:
             pfx = self._prefix.get(pattern)
             if pfx is None:
-                pfx = self._prefix[pattern] = pattern.encode() + b"\0"
+                continue  # interest of retention or a durable, no client on XPUB
             try:
                 self.deliver.send(pfx + body, zmq.NOBLOCK)
                 self.delivered += 1
@@ -1337,6 +1555,8 @@ class Node:
                 "forwarded": self.forwarded,
                 "delivered": self.delivered,
                 "duplicates": self.dedupe.duplicates,
+                "durable_stored": self.durable_stored,
+                "durable_delivered": self.durable_delivered,
                 "bad_input": self.bad_input,
                 "links_up": self.links_up,
                 "links_down": self.links_down,
@@ -1346,6 +1566,7 @@ class Node:
             "subscriptions": {"count": len(patterns), "patterns": patterns},
             "links": [link.describe(now) for link in self._all_links()],
             "store": self.store.stats() if self.store is not None else None,
+            "durables": self.durable_status() if self.store is not None else [],
             "discovery": {
                 "enabled": self._discovery is not None,
                 "interfaces": self._discovery.interfaces if self._discovery else [],

@@ -2,6 +2,9 @@
 
 What is kept here today:
 
+* **durable subscriptions**: a named pattern whose matching messages are queued here
+  (``dqueue``, per-subscription sequence ``q``) until the subscriber acknowledges them,
+  bounded by ``max_msgs`` (oldest dropped first, counted per subscription).
 * the **retention log**: messages whose topic matches a configured ``retain`` pattern,
   numbered by a per-node sequence (``seq``, gap-free, starting at 1), bounded per pattern by
   ``max_msgs`` / ``max_bytes`` / ``max_age`` (oldest dropped first; what was dropped is
@@ -45,6 +48,28 @@ CREATE TABLE IF NOT EXISTS retained (
 );
 CREATE INDEX IF NOT EXISTS retained_rule ON retained (rule, seq);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS durables (
+    name     TEXT PRIMARY KEY,
+    pattern  TEXT NOT NULL,
+    created  REAL NOT NULL,
+    next_q   INTEGER NOT NULL,
+    max_msgs INTEGER NOT NULL,
+    dropped  INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS dqueue (
+    name      TEXT NOT NULL,
+    q         INTEGER NOT NULL,
+    topic     TEXT NOT NULL,
+    payload   BLOB NOT NULL,
+    fmt       INTEGER NOT NULL,
+    headers   BLOB,
+    origin    TEXT NOT NULL,
+    inc       INTEGER NOT NULL,
+    oseq      INTEGER NOT NULL,
+    ts        REAL NOT NULL,
+    delivered INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (name, q)
+) WITHOUT ROWID;
 """
 
 
@@ -81,6 +106,9 @@ class Store:
         # the sequence never goes back, even when the newest rows were trimmed away
         self.last_seq = max(row[0] or 0, stored[0] if stored else 0)
         self._pending: list[tuple[Any, ...]] = []
+        self._dpending: list[tuple[Any, ...]] = []
+        self._dmarks: list[tuple[str, int]] = []
+        self._dacks: list[tuple[str, int]] = []
         self._sizes: dict[str, list[int]] = {}  # rule -> [count, bytes] (lazy)
         self.dropped: dict[str, int] = {}
         self.retained = 0
@@ -136,13 +164,35 @@ class Store:
     def commit(self) -> int:
         """Write everything queued in one transaction, then apply the bounds. Returns the
         number of rows written."""
-        if not self._pending:
+        if not (self._pending or self._dpending or self._dmarks or self._dacks):
             return 0
         rows = self._pending
         self._pending = []
+        drows, self._dpending = self._dpending, []
+        marks, self._dmarks = self._dmarks, []
+        acks, self._dacks = self._dacks, []
         db = self._db
         db.execute("BEGIN")
         try:
+            if drows:
+                db.executemany(
+                    "INSERT OR REPLACE INTO dqueue(name, q, topic, payload, fmt, headers, origin, "
+                    "inc, oseq, ts) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    drows,
+                )
+                tops: dict[str, int] = {}
+                for r in drows:
+                    tops[r[0]] = max(tops.get(r[0], 0), r[1])
+                for name, top in tops.items():
+                    db.execute("UPDATE durables SET next_q=? WHERE name=?", (top + 1, name))
+                    self._trim_durable(name)
+            if marks:
+                db.executemany("UPDATE dqueue SET delivered=1 WHERE name=? AND q=?", marks)
+            for name, upto in acks:
+                db.execute("DELETE FROM dqueue WHERE name=? AND q<=?", (name, upto))
+            if not rows:
+                db.execute("COMMIT")
+                return len(drows)
             db.executemany("INSERT INTO retained VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
             db.execute(
                 "INSERT INTO meta(key, value) VALUES('last_seq', ?) "
@@ -198,9 +248,93 @@ class Store:
                     ).rowcount
                     self._count_drop("max_bytes", n)
 
+    def _trim_durable(self, name: str) -> None:
+        row = self._db.execute("SELECT max_msgs FROM durables WHERE name=?", (name,)).fetchone()
+        if not row or not row[0]:
+            return
+        n = self._db.execute(
+            "DELETE FROM dqueue WHERE name=? AND q <= (SELECT q FROM dqueue WHERE name=? "
+            "ORDER BY q DESC LIMIT 1 OFFSET ?)",
+            (name, name, row[0]),
+        ).rowcount
+        if n > 0:
+            self._db.execute("UPDATE durables SET dropped = dropped + ? WHERE name=?", (n, name))
+            self._count_drop("durable_max_msgs", n)
+
     def _count_drop(self, why: str, n: int) -> None:
         if n > 0:
             self.dropped[why] = self.dropped.get(why, 0) + n
+
+    # -- durable subscriptions -----------------------------------------------------------------
+
+    def durables(self) -> dict[str, tuple[str, int, int]]:
+        """name -> (pattern, next queue sequence, max_msgs)."""
+        return {
+            name: (pattern, next_q, max_msgs)
+            for name, pattern, next_q, max_msgs in self._db.execute(
+                "SELECT name, pattern, next_q, max_msgs FROM durables"
+            )
+        }
+
+    def create_durable(self, name: str, pattern: str, max_msgs: int) -> None:
+        self._db.execute(
+            "INSERT INTO durables(name, pattern, created, next_q, max_msgs) VALUES (?,?,?,?,?)",
+            (name, pattern, time.time(), 1, max_msgs),
+        )
+
+    def delete_durable(self, name: str) -> int:
+        """Delete a durable subscription and its stored messages; return how many."""
+        self.commit()
+        db = self._db
+        db.execute("BEGIN")
+        n = db.execute("DELETE FROM dqueue WHERE name=?", (name,)).rowcount
+        db.execute("DELETE FROM durables WHERE name=?", (name,))
+        db.execute("COMMIT")
+        return int(n)
+
+    def enqueue(self, name: str, q: int, row: tuple[Any, ...]) -> None:
+        """Queue a message for durable ``name`` under queue sequence ``q`` (committed with
+        the pass). ``row``: topic, payload, fmt, headers, origin, inc, oseq, ts."""
+        topic, payload, fmt, headers, origin, inc, oseq, ts = row
+        self._dpending.append(
+            (
+                name,
+                q,
+                topic,
+                payload,
+                fmt,
+                None if headers is None else msgpack.packb(headers),
+                origin,
+                inc,
+                oseq,
+                ts,
+            )
+        )
+
+    def pending_durable(self, name: str, after: int, limit: int) -> list[tuple[Any, ...]]:
+        """Stored messages of ``name`` with q > after, oldest first."""
+        return list(
+            self._db.execute(
+                "SELECT q, topic, payload, fmt, headers, origin, inc, oseq, ts, delivered "
+                "FROM dqueue WHERE name=? AND q>? ORDER BY q LIMIT ?",
+                (name, after, limit),
+            )
+        )
+
+    def mark_delivered(self, name: str, qs: list[int]) -> None:
+        self._dmarks.extend((name, q) for q in qs)
+
+    def ack(self, name: str, upto: int) -> None:
+        self._dacks.append((name, upto))
+
+    def durable_depth(self, name: str) -> int:
+        return int(
+            self._db.execute("SELECT COUNT(*) FROM dqueue WHERE name=?", (name,)).fetchone()[0]
+        )
+
+    def durable_dropped(self, name: str) -> int:
+        row = self._db.execute("SELECT dropped FROM durables WHERE name=?", (name,)).fetchone()
+        return int(row[0]) if row else 0
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -49,6 +49,15 @@ READ       7      request ``{pattern, start, end?, limit}``: the retention log r
                   ``start <= seq < end``; reply ``{rows: [[seq, topic, payload, fmt,
                   headers, origin, incarnation, origin_seq, ts]], first_seq, last_seq,
                   next}`` (``next``: where to continue)
+DURABLE_OPEN 8    request ``{name, pattern, credit, max_msgs}``: create (if new) and attach
+                  to a durable subscription; reply ``{name, pattern, stored, created}``
+DURABLE_ACK 9     one-way ``{name, upto}``: messages with q <= upto are processed
+DURABLE_CLOSE 10  one-way ``{name}``: detach (the subscription and its store remain)
+DURABLE_DELETE 11 request ``{name}``: delete it and its stored messages; reply
+                  ``{deleted}``
+DELIVER    12     node to client, req_id 0: ``{name, q, redelivered, msg: [topic,
+                  payload, fmt, headers, origin, incarnation, seq, ts]}``; at most
+                  ``credit`` unacknowledged at a time
 ERROR      15     reply ``{message: str}``
 =========  =====  ===========================================================
 
@@ -107,6 +116,11 @@ ROUTES = 4
 PEERS = 5
 PUBLISH = 6
 READ = 7
+DURABLE_OPEN = 8
+DURABLE_ACK = 9
+DURABLE_CLOSE = 10
+DURABLE_DELETE = 11
+DELIVER = 12
 ERROR = 15
 OPS = {
     HELLO: "HELLO",
@@ -116,6 +130,11 @@ OPS = {
     PEERS: "PEERS",
     PUBLISH: "PUBLISH",
     READ: "READ",
+    DURABLE_OPEN: "DURABLE_OPEN",
+    DURABLE_ACK: "DURABLE_ACK",
+    DURABLE_CLOSE: "DURABLE_CLOSE",
+    DURABLE_DELETE: "DURABLE_DELETE",
+    DELIVER: "DELIVER",
     ERROR: "ERROR",
 }
 

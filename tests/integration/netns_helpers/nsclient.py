@@ -141,7 +141,9 @@ def run_monitor(args: argparse.Namespace) -> int:
                     "peers": {
                         p["id"]: {"state": p["state"], "found_by": p["found_by"]} for p in peers
                     },
-                    "links": sorted([ln["name"], ln["kind"], ln["peer"], ln["state"]] for ln in links),
+                    "links": sorted(
+                        [ln["name"], ln["kind"], ln["peer"], ln["state"]] for ln in links
+                    ),
                 }
                 if view != last:
                     emit("view", **view)
