@@ -430,6 +430,8 @@ def replay(
     from zbroker.topics import validate_pattern
 
     validate_pattern(pattern)
+    if start is not None and end is not None and start > end:
+        raise click.ClickException(f"--from {start} is after --to {end}: nothing to replay")
     with _client(broker, timeout, interfaces) as client:
         first, last = client.log_range()
         msgs = client.read(pattern, first if start is None else start, end, limit)

@@ -1445,7 +1445,12 @@ class Node:
             req.get("headers"),
         )
         try:
-            if type(topic) is not str or type(payload) is not bytes or fmt not in (0, 1):
+            if (
+                type(topic) is not str
+                or type(payload) is not bytes
+                or type(fmt) is not int
+                or fmt not in (0, 1)
+            ):
                 raise ProtocolError("bad_type", "PUBLISH needs topic, payload bytes and fmt")
             if headers is not None and (
                 type(headers) is not dict or not all(type(k) is str for k in headers)
