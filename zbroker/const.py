@@ -29,7 +29,7 @@ DEFAULT_HWM = 100_000
 
 #: messages drained from one socket per poll pass before the loop looks at the others, so
 #: a flood on one socket cannot starve control requests.
-DRAIN_BATCH = 512
+DRAIN_BATCH = 2048
 
 #: entries in the subscription trie's literal-topic match cache.
 MATCH_CACHE_SIZE = 4096

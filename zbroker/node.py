@@ -503,7 +503,9 @@ class Node:
 
     def _on_control(self) -> None:
         sock = self.control
-        for _ in range(DRAIN_BATCH):
+        budget = DRAIN_BATCH  # messages: a link's MSGS frame counts for what it holds
+        while budget > 0:
+            budget -= 1
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
@@ -524,7 +526,7 @@ class Node:
                 value = wire.decode_frame(body)
                 op = value[0]
                 if op in wire.LINK_TYPES:
-                    self._on_accepted_frame(ident, value, len(body))
+                    budget -= self._on_accepted_frame(ident, value, len(body))
                     continue
                 if len(value) != 3 or type(value[1]) is not int or type(value[2]) is not dict:
                     raise ProtocolError("bad_shape", "control frame must be [op, req_id, body]")
@@ -686,8 +688,8 @@ class Node:
         link.bytes_out += len(frame)
         return True
 
-    def _on_link_frame(self, link: Link, value: list[Any], size: int, now: float) -> None:
-        """A frame from a link that is up (either side)."""
+    def _on_link_frame(self, link: Link, value: list[Any], size: int, now: float) -> int:
+        """A frame from a link that is up (either side). Returns the messages it held."""
         link.last_recv = now
         link.bytes_in += size
         op = value[0]
@@ -697,8 +699,9 @@ class Node:
             if not link.can_receive:
                 link.drops += len(value[1])
                 self._drop("wrong_direction", len(value[1]))
-                return
+                return 0
             self._on_msgs(link, value[1])
+            return len(value[1])
         elif op == wire.HEARTBEAT:
             pass
         elif op == wire.ADVERT:
@@ -722,62 +725,91 @@ class Node:
             self._link_down(link, f"peer dropped the link: {info.get('reason', '?')}", now)
         else:
             raise ProtocolError("unexpected", f"link frame type {op} on an established link")
+        return 0
 
     def _on_msgs(self, link: Link, batch: list[Any]) -> None:
+        """Messages from a link: the relay's hot path (loop check, dedupe, retention,
+        durables, route, local delivery). Type checks are inlined; wire.check_link_msg is
+        the same rule for other callers."""
         me = self.broker_id
         valid = self._valid_topics
         seen = self.dedupe.seen
         route = self.engine.route
         prefix = self._prefix
-        send = self.deliver.send
+        send = _raw_send(self.deliver)
         encode = wire.encode_delivery_body
-        check = wire.check_link_msg
         store = self.store
+        retaining = store is not None and bool(store.rules)
+        durables = bool(self._durables)
+        fmts = (0, 1)
+        delivered = 0
         link.msgs_in += len(batch)
         for m in batch:
             try:
-                check(m)
-                topic = m[0]
+                if type(m) is not list or len(m) != 10:
+                    raise ProtocolError("bad_shape", "MSGS entry must be a 10-element array")
+                topic, payload, fmt, headers, origin, inc, seq, ts, path, targets = m
+                if (
+                    type(topic) is not str
+                    or type(payload) is not bytes
+                    or fmt not in fmts
+                    or (headers is not None and type(headers) is not dict)
+                    or type(origin) is not str
+                    or type(inc) is not int
+                    or type(seq) is not int
+                    or type(ts) not in (float, int)
+                    or type(path) is not list
+                    or (targets is not None and type(targets) is not list)
+                ):
+                    raise ProtocolError("bad_type", "MSGS entry has wrong field types")
                 if topic not in valid:
                     validate_topic(topic)
                     if len(valid) >= TOPIC_CACHE_SIZE:
                         valid.clear()
                     valid.add(topic)
+                key_path = tuple(path)
+                key_targets = None if targets is None else tuple(targets)
             except ProtocolError as exc:
                 self._bad(self._link_source(link), exc.reason, exc.detail)
                 continue
             except InvalidTopic as exc:
                 self._bad(self._link_source(link), "bad_topic", str(exc))
                 continue
-            topic, payload, fmt, headers, origin, inc, seq, ts, path, targets = m
+            except TypeError as exc:  # unhashable path/targets elements
+                self._bad(self._link_source(link), "bad_type", str(exc))
+                continue
             if me in path:
                 self._drop("loop")
                 continue
             if seen(origin, inc, seq):
                 continue
-            if store is not None and store.rules:
+            if retaining:
+                assert store is not None
                 rule = store.retain_rule(topic)
                 if rule is not None:
                     store.retain(rule, topic, payload, fmt, headers, origin, inc, seq, ts)
-            if self._durables:
+            if durables:
                 self._enqueue_durable(topic, payload, fmt, headers, origin, inc, seq, ts)
-            patterns, sends = route(topic, tuple(path), None if targets is None else tuple(targets))
+            patterns, sends = route(topic, key_path, key_targets)
             if sends:
                 self._enqueue(
                     sends, [topic, payload, fmt, headers, origin, inc, seq, ts, [*path, me], None]
                 )
             if not patterns:
                 continue
-            body = encode(topic, payload, fmt, headers, origin, inc, seq, ts)
+            body = None
             for pattern in patterns:
                 pfx = prefix.get(pattern)
                 if pfx is None:
                     continue  # interest of retention or a durable, no client on XPUB
+                if body is None:
+                    body = encode(topic, payload, fmt, headers, origin, inc, seq, ts)
                 try:
                     send(pfx + body, zmq.NOBLOCK)
-                    self.delivered += 1
+                    delivered += 1
                 except zmq.Again:
                     self._drop("subscriber_queue_full")
+        self.delivered += delivered
 
     def _link_source(self, link: Link) -> str:
         return f"link {link.name} ({link.peer or link.engine_id})"
@@ -828,7 +860,9 @@ class Node:
 
     def _on_dialer(self, link: Link) -> None:
         sock = link.socket
-        for _ in range(DRAIN_BATCH):
+        budget = DRAIN_BATCH  # messages, not frames: a MSGS frame holds up to LINK_BATCH
+        while budget > 0:
+            budget -= 1
             if sock is None or link.socket is not sock:
                 return  # the link was torn down while draining
             try:
@@ -843,7 +877,7 @@ class Node:
                 if link.state is LinkState.HANDSHAKING:
                     self._on_handshake_reply(link, value, now)
                 elif link.state is LinkState.UP:
-                    self._on_link_frame(link, value, len(body), now)
+                    budget -= self._on_link_frame(link, value, len(body), now)
             except ProtocolError as exc:
                 self._bad(self._link_source(link), exc.reason, exc.detail)
 
@@ -914,11 +948,11 @@ class Node:
 
     # -- links: acceptor side ---------------------------------------------------------------
 
-    def _on_accepted_frame(self, ident: bytes, value: list[Any], size: int) -> None:
+    def _on_accepted_frame(self, ident: bytes, value: list[Any], size: int) -> int:
         now = time.monotonic()
         if value[0] == wire.LINK_HELLO:
             self._accept_hello(ident, wire.check_link_map(value), now)
-            return
+            return 0
         link = self._accepted.get(ident)
         if link is None:
             # we do not know this link (we restarted, or it timed out here): ask for a
@@ -930,8 +964,8 @@ class Node:
                         wire.LINK_REFUSE, {"reason": "unknown link: handshake again", "retry": True}
                     ),
                 )
-            return
-        self._on_link_frame(link, value, size, now)
+            return 0
+        return self._on_link_frame(link, value, size, now)
 
     def _send_raw(self, ident: bytes, frame: bytes) -> None:
         try:
@@ -1089,7 +1123,7 @@ class Node:
         for link in self._all_links():
             state = link.state
             if state is LinkState.UP:
-                if now - link.last_recv > link.heartbeat_timeout:
+                if now - link.last_recv > link.heartbeat_timeout and not self._input_waiting(link):
                     self._link_down(link, f"no heartbeat for {link.heartbeat_timeout:g} s", now)
                 elif now - link.last_sent >= link.heartbeat_interval:
                     self._send_link(link, hb, now)
@@ -1108,6 +1142,12 @@ class Node:
                         self._link_down(link, "unreachable", now)
                 else:
                     self._dial(link, now)
+
+    def _input_waiting(self, link: Link) -> bool:
+        """Frames queued for us on the link's socket: the peer is alive and we are behind
+        (a long pass), so its silence is ours, not its."""
+        sock = link.socket if link.dialer else self.control
+        return sock is not None and bool(int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
 
     def _say_goodbye(self) -> None:
         """Tell every peer we are leaving, so it withdraws our interest at once."""

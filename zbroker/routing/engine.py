@@ -210,6 +210,11 @@ class RoutingEngine:
         self._best: dict[Key, tuple[str | None, Path]] = {}
         self.links: dict[str, _Link] = {}
         self._plans: dict[str, _Plan] = {}
+        # route() results by (topic, path, targets): a relay sees the same few keys again
+        # and again; cleared with the plans on any change
+        self._routes: dict[
+            tuple[str, Path, tuple[str, ...] | None], tuple[frozenset[str], list[Send]]
+        ] = {}
         self._plan_limit = 4096 if cache_size is None else cache_size
         self.rejected: dict[str, int] = {}
         self.adverts_sent = 0
@@ -292,7 +297,7 @@ class RoutingEngine:
         if ev.link in self.links:
             self._link_down(ev.link)
         link = self.links[ev.link] = _Link(ev)
-        self._plans.clear()
+        self._invalidate()
         for key, best in self._best.items():
             desired = self._advert_for(link, key, best)
             if desired is not None:
@@ -302,7 +307,7 @@ class RoutingEngine:
         link = self.links.pop(link_id, None)
         if link is None:
             return
-        self._plans.clear()
+        self._invalidate()
         for key in list(link.adj_in):
             self._recompute(key)
 
@@ -367,7 +372,7 @@ class RoutingEngine:
         old = self._best.get(key)
         if best == old:
             return
-        self._plans.clear()
+        self._invalidate()
         if best is None:
             del self._best[key]
         else:
@@ -436,11 +441,30 @@ class RoutingEngine:
         )
         plan = _Plan(self._local.match(topic), {o: r[2] for o, r in ranks.items()}, counts, static)
         if len(self._plans) >= self._plan_limit:
-            self._plans.clear()
+            self._invalidate()
         self._plans[topic] = plan
         return plan
 
+    def _invalidate(self) -> None:
+        self._plans.clear()
+        self._routes.clear()
+
     def route(
+        self, topic: str, path: Path, targets: tuple[str, ...] | None
+    ) -> tuple[frozenset[str], list[Send]]:
+        """Where a message goes from here: (local patterns, sends). The result is cached
+        and shared: callers must not modify it. See :meth:`_route`."""
+        key = (topic, path, targets)
+        hit = self._routes.get(key)
+        if hit is not None:
+            return hit
+        result = self._route(topic, path, targets)
+        if len(self._routes) >= self._plan_limit:
+            self._routes.clear()
+        self._routes[key] = result
+        return result
+
+    def _route(
         self, topic: str, path: Path, targets: tuple[str, ...] | None
     ) -> tuple[frozenset[str], list[Send]]:
         """Where a message goes from here: (local patterns, sends).
