@@ -696,16 +696,27 @@ def test_nodes_of_another_group_do_not_join(net: Net, group: str) -> None:
 def test_zeroconf_client_fails_over_on_sigkill(
     net: Net, group: str, figures: dict[str, Any]
 ) -> None:
-    where = start_mesh(net, group)
-    wait_mesh(net, where)
+    # n1 alone first, so the client (which takes whichever node it finds first) is on n1
+    node1 = net.start_node(1, "n1", group)
+    assert node1.wait_stderr("announced n1", WAIT), node1.stderr_text()
     sub = net.helper(2, "sub", "--broker", f"zeroconf://{group}", "--interface", v4(2),
-                     "--want", "n1", "--pattern", "FO.>")  # fmt: skip
+                     "--want", "n1", "--pattern", "FO.>", "--report-candidates")  # fmt: skip
     sub.wait_for(lambda e: e.get("event") == "subscribed" and e["broker"] == "n1")
+    net.start_node(2, "n2", group)
+    net.start_node(3, "n3", group)
+    where = {f"n{i}": (i, endpoint(v4(i))) for i in (1, 2, 3)}
+    wait_mesh(net, where)
+    # the client has found the two others on the LAN by now
+    sub.wait_for(
+        lambda e: (
+            e.get("event") == "candidates"
+            and sorted(e["endpoints"]) == sorted(ep for _, ep in where.values())
+        )
+    )
     pub = net.helper(3, "pub", "--broker", endpoint(v4(3)), "--topic", "FO.tick",
                      "--interval", "0.01")  # fmt: skip
     sub.wait_for(lambda e: e.get("event") == "msg" and e["via"] == "n1")
     mark = len(sub.drain())
-    node1 = net.procs.started[0]
     t_kill = time.time()
     node1.popen.kill()  # SIGKILL, by PID
     node1.wait(5)

@@ -7,7 +7,8 @@ Modes:
 
 ``sub``      connect (``--want ID``: reconnect until the node is that one), subscribe to
              ``--pattern`` (repeatable) and print ``{"event": "msg", ...}`` per message
-             with ``via`` = the node the client is connected to at delivery time.
+             with ``via`` = the node the client is connected to at delivery time;
+             ``--report-candidates`` also prints the nodes it could fail over to.
 ``pub``      publish ``{"i": N, "t": ...}`` on ``--topic`` every ``--interval`` seconds;
              on SIGTERM publish an end marker ``{"i": -1, "last": N}`` and exit.
 ``monitor``  poll the node's peers and links every ``--interval`` seconds and print the
@@ -87,10 +88,21 @@ def run_sub(args: argparse.Namespace) -> int:
             via=client.hello.get("broker_id"),
         )
 
+    def report_candidates() -> None:
+        # the nodes the client could fail over to (zeroconf: found on the LAN so far)
+        last: list[str] | None = None
+        while not _stop.wait(0.05):
+            found = list(client._locator.candidates())
+            if found != last:
+                emit("candidates", endpoints=found)
+                last = found
+
     try:
         for pattern in args.pattern:
             client.subscribe(pattern, on_message)
         emit("subscribed", broker=client.broker_id, patterns=args.pattern)
+        if args.report_candidates:
+            threading.Thread(target=report_candidates, daemon=True).start()
         _stop.wait()
     finally:
         client.close()
@@ -165,6 +177,7 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=0.05)
     parser.add_argument("--timeout", type=float, default=5.0)
     parser.add_argument("--connect-timeout", type=float, default=30.0)
+    parser.add_argument("--report-candidates", action="store_true")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: _stop.set())
     signal.signal(signal.SIGINT, lambda *_: _stop.set())
