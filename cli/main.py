@@ -369,6 +369,9 @@ def sub(
             seen += 1
             if count is not None and seen >= count:
                 done.set()
+                if durable is not None:
+                    # detach now: what follows stays stored (unacknowledged) for next time
+                    client.detach_durable(durable)
 
     def on_signal(signum: int, frame: Any) -> None:
         done.set()

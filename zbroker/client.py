@@ -626,6 +626,7 @@ class Client:
             raise ConfigError("credit must be an integer in 1..100000")
         sub = Subscription(self, pattern, callback)
         sub.durable = name
+        previous = self._durables.get(name)
         self._durables[name] = (sub, credit, max_msgs)
         try:
             self.durable_info[name] = self.request(
@@ -633,9 +634,21 @@ class Client:
                 {"name": name, "pattern": pattern, "credit": credit, "max_msgs": max_msgs},
             )
         except BaseException:
-            self._durables.pop(name, None)
+            # refused (e.g. another pattern): an earlier subscription by this name stays
+            if previous is not None:
+                self._durables[name] = previous
+            else:
+                self._durables.pop(name, None)
             raise
         return sub
+
+    def detach_durable(self, name: str) -> None:
+        """Stop receiving durable subscription ``name`` (same as ``unsubscribe()`` on its
+        handle): the node keeps its interest and stores what comes for the next attach.
+        Safe to call from its own callback: later messages are not acknowledged."""
+        entry = self._durables.get(name)
+        if entry is not None:
+            entry[0].unsubscribe()
 
     def delete_durable(self, name: str) -> int:
         """Delete durable subscription ``name`` and its stored messages (on the node this
@@ -691,6 +704,12 @@ class Client:
         """Stop the client thread and close every socket (bounded wait)."""
         if self._closed:
             return
+        for name in list(self._durables):
+            # tell the node we are leaving, so it stops sending and keeps storing
+            try:
+                self._command("send", (wire.DURABLE_CLOSE, {"name": name}))
+            except (ClientClosed, zmq.ZMQError):
+                pass
         with self._pub_lock:
             self._closed = True
             self._push.close()
@@ -862,7 +881,7 @@ class _ClientLoop:
 
     def close(self) -> None:
         for session in list(self.sessions.values()):
-            session.dealer.close(linger=0)
+            session.dealer.close(linger=200)  # bounded: lets a last DURABLE_CLOSE out
         self.sessions.clear()
 
     # -- sessions --------------------------------------------------------------------------
@@ -874,7 +893,9 @@ class _ClientLoop:
             if session.state == "hello" and now > session.deadline:
                 self._fail(session, now, "no answer")
             elif session.state == "up":
-                if now - session.last_seen > c.heartbeat_timeout:
+                if now - session.last_seen > c.heartbeat_timeout and not (
+                    int(session.dealer.getsockopt(zmq.EVENTS)) & zmq.POLLIN
+                ):  # frames waiting to be read: the node is alive, we were busy
                     self._fail(session, now, f"no heartbeat for {c.heartbeat_timeout:g} s")
                 elif session.endpoint not in alive:
                     self._fail(session, now, "it left the network (goodbye)")
@@ -969,6 +990,15 @@ class _ClientLoop:
             if req_id == 0 and op == wire.DELIVER:
                 self._on_durable(session, body)
                 continue
+            if req_id == 0 and op == wire.PING and session.state == "up":
+                inc = body.get("incarnation")
+                if inc is not None and inc != session.hello.get("incarnation"):
+                    # the node restarted under us faster than our heartbeat noticed
+                    log.info("node restarted: incarnation %s at %s", inc, session.endpoint)
+                    session.hello = {**session.hello, "incarnation": inc}
+                    if session is self.primary:
+                        self._reattach_durables(session)
+                continue
             if req_id == 0:
                 if op == wire.HELLO and session.state == "hello":
                     if not isinstance(body.get("ports"), dict):
@@ -1062,15 +1092,13 @@ class _ClientLoop:
             session.dealer.send(wire.encode_control(op, req_id, body))
         self.waiting.clear()
         if self.ready.done():
-            # a reconnect: reattach durable subscriptions (unacknowledged ones come again)
-            for name, (sub, credit, max_msgs) in list(c._durables.items()):
-                body = {
-                    "name": name,
-                    "pattern": sub.pattern,
-                    "credit": credit,
-                    "max_msgs": max_msgs,
-                }
-                session.dealer.send(wire.encode_control(wire.DURABLE_OPEN, 0, body))
+            self._reattach_durables(session)
+
+    def _reattach_durables(self, session: _Session) -> None:
+        """After a reconnect: reopen durable subscriptions (unacknowledged ones come again)."""
+        for name, (sub, credit, max_msgs) in list(self.client._durables.items()):
+            body = {"name": name, "pattern": sub.pattern, "credit": credit, "max_msgs": max_msgs}
+            session.dealer.send(wire.encode_control(wire.DURABLE_OPEN, 0, body))
 
     def _on_command(self) -> None:
         c = self.client

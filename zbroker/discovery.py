@@ -1,9 +1,9 @@
 """LAN discovery over mDNS/DNS-SD (python-zeroconf): announce this node, find the others.
 
 Service type ``_zbroker._tcp.local.``; instance name = broker ID; TXT properties ``id``,
-``group``, ``version``, ``endpoint`` (the first well-known endpoint) and ``endpoints``
-(all of them, comma-separated). The node announces itself once its sockets are bound and
-sends goodbye when it stops.
+``group``, ``version``, ``incarnation``, ``endpoint`` (the first well-known endpoint) and
+``endpoints`` (all of them, comma-separated). The node announces itself once its sockets
+are bound and sends goodbye when it stops.
 
 Discovery runs in zeroconf's own threads plus one of ours (registration blocks for the
 ~1.7 s of probing). It never touches the node's sockets: every finding is handed to
@@ -103,8 +103,10 @@ class Discovery:
         interfaces: list[str],
         emit: Callable[[dict[str, Any]], None],
         announce: bool = True,
+        incarnation: int = 0,
     ) -> None:
         self.broker_id = broker_id
+        self.incarnation = incarnation
         self.group = group
         self.port = port
         self.interfaces = interfaces
@@ -118,6 +120,7 @@ class Discovery:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self.error: str | None = None
+        self.running = False
         self.announced = threading.Event()
 
     def start(self) -> bool:
@@ -153,12 +156,16 @@ class Discovery:
                 "id": self.broker_id,
                 "group": self.group,
                 "version": str(PROTOCOL_VERSION),
+                # a restarted node's records differ from the ones cached since its crash
+                # (no goodbye was sent), so browsers report it as updated and redial it
+                "incarnation": str(self.incarnation),
                 "endpoint": self.endpoints[0],
                 "endpoints": ",".join(self.endpoints),
             },
             server=f"{self.broker_id}.local.",
         )
         self._browser = ServiceBrowser(self._zc, SERVICE_TYPE, handlers=[self._on_change])
+        self.running = True
         if self._announce:
             self._thread = threading.Thread(
                 target=self._register, name=f"zbroker-discovery-{self.broker_id}", daemon=True

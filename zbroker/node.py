@@ -350,6 +350,9 @@ class Node:
         self._say_goodbye()
         if self._discovery is not None:
             self._discovery.stop()
+            with self._discovery_lock:
+                # every socket of the context must be closed, or Context.term() hangs
+                self._discovery_push.close(linger=0)
         log.info("node %s stopping", self.broker_id)
 
     # -- handlers -----------------------------------------------------------------------
@@ -566,7 +569,8 @@ class Node:
         if op == wire.STATUS:
             return op, self.status()
         if op == wire.PING:
-            return op, {}
+            # the incarnation lets a client notice a restart its reconnect hid
+            return op, {"incarnation": self.incarnation}
         if op == wire.PEERS:
             return op, {"peers": self.peers()}
         if op == wire.READ:
@@ -1167,6 +1171,7 @@ class Node:
         push.connect(self._discovery_endpoint)
         lock = threading.Lock()
         self._discovery_push = push
+        self._discovery_lock = lock
 
         def emit(event: dict[str, Any]) -> None:  # called from zeroconf's threads
             with lock:
@@ -1180,6 +1185,7 @@ class Node:
             port=self.ports["control"],
             interfaces=interfaces,
             emit=emit,
+            incarnation=self.incarnation,
         )
         self._discovery.start()
 
@@ -1613,7 +1619,7 @@ class Node:
             "store": self.store.stats() if self.store is not None else None,
             "durables": self.durable_status() if self.store is not None else [],
             "discovery": {
-                "enabled": self._discovery is not None,
+                "enabled": self._discovery is not None and self._discovery.running,
                 "interfaces": self._discovery.interfaces if self._discovery else [],
                 "error": self._discovery.error if self._discovery else None,
                 "peers": len(self._discovered),

@@ -596,13 +596,6 @@ def test_sigterm_node_leaves_others_peers_promptly(
         assert [ln[2] for ln in view["links"]] == list({"n1", "n2"} - {node_id})
 
 
-@pytest.mark.xfail(
-    reason="BUG: `zbroker start` with discovery never exits after SIGTERM: the discovery "
-    "PUSH socket (Node._discovery_push, node.py _start_discovery) is never closed, so "
-    "Broker._teardown's ctx.term() (broker.py) blocks forever",
-    raises=AssertionError,
-    strict=True,
-)
 def test_sigterm_node_process_exits(net: Net, group: str) -> None:
     node = net.start_node(1, "n1", group)
     with precondition("node up with discovery"):
@@ -641,15 +634,6 @@ def test_sigkill_node_dropped_after_heartbeat_timeout(
     wait_mesh(net, {k: where[k] for k in ("n1", "n2")})
 
 
-@pytest.mark.xfail(
-    reason="BUG: a node restarted after SIGKILL (same id, same data dir) never rejoins: the "
-    "survivors still cache its identical mDNS records (SRV/TXT/A, TTL 120 s and more), so "
-    "its re-announcement fires no Added/Updated event in python-zeroconf's ServiceBrowser, "
-    "and the restarted node, having the higher ID, never dials (node.py _consider_peer). "
-    "The TXT record carries no incarnation that would make it an update",
-    raises=AssertionError,
-    strict=True,
-)
 def test_sigkill_node_rejoins_after_restart(net: Net, group: str) -> None:
     where = start_mesh(net, group)
     with precondition("mesh up, then n3 killed and dropped"):
