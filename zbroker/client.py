@@ -367,6 +367,8 @@ class Client:
         # durable subscriptions: name -> (handle, credit, max_msgs); reopened on reconnect
         self._durables: dict[str, tuple[Subscription, int, int]] = {}
         self.durable_info: dict[str, dict[str, Any]] = {}
+        #: deliveries the node's queue toward this client dropped (a slow consumer)
+        self.missed = 0
         self._push = self._new_push()
         self._send: Callable[[bytes, int], Any] = zmq.backend.Socket.send.__get__(self._push)
         ready: Future[dict[str, Any]] = Future()
@@ -855,6 +857,8 @@ class _ClientLoop:
         self.req_ids = itertools.count(1)
         self.running = True
         self.patterns: dict[bytes, str] = {}  # delivery-frame prefix -> pattern
+        self.pseq: dict[str, int] = {}  # last delivery sequence seen per pattern
+        self.gaps: dict[str, int] = {}  # missed deliveries not yet reported
         self.sessions: dict[str, _Session] = {}
         self.by_socket: dict[zmq.Socket[bytes], _Session] = {}
         self.primary: _Session | None = None
@@ -903,6 +907,10 @@ class _ClientLoop:
                     session.last_ping = now
                     session.dealer.send(wire.encode_control(wire.PING, 0, {}), zmq.NOBLOCK)
         self._connect_more(now)
+        if self.gaps and self.primary is not None:
+            body = self.gaps
+            self.gaps = {}
+            self.primary.dealer.send(wire.encode_control(wire.GAPS, 0, body))
         if not self.ready.done():
             up = [s for s in self.sessions.values() if s.state == "up"]
             if self.primary is not None and len(up) >= (c.min_brokers if c.fanout else 1):
@@ -1081,6 +1089,7 @@ class _ClientLoop:
         c = self.client
         self.primary = session
         c.hello = session.hello
+        self.pseq.clear()  # another node numbers its sends afresh
         self.sub.connect(self._data_endpoint(session, "deliver"))
         if not c.fanout:
             with c._pub_lock:
@@ -1114,6 +1123,7 @@ class _ClientLoop:
                 n = self.refs.get(arg, 0)
                 self.refs[arg] = n + 1
                 if n == 0:
+                    self.pseq.pop(arg, None)  # what we missed while away is no gap
                     self.sub.subscribe(arg.encode() + b"\0")
                 key = wire.SYNC_PREFIX + c._token + b"." + str(next(c._sync_counter)).encode()
                 self.syncs[key] = fut  # type: ignore[assignment]
@@ -1148,6 +1158,7 @@ class _ClientLoop:
         recv = self.sub.recv
         subs = self.client._subs
         patterns = self.patterns
+        pseq = self.pseq
         unpackb = msgpack.unpackb
         sync = wire.SYNC_PREFIX[0]
         for _ in range(1024):
@@ -1167,11 +1178,19 @@ class _ClientLoop:
                 pattern = patterns.get(key)
                 if pattern is None:
                     pattern = patterns[key] = key.decode("utf-8")
-                fields = unpackb(memoryview(frame)[nul + 1 :], raw=False, strict_map_key=False)
+                fields = unpackb(memoryview(frame)[nul + 1 : -8], raw=False, strict_map_key=False)
                 msg = _message(pattern, fields)
             except (ProtocolError, ValueError, msgpack.UnpackException) as exc:
                 log.warning("dropped malformed delivery: %s", exc)
                 continue
+            n = int.from_bytes(frame[-8:], "big")
+            last = pseq.get(pattern)
+            if last is not None and n > last + 1:
+                # the node's queue toward us overflowed: count, and tell the node
+                missed = n - last - 1
+                self.client.missed += missed
+                self.gaps[pattern] = self.gaps.get(pattern, 0) + missed
+            pseq[pattern] = n
             for s in subs.get(pattern, ()):
                 try:
                     s.callback(msg)

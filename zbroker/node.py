@@ -149,6 +149,7 @@ class Node:
         self._bad_log = BadInputLog()
         self._valid_topics: set[str] = set()
         self._prefix: dict[str, bytes] = {}
+        self._pseq: dict[str, int] = {}  # sends per delivery pattern (the frame trailer)
         self._running = False
         self.started_at = time.time()
         self.ports: dict[str, int] = {}
@@ -211,9 +212,9 @@ class Node:
         self.publish.setsockopt(zmq.RCVHWM, cfg.hwm)
         self.deliver = ctx.socket(zmq.XPUB)
         self.deliver.setsockopt(zmq.SNDHWM, cfg.hwm)
-        # A full subscriber queue makes send() fail with EAGAIN, which we count, instead of
-        # XPUB's default silent drop.
-        self.deliver.setsockopt(zmq.XPUB_NODROP, 1)
+        # Lossy XPUB (the default): a subscriber whose queue is full loses the message
+        # alone, and nobody else waits for it. Every delivery carries a per-pattern
+        # sequence, so that subscriber sees the gap and reports it (GAPS), and we count it.
         self.command = ctx.socket(zmq.PAIR)
         self.command.bind(self._command_endpoint)
         # findings of the discovery threads arrive here (DESIGN: inproc only)
@@ -385,6 +386,8 @@ class Node:
         retain_rule = store.retain_rule if store is not None else _no_rule
         retain = store.retain if store is not None else _no_retain
         durables = bool(self._durables)
+        pseq = self._pseq
+        u64 = _U64.pack
         seq = self.seq
         delivered = 0
         received = 0
@@ -455,11 +458,10 @@ class Node:
                     pfx = prefix.get(pattern)
                     if pfx is None:
                         continue  # interest of retention or a durable, no client on XPUB
-                    try:
-                        send(pfx + body, noblock)
-                        delivered += 1
-                    except zmq.Again:
-                        self._drop("subscriber_queue_full")
+                    n = pseq[pattern] + 1
+                    pseq[pattern] = n
+                    send(pfx + body + u64(n), noblock)
+                    delivered += 1
         finally:
             self.seq = seq
             self.received += received
@@ -498,6 +500,7 @@ class Node:
             if subscribe:
                 # the delivery prefix exists exactly while clients hold the pattern
                 self._prefix[pattern] = pattern.encode() + b"\0"
+                self._pseq.setdefault(pattern, 0)
                 self._add_interest(pattern, "clients")
             else:
                 self._prefix.pop(pattern, None)
@@ -540,6 +543,12 @@ class Node:
             if op == wire.PUBLISH:
                 self._control_publish(ident, req_id, req)
                 continue
+            if op == wire.GAPS:
+                missed = sum(v for v in req.values() if type(v) is int and 0 < v < 1 << 40)
+                if missed:
+                    # a subscriber's queue here overflowed: the one loss a lossy XPUB hides
+                    self._drop("slow_subscriber", missed)
+                continue
             if op in _DURABLE_OPS:
                 reply = self._durable_op(ident, op, req)
                 if reply is not None and req_id:
@@ -573,6 +582,7 @@ class Node:
             return op, {"incarnation": self.incarnation}
         if op == wire.PEERS:
             return op, {"peers": self.peers()}
+
         if op == wire.READ:
             return self._read(body)
         if op == wire.ROUTES:
@@ -746,6 +756,8 @@ class Node:
         retaining = store is not None and bool(store.rules)
         durables = bool(self._durables)
         fmts = (0, 1)
+        pseq = self._pseq
+        u64 = _U64.pack
         delivered = 0
         link.msgs_in += len(batch)
         for m in batch:
@@ -808,11 +820,10 @@ class Node:
                     continue  # interest of retention or a durable, no client on XPUB
                 if body is None:
                     body = encode(topic, payload, fmt, headers, origin, inc, seq, ts)
-                try:
-                    send(pfx + body, zmq.NOBLOCK)
-                    delivered += 1
-                except zmq.Again:
-                    self._drop("subscriber_queue_full")
+                n = pseq[pattern] + 1
+                pseq[pattern] = n
+                send(pfx + body + u64(n), zmq.NOBLOCK)
+                delivered += 1
         self.delivered += delivered
 
     def _link_source(self, link: Link) -> str:
@@ -1530,11 +1541,10 @@ class Node:
             pfx = self._prefix.get(pattern)
             if pfx is None:
                 continue  # interest of retention or a durable, no client on XPUB
-            try:
-                self.deliver.send(pfx + body, zmq.NOBLOCK)
-                self.delivered += 1
-            except zmq.Again:
-                self._drop("subscriber_queue_full")
+            n = self._pseq[pattern] + 1
+            self._pseq[pattern] = n
+            self.deliver.send(pfx + body + _U64.pack(n), zmq.NOBLOCK)
+            self.delivered += 1
 
     def _send_confirms(self) -> None:
         confirms = self._confirms
@@ -1636,6 +1646,8 @@ class Node:
 
 #: msgpack of (uint64 seq, float64 ts): the last two envelope fields, in one struct call
 _ENVELOPE_TAIL = struct.Struct(">BQBd")
+#: the per-pattern sequence trailer of a delivery frame
+_U64 = struct.Struct(">Q")
 
 
 def _no_rule(topic: str) -> str | None:

@@ -15,6 +15,12 @@ Client publish (client PUSH → node PULL, ``PORT+1``)::
 Delivery (node XPUB → client SUB, ``PORT+2``)::
 
     pattern-utf8  NUL  msgpack([topic, payload, fmt, headers, origin, incarnation, seq, ts])
+        pattern-seq (8 bytes, big-endian)
+
+The trailer numbers the node's sends on that pattern (1, 2, 3, ...): a subscriber whose
+queue overflowed at the node (a slow consumer: the node's XPUB drops for that subscriber
+only, never stalling the others) sees a gap, counts it and reports it to the node
+(``GAPS``), which counts it in its status.
 
 The frame begins with the subscription pattern it is delivered for and a NUL byte (which no
 pattern contains); clients subscribe to ``pattern + NUL``, so ZeroMQ's prefix filter becomes
@@ -39,6 +45,7 @@ HELLO      1      request ``{}``; reply ``{broker_id, incarnation, version, endp
                   ports: {control, publish, deliver}}``
 STATUS     2      request ``{}``; reply: the node's status map
 PING       3      request ``{}``; reply ``{}``
+GAPS       13     one-way ``{pattern: missed, ...}``: deliveries a subscriber's queue dropped
 ROUTES     4      request ``{pattern?: str}``; reply ``{routes: [{pattern, origin, path,
                   hops, link}]}``
 PEERS      5      request ``{}``; reply ``{peers: [{id, found_by, state, endpoint, links}]}``
@@ -121,6 +128,7 @@ DURABLE_ACK = 9
 DURABLE_CLOSE = 10
 DURABLE_DELETE = 11
 DELIVER = 12
+GAPS = 13
 ERROR = 15
 OPS = {
     HELLO: "HELLO",
@@ -135,6 +143,7 @@ OPS = {
     DURABLE_CLOSE: "DURABLE_CLOSE",
     DURABLE_DELETE: "DURABLE_DELETE",
     DELIVER: "DELIVER",
+    GAPS: "GAPS",
     ERROR: "ERROR",
 }
 
@@ -208,8 +217,17 @@ def encode_delivery_body(
     )
 
 
+def decode_delivery_frame(frame: bytes) -> tuple[str, int, list[Any]]:
+    """A whole delivery frame: (pattern, pattern sequence, envelope fields)."""
+    if len(frame) < 10:
+        raise ProtocolError("bad_shape", "delivery frame too short")
+    pattern, fields = decode_delivery(frame[:-8])
+    return pattern, int.from_bytes(frame[-8:], "big"), fields
+
+
 def decode_delivery(frame: bytes) -> tuple[str, list[Any]]:
-    """Split a delivery frame into its pattern and the decoded envelope fields."""
+    """Split ``pattern NUL envelope`` (a delivery frame without its sequence trailer)
+    into its pattern and the decoded envelope fields."""
     nul = frame.find(b"\0")
     if nul <= 0:
         raise ProtocolError("bad_shape", "delivery frame has no pattern prefix")
