@@ -63,7 +63,7 @@ from .const import (
 )
 from .errors import ConfigError, InvalidTopic
 from .routing import DEFAULT_TTL, LinkOptions
-from .store import RetainRule
+from .store import OVERFLOW_POLICIES, RetainRule
 from .topics import validate_pattern
 
 __all__ = [
@@ -269,6 +269,11 @@ class NodeConfig:
             _check_int(rule.max_msgs, f"{where}: max_msgs", 0, 1 << 62)
             _check_int(rule.max_bytes, f"{where}: max_bytes", 0, 1 << 62)
             _check_float(rule.max_age, f"{where}: max_age", 0, 10 * 365 * 86400)
+            if rule.overflow not in OVERFLOW_POLICIES:
+                raise ConfigError(
+                    f"{where}: overflow {rule.overflow!r} is not one of "
+                    f"{', '.join(OVERFLOW_POLICIES)}"
+                )
         object.__setattr__(self, "retain", retain)
         if type(self.fsync) is not bool:
             raise ConfigError(f"{src}: node.fsync must be true or false")
@@ -381,7 +386,7 @@ def _retain_from_toml(value: Any, source: str) -> tuple[RetainRule, ...]:
     if not isinstance(value, list):
         raise ConfigError(f"{source}: retention rules are written as [[retain]] tables")
     rules = []
-    known = {"pattern", "max_msgs", "max_bytes", "max_age"}
+    known = {"pattern", "max_msgs", "max_bytes", "max_age", "overflow"}
     for i, item in enumerate(value):
         where = f"{source}: [[retain]] #{i + 1}"
         if not isinstance(item, dict):
@@ -398,6 +403,7 @@ def _retain_from_toml(value: Any, source: str) -> tuple[RetainRule, ...]:
                 max_msgs=item.get("max_msgs", 0),
                 max_bytes=item.get("max_bytes", 0),
                 max_age=float(age) if type(age) in (int, float) else age,
+                overflow=item.get("overflow", "drop-oldest"),
             )
         )
     return tuple(rules)

@@ -1518,6 +1518,21 @@ class Node:
             self._bad(self._source(ident), getattr(exc, "reason", "bad_topic"), str(exc))
             self._send_control(ident, wire.ERROR, req_id, {"message": str(exc)})
             return
+        full = self.store.full_rule(topic, len(payload) + len(topic)) if self.store else None
+        if full is not None:
+            # a persistent message that cannot be stored is refused, not half-accepted
+            self._drop("rejected_persistent")
+            self._send_control(
+                ident,
+                wire.ERROR,
+                req_id,
+                {
+                    "message": f"refused: retention rule {full.pattern!r} is full "
+                    f"(max_msgs {full.max_msgs or 'unbounded'}, max_bytes "
+                    f"{full.max_bytes or 'unbounded'}; overflow policy reject-new)"
+                },
+            )
+            return
         self.seq += 1
         self.received += 1
         seq, ts, me, inc = self.seq, time.time(), self.broker_id, self.incarnation

@@ -73,14 +73,24 @@ CREATE TABLE IF NOT EXISTS dqueue (
 """
 
 
+OVERFLOW_POLICIES = ("drop-oldest", "reject-new")
+
+
 @dataclass(frozen=True, slots=True)
 class RetainRule:
-    """Keep messages on topics matching ``pattern``; 0 means unbounded."""
+    """Keep messages on topics matching ``pattern``; 0 means unbounded.
+
+    ``overflow``: ``drop-oldest`` (default) trims the oldest messages to fit the bounds;
+    ``reject-new`` keeps what is stored and refuses what does not fit: a persistent publish
+    gets an error, a non-persistent message is not retained (counted as ``reject_new``).
+    ``max_age`` always expires old messages.
+    """
 
     pattern: str
     max_msgs: int = 0
     max_bytes: int = 0
     max_age: float = 0.0
+    overflow: str = "drop-oldest"
 
 
 Row = tuple[int, str, bytes, int, Any, str, int, int, float]
@@ -106,6 +116,12 @@ class Store:
         # the sequence never goes back, even when the newest rows were trimmed away
         self.last_seq = max(row[0] or 0, stored[0] if stored else 0)
         self._pending: list[tuple[Any, ...]] = []
+        # rows and bytes held per rule (committed + queued), kept exact through trims
+        self._held: dict[str, list[int]] = {r.pattern: [0, 0] for r in rules}
+        for rule_pattern, n, size in self._db.execute(
+            "SELECT rule, COUNT(*), COALESCE(SUM(size), 0) FROM retained GROUP BY rule"
+        ):
+            self._held.setdefault(rule_pattern, [0, 0])[:] = [n, size]
         self._dpending: list[tuple[Any, ...]] = []
         self._dmarks: list[tuple[str, int]] = []
         self._dacks: list[tuple[str, int]] = []
@@ -140,10 +156,17 @@ class Store:
         inc: int,
         oseq: int,
         ts: float,
-    ) -> int:
-        """Queue a message for the retention log; return its retention sequence."""
-        self.last_seq += 1
+    ) -> int | None:
+        """Queue a message for the retention log; return its retention sequence, or None
+        when a ``reject-new`` rule is full (counted)."""
         size = len(payload) + len(topic)
+        if self.rejects(rule, size):
+            self._count_drop("reject_new", 1)
+            return None
+        held = self._held.setdefault(rule, [0, 0])
+        held[0] += 1
+        held[1] += size
+        self.last_seq += 1
         self._pending.append(
             (
                 self.last_seq,
@@ -160,6 +183,22 @@ class Store:
             )
         )
         return self.last_seq
+
+    def rejects(self, rule: str, size: int) -> bool:
+        """Would a message of ``size`` bytes overflow ``rule`` under ``reject-new``?"""
+        r = self.rules.get(rule)
+        if r is None or r.overflow != "reject-new":
+            return False
+        held = self._held.get(rule, [0, 0])
+        return bool(
+            (r.max_msgs and held[0] + 1 > r.max_msgs)
+            or (r.max_bytes and held[1] + size > r.max_bytes)
+        )
+
+    def full_rule(self, topic: str, size: int) -> RetainRule | None:
+        """The reject-new rule that would refuse this message, if any."""
+        rule = self.retain_rule(topic)
+        return self.rules[rule] if rule is not None and self.rejects(rule, size) else None
 
     def commit(self) -> int:
         """Write everything queued in one transaction, then apply the bounds. Returns the
@@ -209,23 +248,36 @@ class Store:
         self.retained += len(rows)
         return len(rows)
 
+    def _delete(self, rule_pattern: str, where: str, args: tuple[Any, ...]) -> int:
+        """Delete retained rows of a rule, keeping the held counters exact."""
+        sizes = [
+            r[0]
+            for r in self._db.execute(
+                f"DELETE FROM retained WHERE rule=? AND {where} RETURNING size",
+                (rule_pattern, *args),
+            )
+        ]
+        held = self._held.setdefault(rule_pattern, [0, 0])
+        held[0] -= len(sizes)
+        held[1] -= sum(sizes)
+        return len(sizes)
+
     def _trim(self, rule_pattern: str) -> None:
         rule = self.rules.get(rule_pattern)
         if rule is None:
             return
         db = self._db
         if rule.max_age:
-            cut = time.time() - rule.max_age
-            n = db.execute(
-                "DELETE FROM retained WHERE rule=? AND ts < ?", (rule_pattern, cut)
-            ).rowcount
+            n = self._delete(rule_pattern, "ts < ?", (time.time() - rule.max_age,))
             self._count_drop("max_age", n)
+        if rule.overflow == "reject-new":
+            return  # nothing past the bounds was accepted
         if rule.max_msgs:
-            n = db.execute(
-                "DELETE FROM retained WHERE rule=? AND seq <= (SELECT seq FROM retained "
-                "WHERE rule=? ORDER BY seq DESC LIMIT 1 OFFSET ?)",
-                (rule_pattern, rule_pattern, rule.max_msgs),
-            ).rowcount
+            n = self._delete(
+                rule_pattern,
+                "seq <= (SELECT seq FROM retained WHERE rule=? ORDER BY seq DESC LIMIT 1 OFFSET ?)",
+                (rule_pattern, rule.max_msgs),
+            )
             self._count_drop("max_msgs", n)
         if rule.max_bytes:
             total = db.execute(
@@ -243,9 +295,7 @@ class Store:
                     if acc <= rule.max_bytes:
                         break
                 if cut_seq is not None:
-                    n = db.execute(
-                        "DELETE FROM retained WHERE rule=? AND seq <= ?", (rule_pattern, cut_seq)
-                    ).rowcount
+                    n = self._delete(rule_pattern, "seq <= ?", (cut_seq,))
                     self._count_drop("max_bytes", n)
 
     def _trim_durable(self, name: str) -> None:
@@ -375,6 +425,9 @@ class Store:
                     "max_msgs": r.max_msgs,
                     "max_bytes": r.max_bytes,
                     "max_age": r.max_age,
+                    "overflow": r.overflow,
+                    "held_msgs": self._held.get(r.pattern, [0, 0])[0],
+                    "held_bytes": self._held.get(r.pattern, [0, 0])[1],
                 }
                 for r in self.rules.values()
             ],

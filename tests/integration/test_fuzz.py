@@ -1210,19 +1210,31 @@ class RawPeer:
         return list(wire.decode_control(self.control.recv()))
 
     def handshake(self, **changes: Any) -> None:
+        """A LINK_HELLO on the link DEALER; returns once the LINK_WELCOME arrived (frames
+        of a link that is up already are skipped)."""
         self.link.send(wire.encode_link(wire.LINK_HELLO, {**link_hello(), **changes}))
-        assert self.link.poll(int(WAIT * 1000))
-        assert wire.decode_frame(self.link.recv())[0] == wire.LINK_WELCOME
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            if self.link.poll(50):
+                op = wire.decode_frame(self.link.recv())[0]
+                assert op != wire.LINK_REFUSE, "handshake refused"
+                if op == wire.LINK_WELCOME:
+                    return
+        raise AssertionError("no LINK_WELCOME")
 
-    def ping(self, sock: zmq.Socket[bytes] | None = None, timeout: float = 5.0) -> bool:
-        """True if the node answers a PING on ``sock`` (after everything sent before it)."""
+    def ping(self, sock: zmq.Socket[bytes] | None = None) -> bool:
+        """True if the node answers a PING on ``sock`` (after everything sent before it),
+        False as soon as the node thread is gone (or after WAIT seconds)."""
         sock = sock or self.control
         sock.send(wire.encode_control(wire.PING, 424242, {}))
-        deadline = time.monotonic() + timeout
-        while sock.poll(max(1, int((deadline - time.monotonic()) * 1000))):
-            value = msgpack.unpackb(sock.recv(), raw=False, strict_map_key=False)
-            if value[:2] == [wire.PING, 424242]:
-                return True
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            if sock.poll(50):
+                value = msgpack.unpackb(sock.recv(), raw=False, strict_map_key=False)
+                if value[:2] == [wire.PING, 424242]:
+                    return True
+            elif not self.b.running:
+                return False
         return False
 
     def close(self) -> None:

@@ -1,0 +1,287 @@
+"""Property tests of the link frames' codec in zbroker.wire (types 16-22).
+
+* Valid values of every link frame type round-trip through ``encode_link`` and
+  ``decode_frame``, and the per-type checkers (``check_link_map`` for LINK_HELLO,
+  LINK_WELCOME, LINK_REFUSE and BYE; ``decode_advert``; ``check_link_msg`` for each MSGS
+  entry) accept them and return what was encoded.
+* Anything else (random bytes, any msgpack value after any type number, mutated valid
+  frames) either decodes or raises :class:`ProtocolError` with a documented reason, never
+  another exception; and what a checker accepts has the documented types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zbroker import wire
+from zbroker.const import PROTOCOL_VERSION
+from zbroker.errors import ProtocolError
+
+pack = msgpack.packb
+
+# ---------------------------------------------------------------------------------------
+# strategies
+# ---------------------------------------------------------------------------------------
+
+_INT64 = st.integers(min_value=-(2**63), max_value=2**64 - 1)
+_FLOAT = st.floats(allow_nan=False)  # NaN != NaN: round trips compare with ==
+_TEXT = st.text(max_size=20)
+_ID = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,20}", fullmatch=True)
+_LEAF = st.one_of(st.none(), st.booleans(), _INT64, _FLOAT, _TEXT, st.binary(max_size=20))
+# what msgpack round-trips to an equal value (lists, not tuples; maps with str keys)
+_VALUE = st.recursive(
+    _LEAF,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=6,
+)
+# any msgpack value, including maps with non-string keys and ext types: for fuzzing
+_ANY = st.recursive(
+    st.one_of(_LEAF, st.builds(msgpack.ExtType, st.integers(0, 127), st.binary(max_size=8))),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=6),
+        st.dictionaries(
+            st.one_of(st.text(max_size=4), st.binary(max_size=4), _INT64), inner, max_size=4
+        ),
+    ),
+    max_leaves=10,
+)
+_PATTERNS = st.lists(_TEXT, max_size=3)
+_SECONDS = st.floats(min_value=0.001, max_value=86_000, allow_nan=False)
+
+_HELLO = st.fixed_dictionaries(
+    {
+        "id": _ID,
+        "incarnation": _INT64,
+        "group": _ID,
+        "version": st.just(PROTOCOL_VERSION),
+        "name": _ID,
+        "duplex": st.booleans(),
+        "ttl": st.integers(1, 255),
+        "conduit": st.booleans(),
+        "include": _PATTERNS,
+        "exclude": _PATTERNS,
+        "static": _PATTERNS,
+        "heartbeat_interval": _SECONDS,
+        "heartbeat_timeout": _SECONDS,
+    }
+)
+_WELCOME = st.fixed_dictionaries(
+    {"id": _ID, "incarnation": _INT64, "group": _ID, "version": st.just(PROTOCOL_VERSION)}
+)
+_REFUSE = st.fixed_dictionaries({"reason": _TEXT, "retry": st.booleans()})
+_BYE = st.fixed_dictionaries({"reason": _TEXT})
+_MAP_FRAMES = st.one_of(
+    st.tuples(st.just(wire.LINK_HELLO), _HELLO),
+    st.tuples(st.just(wire.LINK_WELCOME), _WELCOME),
+    st.tuples(st.just(wire.LINK_REFUSE), _REFUSE),
+    st.tuples(st.just(wire.BYE), _BYE),
+)
+_ADVERT_ENTRY = st.tuples(_TEXT, _ID, st.one_of(st.none(), st.lists(_ID, max_size=4))).map(list)
+_HEADERS = st.one_of(st.none(), st.dictionaries(st.text(max_size=8), _VALUE, max_size=4))
+_MSG = st.tuples(
+    _TEXT,  # topic (the node checks topic rules, not the codec)
+    st.binary(max_size=40),  # payload
+    st.sampled_from([wire.FMT_BYTES, wire.FMT_MSGPACK]),
+    _HEADERS,
+    _ID,  # origin
+    _INT64,  # incarnation
+    _INT64,  # seq
+    st.one_of(_FLOAT, _INT64),  # ts
+    st.lists(_ID, max_size=4),  # path
+    st.one_of(st.none(), st.lists(_ID, max_size=4)),  # targets
+).map(list)
+
+
+def _valid_frame() -> st.SearchStrategy[bytes]:
+    """An encoded valid frame of any link type."""
+    return st.one_of(
+        _MAP_FRAMES.map(lambda t: wire.encode_link(*t)),
+        st.just(wire.encode_link(wire.HEARTBEAT)),
+        st.tuples(st.booleans(), st.lists(_ADVERT_ENTRY, max_size=4)).map(
+            lambda t: wire.encode_link(wire.ADVERT, *t)
+        ),
+        st.lists(_MSG, max_size=4).map(lambda batch: wire.encode_link(wire.MSGS, batch)),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# round trips of valid values
+# ---------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(frame=_MAP_FRAMES)
+def test_map_frames_round_trip(frame: tuple[int, dict[str, Any]]) -> None:
+    kind, info = frame
+    value = wire.decode_frame(wire.encode_link(kind, info))
+    assert value == [kind, info]
+    assert wire.check_link_map(value) == info
+
+
+def test_heartbeat_round_trip() -> None:
+    assert wire.decode_frame(wire.encode_link(wire.HEARTBEAT)) == [wire.HEARTBEAT]
+    assert wire.encode_link(wire.HEARTBEAT) == bytes([0x91, wire.HEARTBEAT])
+
+
+@settings(max_examples=200, deadline=None)
+@given(full=st.booleans(), entries=st.lists(_ADVERT_ENTRY, max_size=6))
+def test_advert_round_trip(full: bool, entries: list[list[Any]]) -> None:
+    value = wire.decode_frame(wire.encode_link(wire.ADVERT, full, entries))
+    assert value == [wire.ADVERT, full, entries]
+    assert wire.decode_advert(value) == (
+        full,
+        tuple((p, o, None if path is None else tuple(path)) for p, o, path in entries),
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(batch=st.lists(_MSG, max_size=6))
+def test_msgs_round_trip(batch: list[list[Any]]) -> None:
+    value = wire.decode_frame(wire.encode_link(wire.MSGS, batch))
+    assert value == [wire.MSGS, batch]
+    for m in value[1]:
+        wire.check_link_msg(m)  # raises nothing
+
+
+# ---------------------------------------------------------------------------------------
+# anything else: decodes, or ProtocolError with a documented reason
+# ---------------------------------------------------------------------------------------
+
+
+def _protocol_error_only(fn: Callable[[], Any], reasons: set[str]) -> bool:
+    """True if ``fn()`` returned; False if it raised ProtocolError with one of ``reasons``
+    (any other exception propagates and fails the test)."""
+    try:
+        fn()
+    except ProtocolError as exc:
+        assert exc.reason in reasons, exc.reason
+        return False
+    return True
+
+
+def _check_every_way(value: list[Any]) -> None:
+    """Run every link checker on a decoded frame; accepted values have the documented
+    types."""
+    if _protocol_error_only(lambda: wire.check_link_map(value), {"bad_shape"}):
+        assert len(value) == 2 and type(value[1]) is dict
+    if _protocol_error_only(lambda: wire.decode_advert(value), {"bad_shape", "bad_type"}):
+        full, entries = wire.decode_advert(value)
+        assert type(full) is bool
+        for pattern, origin, path in entries:
+            assert type(pattern) is str and type(origin) is str
+            assert path is None or all(type(p) is str for p in path)
+    for m in value[1:]:
+        _check_msg(m)
+        if type(m) is list:
+            for inner in m:
+                _check_msg(inner)
+
+
+def _check_msg(m: Any) -> None:
+    if _protocol_error_only(lambda: wire.check_link_msg(m), {"bad_shape", "bad_type"}):
+        topic, payload, fmt, headers, origin, inc, seq, ts, path, targets = m
+        assert type(topic) is str and type(payload) is bytes and type(origin) is str
+        assert fmt in (wire.FMT_BYTES, wire.FMT_MSGPACK)
+        assert headers is None or type(headers) is dict
+        assert type(inc) is int and type(seq) is int and type(ts) in (int, float)
+        assert type(path) is list and (targets is None or type(targets) is list)
+
+
+def _decode_and_check(frame: bytes) -> None:
+    try:
+        value = wire.decode_frame(frame)
+    except ProtocolError as exc:
+        assert exc.reason in {"not_msgpack", "bad_shape"}, exc.reason
+        return
+    assert type(value) is list and value and type(value[0]) is int
+    _check_every_way(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(frame=st.binary(max_size=200))
+def test_random_bytes_raise_only_protocol_error(frame: bytes) -> None:
+    _decode_and_check(frame)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kind=st.one_of(st.integers(16, 22), _INT64, _ANY),
+    rest=st.lists(_ANY, max_size=4),
+)
+def test_any_msgpack_after_any_type_raises_only_protocol_error(kind: Any, rest: list[Any]) -> None:
+    _decode_and_check(pack([kind, *rest]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kind=st.integers(16, 22),
+    entries=st.lists(
+        st.one_of(
+            _ANY,
+            # one field of a valid entry replaced by anything: reaches every type check
+            st.tuples(_MSG, st.integers(0, 9), _ANY).map(
+                lambda t: [*t[0][: t[1]], t[2], *t[0][t[1] + 1 :]]
+            ),
+            st.tuples(_ADVERT_ENTRY, st.integers(0, 2), _ANY).map(
+                lambda t: [*t[0][: t[1]], t[2], *t[0][t[1] + 1 :]]
+            ),
+        ),
+        max_size=4,
+    ),
+    full=st.one_of(st.booleans(), _ANY),
+)
+def test_wrong_fields_raise_only_protocol_error(kind: int, entries: list[Any], full: Any) -> None:
+    _decode_and_check(pack([kind, entries]))
+    _decode_and_check(pack([kind, full, entries]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    frame=_valid_frame(),
+    flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 7)), min_size=1, max_size=4),
+    cut=st.one_of(st.none(), st.integers(0, 10_000)),
+    tail=st.binary(max_size=4),
+)
+def test_mutated_valid_frames_raise_only_protocol_error(
+    frame: bytes, flips: list[tuple[int, int]], cut: int | None, tail: bytes
+) -> None:
+    data = bytearray(frame)
+    for pos, bit in flips:
+        data[pos % len(data)] ^= 1 << bit
+    if cut is not None:
+        del data[cut % len(data) :]
+    _decode_and_check(bytes(data))
+    _decode_and_check(bytes(data) + tail)
+    _decode_and_check(frame + tail)
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [b"", b"\xc1", b"\x91", b"\x90", b"\x91\xa1x", b"\x91\xc0", b"\x91\x15\x00", b"\x81\x90\x00"],
+    ids=["empty", "never-used", "short-array", "empty-array", "str-type", "nil-type",
+         "trailing", "unhashable-map-key"],
+)  # fmt: skip
+def test_malformed_examples(frame: bytes) -> None:
+    with pytest.raises(ProtocolError) as info:
+        wire.decode_frame(frame)
+    assert info.value.reason in {"not_msgpack", "bad_shape"}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: check_link_msg takes a bool or float fmt (True == 1, 1.0 == 1), which "
+    "decode_publish and the node's control PUBLISH refuse (fmt must be the integer 0 or 1)",
+)
+@pytest.mark.parametrize("fmt", [True, False, 1.0, 0.0])
+def test_check_link_msg_refuses_non_integer_fmt(fmt: Any) -> None:
+    m = ["T.x", b"", fmt, None, "o", 1, 1, 1.0, ["o"], None]
+    with pytest.raises(ProtocolError):
+        wire.check_link_msg(m)
