@@ -147,7 +147,8 @@ class Node:
             queue.SimpleQueue()
         )
         self._bad_log = BadInputLog()
-        self._valid_topics: set[str] = set()
+        self._valid_topics: set[str] = set()  # publishable topics seen (no $ZB)
+        self._valid_link_topics: set[str] = set()  # topics seen on links ($ZB allowed)
         self._prefix: dict[str, bytes] = {}
         self._pseq: dict[str, int] = {}  # sends per delivery pattern (the frame trailer)
         self._running = False
@@ -336,7 +337,11 @@ class Node:
             busy = self._dialers or self._accepted
             timeout = int(TICK_INTERVAL * 1000) if busy else 1000
             for sock, _ in poller.poll(timeout):
-                handlers[sock]()
+                try:
+                    handlers[sock]()
+                except Exception:  # a bug, not bad input: log it, count it, keep serving
+                    self._drop("internal_error")
+                    log.exception("internal error in a socket handler; the node keeps running")
             if self._dirty:
                 self._flush_outboxes()
             self._flush_adverts()
@@ -544,7 +549,10 @@ class Node:
                 self._control_publish(ident, req_id, req)
                 continue
             if op == wire.GAPS:
-                missed = sum(v for v in req.values() if type(v) is int and 0 < v < 1 << 40)
+                # bounded: a lying client can inflate this counter only so far per report
+                missed = min(
+                    sum(v for v in req.values() if type(v) is int and 0 < v < 1 << 32), 10**6
+                )
                 if missed:
                     # a subscriber's queue here overflowed: the one loss a lossy XPUB hides
                     self._drop("slow_subscriber", missed)
@@ -746,7 +754,7 @@ class Node:
         durables, route, local delivery). Type checks are inlined; wire.check_link_msg is
         the same rule for other callers."""
         me = self.broker_id
-        valid = self._valid_topics
+        valid = self._valid_link_topics
         seen = self.dedupe.seen
         route = self.engine.route
         prefix = self._prefix
@@ -768,6 +776,7 @@ class Node:
                 if (
                     type(topic) is not str
                     or type(payload) is not bytes
+                    or type(fmt) is not int
                     or fmt not in fmts
                     or (headers is not None and type(headers) is not dict)
                     or type(origin) is not str
@@ -778,6 +787,13 @@ class Node:
                     or (targets is not None and type(targets) is not list)
                 ):
                     raise ProtocolError("bad_type", "MSGS entry has wrong field types")
+                if not all(type(p) is str for p in path) or (
+                    targets is not None and not all(type(t) is str for t in targets)
+                ):
+                    raise ProtocolError("bad_type", "MSGS path and targets must be strings")
+                if not (0 <= inc < _I64 and 0 <= seq < _I64 and -_TS_MAX < ts < _TS_MAX):
+                    # out of what the store can hold (and NaN fails every comparison)
+                    raise ProtocolError("bad_value", "MSGS entry has out-of-range numbers")
                 if topic not in valid:
                     validate_topic(topic)
                     if len(valid) >= TOPIC_CACHE_SIZE:
@@ -1028,6 +1044,10 @@ class Node:
                 ),
             )
             return
+        previous = self._accepted.get(ident)
+        if previous is not None:
+            # a new handshake on the same connection supersedes whatever link it carried
+            self._link_down(previous, "replaced by a new handshake on its connection", now)
         for old in list(self._accepted.values()):
             if old.peer == peer and old.name == name:
                 if old.peer_incarnation > inc:
@@ -1380,7 +1400,7 @@ class Node:
             assert isinstance(pattern, str)
             if type(credit) is not int or not 1 <= credit <= 100_000:
                 return wire.ERROR, {"message": "credit must be an integer in 1..100000"}
-            if type(max_msgs) is not int or max_msgs < 0:
+            if type(max_msgs) is not int or not 0 <= max_msgs < _I64:
                 return wire.ERROR, {"message": "max_msgs must be a non-negative integer"}
             created = d is None
             if d is None:
@@ -1410,7 +1430,7 @@ class Node:
             return None
         if op == wire.DURABLE_ACK:
             upto = req.get("upto")
-            if type(upto) is int and d.consumer == ident:
+            if type(upto) is int and 0 <= upto < _I64 and d.consumer == ident:
                 store.ack(name, upto)
                 while d.sent and d.sent[0] <= upto:
                     d.sent.popleft()
@@ -1453,7 +1473,7 @@ class Node:
                         topic,
                         payload,
                         fmt,
-                        None if h is None else msgpack.unpackb(h),
+                        None if h is None else msgpack.unpackb(h, strict_map_key=False),
                         origin,
                         inc,
                         oseq,
@@ -1580,7 +1600,11 @@ class Node:
             validate_pattern(pattern)
         except InvalidTopic as exc:
             return wire.ERROR, {"message": str(exc)}
-        if type(start) is not int or start < 0 or (end is not None and type(end) is not int):
+        if (
+            type(start) is not int
+            or not 0 <= start < _I64
+            or (end is not None and (type(end) is not int or not 0 <= end < _I64))
+        ):
             return wire.ERROR, {"message": "start and end must be integer sequence numbers"}
         if type(limit) is not int or not 1 <= limit <= 100_000:
             return wire.ERROR, {"message": "limit must be an integer in 1..100000"}
@@ -1592,7 +1616,17 @@ class Node:
 
         rows = store.read(start, end, limit, None if pattern == ">" else wanted)
         out = [
-            [seq, topic, payload, fmt, None if h is None else msgpack.unpackb(h), o, i, q, ts]
+            [
+                seq,
+                topic,
+                payload,
+                fmt,
+                None if h is None else msgpack.unpackb(h, strict_map_key=False),
+                o,
+                i,
+                q,
+                ts,
+            ]
             for seq, topic, payload, fmt, h, o, i, q, ts in rows
         ]
         upper = end if end is not None else store.last_seq + 1
@@ -1663,6 +1697,11 @@ class Node:
 _ENVELOPE_TAIL = struct.Struct(">BQBd")
 #: the per-pattern sequence trailer of a delivery frame
 _U64 = struct.Struct(">Q")
+
+
+#: bounds of numbers that reach SQLite (INTEGER is signed 64-bit; ts must be finite)
+_I64 = 1 << 63
+_TS_MAX = 1e15
 
 
 def _no_rule(topic: str) -> str | None:

@@ -313,6 +313,7 @@ def check_link_msg(m: Any) -> None:
     if (
         type(topic) is not str
         or type(payload) is not bytes
+        or type(fmt) is not int
         or fmt not in _FMTS
         or (headers is not None and type(headers) is not dict)
         or type(origin) is not str
