@@ -773,3 +773,33 @@ def test_no_mdns_or_test_traffic_on_eth0(eth0_guard: dict[str, Any]) -> None:
     m = re.search(r"(\d+) packets? captured", err)
     assert m is not None, err
     assert int(m.group(1)) == 0, err
+
+
+def test_cli_pub_and_sub_with_zeroconf_broker(net: Net, group: str) -> None:
+    """`zbroker sub/pub --broker zeroconf://GROUP` find a node on the LAN by mDNS."""
+    n = 5
+    net.start_node(1, "n1", group)
+    net.start_node(3, "n3", group)
+    wait_mesh(net, {"n1": (1, endpoint(v4(1))), "n3": (3, endpoint(v4(3)))})
+    sub = net.start(
+        3, ZBROKER, "sub", "CLI.>", "--broker", f"zeroconf://{group}", "--interface", v4(3),
+        "--count", str(n), "--json", "--timeout", "10",
+    )  # fmt: skip
+    assert sub.wait_stderr("subscribed to CLI.>", WAIT), sub.stderr_text()
+    # the subscription is confirmed on its node; wait until n1 has the interest
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        routes = net.cli(1, "routes", "CLI.x", "--json", "--broker", endpoint(v4(1))) or []
+        routes += net.cli(3, "routes", "CLI.x", "--json", "--broker", endpoint(v4(3))) or []
+        if len([r for r in routes if r["pattern"] == "CLI.>"]) >= 2:
+            break
+        time.sleep(0.1)
+    res = subprocess.run(
+        ["ip", "netns", "exec", net.ns(1), ZBROKER, "pub", "CLI.x", "hello", "--count", str(n),
+         "--broker", f"zeroconf://{group}", "--interface", v4(1), "--timeout", "10"],
+        capture_output=True, text=True, timeout=60, env=net.procs.env(), check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert sub.wait(20) == 0, sub.stderr_text()
+    lines = [json.loads(x) for x in sub.stdout_text().splitlines() if x.strip()]
+    assert [(e["topic"], e["payload"]) for e in lines] == [("CLI.x", "hello")] * n

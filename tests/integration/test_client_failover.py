@@ -1,0 +1,70 @@
+"""Client address lists: failover between nodes, and fan-out publishing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from zbroker import Broker, BrokerUnreachable, Client, Message
+
+
+def _wait(pred: Callable[[], bool], timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return pred()
+
+
+def test_fanout_publishes_every_message_to_every_node(
+    broker_factory: Callable[..., Broker], client_factory: Callable[..., Client]
+) -> None:
+    a, b = broker_factory(broker_id="FA"), broker_factory(broker_id="FB")  # not linked
+    got_a: list[Message] = []
+    got_b: list[Message] = []
+    client_factory(a.endpoint).subscribe("F.>", got_a.append)
+    client_factory(b.endpoint).subscribe("F.>", got_b.append)
+    fan = client_factory(f"{a.endpoint},{b.endpoint}", fanout=True, min_brokers=2)
+    for i in range(100):
+        fan.publish("F.X", b"%d" % i)
+    assert _wait(lambda: len(got_a) == 100 and len(got_b) == 100)
+    time.sleep(0.1)
+    want = [b"%d" % i for i in range(100)]
+    assert [m.payload for m in got_a] == want
+    assert [m.payload for m in got_b] == want
+    assert {m.id.origin for m in got_a} == {"FA"} and {m.id.origin for m in got_b} == {"FB"}
+
+
+def test_fanout_waits_for_min_brokers(broker_factory: Callable[..., Broker]) -> None:
+    a = broker_factory()
+    t0 = time.monotonic()
+    with pytest.raises(BrokerUnreachable, match="fan-out: 1 of the 2 nodes"):
+        Client(f"{a.endpoint},tcp://127.0.0.1:1", fanout=True, min_brokers=2, timeout=0.5)
+    assert time.monotonic() - t0 < 3.0
+
+
+def test_address_list_fails_over_and_keeps_subscriptions(
+    broker_factory: Callable[..., Broker], client_factory: Callable[..., Client]
+) -> None:
+    a = broker_factory(broker_id="LA")
+    b = broker_factory(broker_id="LB")
+    got: list[Any] = []
+    c = client_factory(f"{a.endpoint},{b.endpoint}", heartbeat_interval=0.1, heartbeat_timeout=0.5)
+    assert c.broker_id == "LA"  # the first address first
+    c.subscribe("L.>", lambda m: got.append(m.payload))
+    a.stop()  # no goodbye reaches a client: it notices by heartbeat
+    assert _wait(lambda: c.broker_id == "LB", 5.0)
+    pub = client_factory(b.endpoint)
+    # the subscription moved with the client: wait until B has it, then publish
+    assert _wait(lambda: "L.>" in b.status()["subscriptions"]["patterns"], 5.0)
+    for i in range(10):
+        pub.publish("L.X", b"%d" % i)
+    assert _wait(lambda: len(got) == 10)
+    assert got == [b"%d" % i for i in range(10)]
+    c.publish("L.Y", b"from-c")  # publishing moved too
+    assert _wait(lambda: len(got) == 11)
+    assert got[-1] == b"from-c"
