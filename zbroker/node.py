@@ -106,8 +106,11 @@ def format_endpoint(host: str, port: int) -> str:
 class BadInputLog:
     """Logs malformed input at most once per (source, reason) per interval; counts it all."""
 
-    def __init__(self, interval: float = BAD_INPUT_LOG_INTERVAL) -> None:
+    def __init__(
+        self, interval: float = BAD_INPUT_LOG_INTERVAL, what: str = "dropped bad input"
+    ) -> None:
         self._interval = interval
+        self._what = what
         self._last: dict[tuple[str, str], float] = {}
         self._suppressed: dict[tuple[str, str], int] = {}
 
@@ -122,7 +125,7 @@ class BadInputLog:
             self._suppressed.clear()
         more = self._suppressed.pop(key, 0)
         suffix = f" ({more} more since the last report)" if more else ""
-        log.warning("dropped bad input from %s: %s: %s%s", source, reason, detail, suffix)
+        log.warning("%s from %s: %s: %s%s", self._what, source, reason, detail, suffix)
         self._last[key] = now
 
 
@@ -147,6 +150,8 @@ class Node:
             queue.SimpleQueue()
         )
         self._bad_log = BadInputLog()
+        # handshake refusals: an unauthenticated peer must not be able to flood the log
+        self._refusal_log = BadInputLog(what="refused link")
         self._valid_topics: set[str] = set()  # publishable topics seen (no $ZB)
         self._valid_link_topics: set[str] = set()  # topics seen on links ($ZB allowed)
         self._prefix: dict[str, bytes] = {}
@@ -1028,7 +1033,7 @@ class Node:
         except (ProtocolError, ConfigError, InvalidTopic) as exc:
             self.handshakes_refused += 1
             reason = f"malformed handshake: {exc}"
-            log.warning("refused link from %s: %s", ident[:64], reason)
+            self._refusal_log.report(repr(ident[:64]), "malformed", str(exc), now)
             self._send_raw(
                 ident, wire.encode_link(wire.LINK_REFUSE, {"reason": reason, "retry": False})
             )
@@ -1036,7 +1041,7 @@ class Node:
         problem = self._handshake_problem(peer, info)
         if problem is not None:
             self.handshakes_refused += 1
-            log.warning("link %s: %s", name, problem)
+            self._refusal_log.report(f"{peer}/{name}", "refused", problem, now)
             self._send_raw(
                 ident,
                 wire.encode_link(
