@@ -365,7 +365,7 @@ class Client:
         # under _pub_lock as it (re)connects, used by publish() under the same lock
         self._pushes: dict[str, zmq.Socket[bytes]] = {}
         # durable subscriptions: name -> (handle, credit, max_msgs); reopened on reconnect
-        self._durables: dict[str, tuple[Subscription, int, int]] = {}
+        self._durables: dict[str, tuple[Subscription, int, dict[str, Any]]] = {}
         self.durable_info: dict[str, dict[str, Any]] = {}
         #: deliveries the node's queue toward this client dropped (a slow consumer)
         self.missed = 0
@@ -584,6 +584,8 @@ class Client:
         durable: str | None = None,
         credit: int = 100,
         max_msgs: int = 0,
+        max_bytes: int = 0,
+        max_age: float = 0.0,
     ) -> Subscription:
         """Call ``callback(message)`` for every message matching ``pattern``.
 
@@ -595,13 +597,15 @@ class Client:
         delivers them on return (from any process using the same name), then continues
         live. At most ``credit`` messages are unacknowledged at a time; each is
         acknowledged after ``callback`` returns, and one not acknowledged before a
-        disconnect is delivered again with ``message.redelivered`` set. ``max_msgs`` bounds
-        what is stored (oldest dropped first; 0 = unbounded). ``unsubscribe()`` on the
+        disconnect is delivered again with ``message.redelivered`` set. ``max_msgs``,
+        ``max_bytes`` (topic + payload) and ``max_age`` (seconds) bound what is stored
+        (oldest dropped first; 0 = unbounded). ``unsubscribe()`` on the
         handle detaches; :meth:`delete_durable` deletes it and its stored messages.
         """
         validate_pattern(pattern)
         if durable is not None:
-            return self._subscribe_durable(pattern, callback, durable, credit, max_msgs)
+            bounds = {"max_msgs": max_msgs, "max_bytes": max_bytes, "max_age": max_age}
+            return self._subscribe_durable(pattern, callback, durable, credit, bounds)
         sub = Subscription(self, pattern, callback)
         with self._subs_lock:
             self._subs[pattern] = (*self._subs.get(pattern, ()), sub)
@@ -621,7 +625,7 @@ class Client:
         callback: Callable[[Message], Any],
         name: str,
         credit: int,
-        max_msgs: int,
+        bounds: dict[str, Any],
     ) -> Subscription:
         validate_broker_id(name, "durable subscription name")
         if type(credit) is not int or not 1 <= credit <= 100_000:
@@ -629,11 +633,10 @@ class Client:
         sub = Subscription(self, pattern, callback)
         sub.durable = name
         previous = self._durables.get(name)
-        self._durables[name] = (sub, credit, max_msgs)
+        self._durables[name] = (sub, credit, bounds)
         try:
             self.durable_info[name] = self.request(
-                wire.DURABLE_OPEN,
-                {"name": name, "pattern": pattern, "credit": credit, "max_msgs": max_msgs},
+                wire.DURABLE_OPEN, {"name": name, "pattern": pattern, "credit": credit, **bounds}
             )
         except BaseException:
             # refused (e.g. another pattern): an earlier subscription by this name stays
@@ -1105,8 +1108,8 @@ class _ClientLoop:
 
     def _reattach_durables(self, session: _Session) -> None:
         """After a reconnect: reopen durable subscriptions (unacknowledged ones come again)."""
-        for name, (sub, credit, max_msgs) in list(self.client._durables.items()):
-            body = {"name": name, "pattern": sub.pattern, "credit": credit, "max_msgs": max_msgs}
+        for name, (sub, credit, bounds) in list(self.client._durables.items()):
+            body = {"name": name, "pattern": sub.pattern, "credit": credit, **bounds}
             session.dealer.send(wire.encode_control(wire.DURABLE_OPEN, 0, body))
 
     def _on_command(self) -> None:

@@ -1398,6 +1398,8 @@ class Node:
             pattern = req.get("pattern")
             credit = req.get("credit", 100)
             max_msgs = req.get("max_msgs", 0)
+            max_bytes = req.get("max_bytes", 0)
+            max_age = req.get("max_age", 0.0)
             try:
                 validate_pattern(pattern)
             except InvalidTopic as exc:
@@ -1407,9 +1409,13 @@ class Node:
                 return wire.ERROR, {"message": "credit must be an integer in 1..100000"}
             if type(max_msgs) is not int or not 0 <= max_msgs < _I64:
                 return wire.ERROR, {"message": "max_msgs must be a non-negative integer"}
+            if type(max_bytes) is not int or not 0 <= max_bytes < _I64:
+                return wire.ERROR, {"message": "max_bytes must be a non-negative integer"}
+            if type(max_age) not in (int, float) or not 0 <= max_age < 1e10:
+                return wire.ERROR, {"message": "max_age must be a non-negative number of seconds"}
             created = d is None
             if d is None:
-                store.create_durable(name, pattern, max_msgs)
+                store.create_durable(name, pattern, max_msgs, max_bytes, float(max_age))
                 d = self._durables[name] = Durable(name, pattern, 1, max_msgs)
                 self._durable_match.insert(pattern, name)
                 self._add_interest(pattern, "durable:" + name)

@@ -54,7 +54,9 @@ CREATE TABLE IF NOT EXISTS durables (
     created  REAL NOT NULL,
     next_q   INTEGER NOT NULL,
     max_msgs INTEGER NOT NULL,
-    dropped  INTEGER NOT NULL DEFAULT 0
+    dropped  INTEGER NOT NULL DEFAULT 0,
+    max_bytes INTEGER NOT NULL DEFAULT 0,
+    max_age  REAL NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS dqueue (
     name      TEXT NOT NULL,
@@ -107,6 +109,13 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(durables)")}
+        for column, decl in (
+            ("max_bytes", "INTEGER NOT NULL DEFAULT 0"),
+            ("max_age", "REAL NOT NULL DEFAULT 0"),
+        ):
+            if column not in columns:  # a store written before durable byte/age bounds
+                self._db.execute(f"ALTER TABLE durables ADD COLUMN {column} {decl}")
         self.rules = {r.pattern: r for r in rules}
         self._match: Sublist[str] = Sublist()
         for r in rules:
@@ -299,17 +308,49 @@ class Store:
                     self._count_drop("max_bytes", n)
 
     def _trim_durable(self, name: str) -> None:
-        row = self._db.execute("SELECT max_msgs FROM durables WHERE name=?", (name,)).fetchone()
-        if not row or not row[0]:
+        """Apply a durable's bounds, oldest first (size = topic + payload bytes)."""
+        db = self._db
+        row = db.execute(
+            "SELECT max_msgs, max_bytes, max_age FROM durables WHERE name=?", (name,)
+        ).fetchone()
+        if not row:
             return
-        n = self._db.execute(
-            "DELETE FROM dqueue WHERE name=? AND q <= (SELECT q FROM dqueue WHERE name=? "
-            "ORDER BY q DESC LIMIT 1 OFFSET ?)",
-            (name, name, row[0]),
-        ).rowcount
-        if n > 0:
-            self._db.execute("UPDATE durables SET dropped = dropped + ? WHERE name=?", (n, name))
+        max_msgs, max_bytes, max_age = row
+        dropped = 0
+        if max_age:
+            n = db.execute(
+                "DELETE FROM dqueue WHERE name=? AND ts < ?", (name, time.time() - max_age)
+            ).rowcount
+            self._count_drop("durable_max_age", n)
+            dropped += n
+        if max_msgs:
+            n = db.execute(
+                "DELETE FROM dqueue WHERE name=? AND q <= (SELECT q FROM dqueue WHERE name=? "
+                "ORDER BY q DESC LIMIT 1 OFFSET ?)",
+                (name, name, max_msgs),
+            ).rowcount
             self._count_drop("durable_max_msgs", n)
+            dropped += n
+        if max_bytes:
+            total = db.execute(
+                "SELECT COALESCE(SUM(length(payload) + length(topic)), 0) FROM dqueue WHERE name=?",
+                (name,),
+            ).fetchone()[0]
+            if total > max_bytes:
+                cut = None
+                for q, size in db.execute(
+                    "SELECT q, length(payload) + length(topic) FROM dqueue WHERE name=? ORDER BY q",
+                    (name,),
+                ):
+                    total -= size
+                    cut = q
+                    if total <= max_bytes:
+                        break
+                n = db.execute("DELETE FROM dqueue WHERE name=? AND q <= ?", (name, cut)).rowcount
+                self._count_drop("durable_max_bytes", n)
+                dropped += n
+        if dropped:
+            db.execute("UPDATE durables SET dropped = dropped + ? WHERE name=?", (dropped, name))
 
     def _count_drop(self, why: str, n: int) -> None:
         if n > 0:
@@ -326,10 +367,13 @@ class Store:
             )
         }
 
-    def create_durable(self, name: str, pattern: str, max_msgs: int) -> None:
+    def create_durable(
+        self, name: str, pattern: str, max_msgs: int, max_bytes: int = 0, max_age: float = 0.0
+    ) -> None:
         self._db.execute(
-            "INSERT INTO durables(name, pattern, created, next_q, max_msgs) VALUES (?,?,?,?,?)",
-            (name, pattern, time.time(), 1, max_msgs),
+            "INSERT INTO durables(name, pattern, created, next_q, max_msgs, max_bytes, max_age) "
+            "VALUES (?,?,?,?,?,?,?)",
+            (name, pattern, time.time(), 1, max_msgs, max_bytes, max_age),
         )
 
     def delete_durable(self, name: str) -> int:

@@ -56,7 +56,8 @@ READ       7      request ``{pattern, start, end?, limit}``: the retention log r
                   ``start <= seq < end``; reply ``{rows: [[seq, topic, payload, fmt,
                   headers, origin, incarnation, origin_seq, ts]], first_seq, last_seq,
                   next}`` (``next``: where to continue)
-DURABLE_OPEN 8    request ``{name, pattern, credit, max_msgs}``: create (if new) and attach
+DURABLE_OPEN 8    request ``{name, pattern, credit, max_msgs, max_bytes, max_age}``: create
+                  (if new; bounds: 0 = unbounded, oldest dropped first) and attach
                   to a durable subscription; reply ``{name, pattern, stored, created}``
 DURABLE_ACK 9     one-way ``{name, upto}``: messages with q <= upto are processed
 DURABLE_CLOSE 10  one-way ``{name}``: detach (the subscription and its store remain)

@@ -79,3 +79,37 @@ def test_overflow_policy_from_toml_and_validation(tmp_path: Path) -> None:
         load_config(path)
     with pytest.raises(ConfigError, match="overflow"):
         NodeConfig(retain=(RetainRule("A.>", overflow="keep-all"),))
+
+
+def test_durable_max_bytes_and_max_age_drop_oldest(
+    broker_factory: Callable[..., Broker], client_factory: Callable[..., Client]
+) -> None:
+    b = broker_factory()
+    pub = client_factory(b.endpoint)
+    c = client_factory(b.endpoint)
+    # 100 bytes: each message counts topic + payload = 3 + 17 = 20 bytes, so 5 fit
+    c.subscribe("D.>", lambda m: None, durable="bytes", max_bytes=100).unsubscribe()
+    c.subscribe("E.>", lambda m: None, durable="aged", max_age=0.5).unsubscribe()
+    for i in range(8):
+        pub.publish("D.X", b"%017d" % i)
+    pub.publish("E.X", b"old")
+    time.sleep(0.7)
+    pub.publish("E.X", b"new")  # its commit expires the old one
+    deadline = time.monotonic() + 5
+    want = {"bytes": (5, 3), "aged": (1, 1)}
+    while time.monotonic() < deadline:
+        got = {d["name"]: (d["stored"], d["dropped"]) for d in b.status()["durables"]}
+        if got == want:
+            break
+        time.sleep(0.05)
+    assert got == want
+    received: list[bytes] = []
+    client_factory(b.endpoint).subscribe(
+        "D.>", lambda m: received.append(m.payload), durable="bytes"
+    )
+    deadline = time.monotonic() + 5
+    while len(received) < 5 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert received == [b"%017d" % i for i in range(3, 8)]  # the newest that fit
+    dropped = b.status()["store"]["dropped"]
+    assert dropped["durable_max_bytes"] == 3 and dropped["durable_max_age"] == 1
