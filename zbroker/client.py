@@ -388,6 +388,8 @@ class Client:
             raise
         self._cmd = self._ctx.socket(zmq.PAIR)
         self._cmd.setsockopt(zmq.LINGER, 0)
+        # wake-up bytes are tiny and must never be refused: no high-water mark
+        self._cmd.setsockopt(zmq.SNDHWM, 0)
         self._cmd.connect(self._cmd_endpoint)
 
     def _new_push(self) -> zmq.Socket[bytes]:
@@ -724,7 +726,7 @@ class Client:
         try:
             with self._cmd_lock:
                 self._cmds.put(("stop", None, None))
-                self._cmd.send(b"x")
+                self._cmd.send(b"x", zmq.NOBLOCK)  # a dead client thread must not hang us
         except zmq.ZMQError:
             pass
         self._thread.join(5.0)
@@ -749,9 +751,14 @@ class Client:
         if self._closed:
             raise ClientClosed("client is closed")
         fut: Future[Any] = Future()
+        if not self._thread.is_alive():
+            raise ClientClosed("the client's thread has stopped (see the log); close the client")
         with self._cmd_lock:
             self._cmds.put((name, arg, fut))
-            self._cmd.send(b"x")
+            try:
+                self._cmd.send(b"x", zmq.NOBLOCK)
+            except zmq.Again:
+                pass  # the thread is behind; it drains the command queue on its next wake
         return fut
 
     def _remove(self, sub: Subscription) -> None:
@@ -802,6 +809,7 @@ class Client:
     def _run(self, ready: Future[dict[str, Any]]) -> None:
         ctx = self._ctx
         cmd = ctx.socket(zmq.PAIR)
+        cmd.setsockopt(zmq.RCVHWM, 0)
         cmd.bind(self._cmd_endpoint)
         sub = ctx.socket(zmq.SUB)
         for s in (cmd, sub):
@@ -820,6 +828,18 @@ class Client:
             loop.close()
             cmd.close()
             sub.close()
+
+
+def _send(session: _Session | None, frame: bytes) -> bool:
+    """Send on a session without ever blocking or raising in the client thread: a node
+    that does not read is caught by the heartbeat, not by a stuck thread."""
+    if session is None:
+        return False
+    try:
+        session.dealer.send(frame, zmq.NOBLOCK)
+        return True
+    except zmq.ZMQError:
+        return False
 
 
 class _Session:
@@ -862,6 +882,7 @@ class _ClientLoop:
         self.patterns: dict[bytes, str] = {}  # delivery-frame prefix -> pattern
         self.pseq: dict[str, int] = {}  # last delivery sequence seen per pattern
         self.gaps: dict[str, int] = {}  # missed deliveries not yet reported
+        self.acks: dict[str, int] = {}  # durable name -> highest q processed, not yet acked
         self.sessions: dict[str, _Session] = {}
         self.by_socket: dict[zmq.Socket[bytes], _Session] = {}
         self.primary: _Session | None = None
@@ -895,6 +916,8 @@ class _ClientLoop:
 
     def _tick(self, now: float) -> None:
         c = self.client
+        if not c._cmds.empty():
+            self._on_command()  # a wake-up byte that could not be sent
         alive = set(c._locator.candidates())
         for session in list(self.sessions.values()):
             if session.state == "hello" and now > session.deadline:
@@ -908,12 +931,12 @@ class _ClientLoop:
                     self._fail(session, now, "it left the network (goodbye)")
                 elif now - session.last_ping >= c.heartbeat_interval:
                     session.last_ping = now
-                    session.dealer.send(wire.encode_control(wire.PING, 0, {}), zmq.NOBLOCK)
+                    _send(session, wire.encode_control(wire.PING, 0, {}))
         self._connect_more(now)
         if self.gaps and self.primary is not None:
             body = self.gaps
             self.gaps = {}
-            self.primary.dealer.send(wire.encode_control(wire.GAPS, 0, body))
+            _send(self.primary, wire.encode_control(wire.GAPS, 0, body))
         if not self.ready.done():
             up = [s for s in self.sessions.values() if s.state == "up"]
             if self.primary is not None and len(up) >= (c.min_brokers if c.fanout else 1):
@@ -953,6 +976,8 @@ class _ClientLoop:
     def _open(self, endpoint: str, now: float) -> None:
         dealer = self.client._ctx.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
+        # requests are bounded by the caller (windows, credit): never refuse one locally
+        dealer.setsockopt(zmq.SNDHWM, 0)
         dealer.setsockopt(zmq.IPV6, 1)
         dealer.connect(endpoint)
         session = _Session(endpoint, dealer, now + self.client.timeout)
@@ -986,6 +1011,18 @@ class _ClientLoop:
                 self._make_primary(others[0])
 
     def _on_session(self, session: _Session) -> None:
+        try:
+            self._drain_session(session)
+        finally:
+            if self.acks and self.session_alive(session):
+                for name, upto in self.acks.items():
+                    _send(
+                        session,
+                        wire.encode_control(wire.DURABLE_ACK, 0, {"name": name, "upto": upto}),
+                    )
+            self.acks.clear()
+
+    def _drain_session(self, session: _Session) -> None:
         now = time.monotonic()
         while True:
             try:
@@ -1051,7 +1088,10 @@ class _ClientLoop:
             sub.callback(msg)
         except Exception:
             log.exception("durable subscriber callback for %r raised", name)
-        session.dealer.send(wire.encode_control(wire.DURABLE_ACK, 0, {"name": name, "upto": q}))
+        # acknowledgements are cumulative: one per subscription per drain (see _on_session)
+        assert isinstance(name, str)
+        if q > self.acks.get(name, 0):
+            self.acks[name] = q
 
     def session_alive(self, session: _Session) -> bool:
         return self.sessions.get(session.endpoint) is session
@@ -1101,7 +1141,7 @@ class _ClientLoop:
         if self.ready.done():
             log.info("connected to node %s at %s", session.hello.get("broker_id"), session.endpoint)
         for req_id, op, body in self.waiting:
-            session.dealer.send(wire.encode_control(op, req_id, body))
+            _send(session, wire.encode_control(op, req_id, body))
         self.waiting.clear()
         if self.ready.done():
             self._reattach_durables(session)
@@ -1110,16 +1150,20 @@ class _ClientLoop:
         """After a reconnect: reopen durable subscriptions (unacknowledged ones come again)."""
         for name, (sub, credit, bounds) in list(self.client._durables.items()):
             body = {"name": name, "pattern": sub.pattern, "credit": credit, **bounds}
-            session.dealer.send(wire.encode_control(wire.DURABLE_OPEN, 0, body))
+            _send(session, wire.encode_control(wire.DURABLE_OPEN, 0, body))
 
     def _on_command(self) -> None:
         c = self.client
-        while True:
+        while True:  # the wake-up bytes only wake us: the queue says what to do
             try:
                 self.cmd.recv(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            name, arg, fut = c._cmds.get_nowait()
+        while True:
+            try:
+                name, arg, fut = c._cmds.get_nowait()
+            except queue.Empty:
+                return
             if name == "stop":
                 self.running = False
             elif name == "sub":
@@ -1144,7 +1188,7 @@ class _ClientLoop:
             elif name == "send":
                 op, body = arg
                 if self.primary is not None:
-                    self.primary.dealer.send(wire.encode_control(op, 0, body))
+                    _send(self.primary, wire.encode_control(op, 0, body))
                 if fut is not None:
                     fut.set_result(None)
             elif name == "req":
@@ -1152,10 +1196,11 @@ class _ClientLoop:
                 req_id = next(self.req_ids)
                 assert fut is not None
                 self.pending[req_id] = (fut, time.monotonic() + c.timeout)
-                if self.primary is not None:
-                    self.primary.dealer.send(wire.encode_control(op, req_id, body))
-                else:
+                if self.primary is None:
                     self.waiting.append((req_id, op, body))  # sent once a node answers
+                elif not _send(self.primary, wire.encode_control(op, req_id, body)):
+                    self.pending.pop(req_id, None)
+                    fut.set_exception(BrokerUnreachable("the request could not be sent"))
 
     def _on_deliver(self) -> None:
         recv = self.sub.recv
