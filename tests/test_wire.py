@@ -465,3 +465,17 @@ def test_fuzz_control_three_fields(fields: list[Any]) -> None:
         assert exc.reason in {"not_msgpack", "bad_type"}
     else:
         assert type(op) is int and type(req_id) is int and type(body) is dict
+
+
+def test_delivery_frame_with_its_sequence_trailer() -> None:
+    # what the node sends: pattern NUL envelope, then the per-pattern sequence (8 bytes)
+    body = wire.encode_delivery_body("A.B", b"p", 0, None, "n", 1, 7, 0.5)
+    frame = b"A.*\0" + body + (42).to_bytes(8, "big")
+    assert wire.decode_delivery_frame(frame) == (
+        "A.*",
+        42,
+        ["A.B", b"p", 0, None, "n", 1, 7, 0.5],
+    )
+    with pytest.raises(ProtocolError) as info:
+        wire.decode_delivery_frame(b"A\0" + b"\x00" * 7)
+    assert info.value.reason == "bad_shape"

@@ -87,6 +87,16 @@ def _endpoint(host: str, port: int) -> str:
     return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
 
 
+def _encode_payload(payload: Any) -> tuple[bytes, int]:
+    """(payload bytes, fmt): bytes-like as they are, anything else msgpack-encoded."""
+    if isinstance(payload, bytes | bytearray | memoryview):
+        return bytes(payload), wire.FMT_BYTES
+    try:
+        return msgpack.packb(payload), wire.FMT_MSGPACK
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise PayloadError(f"payload cannot be encoded with msgpack: {exc}") from exc
+
+
 class _StaticLocator:
     """Candidates from a fixed list of addresses, in the order given."""
 
@@ -441,15 +451,10 @@ class Client:
                 self._topic_heads.clear()
             # msgpack fixarray(4) + the topic: the constant start of every frame on it
             head = self._topic_heads[topic] = b"\x94" + msgpack.packb(topic)
-        if type(payload) is bytes:
+        if type(payload) is bytes:  # the common case, inline
             raw, fmt = payload, wire.FMT_BYTES
-        elif isinstance(payload, bytes | bytearray | memoryview):
-            raw, fmt = bytes(payload), wire.FMT_BYTES
         else:
-            try:
-                raw, fmt = msgpack.packb(payload), wire.FMT_MSGPACK
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise PayloadError(f"payload cannot be encoded with msgpack: {exc}") from exc
+            raw, fmt = _encode_payload(payload)
         if headers is None:
             # [topic, payload, fmt, nil]: the same bytes wire.encode_publish would produce
             frame = head + msgpack.packb(raw) + (b"\x00\xc0" if fmt == 0 else b"\x01\xc0")
@@ -495,13 +500,7 @@ class Client:
         self, topic: str, payload: Any, headers: dict[str, Any] | None, *, wait: bool
     ) -> Any:
         validate_publish_topic(topic)
-        if isinstance(payload, bytes | bytearray | memoryview):
-            raw, fmt = bytes(payload), wire.FMT_BYTES
-        else:
-            try:
-                raw, fmt = msgpack.packb(payload), wire.FMT_MSGPACK
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise PayloadError(f"payload cannot be encoded with msgpack: {exc}") from exc
+        raw, fmt = _encode_payload(payload)
         if headers is not None and (
             not isinstance(headers, dict) or not all(isinstance(k, str) for k in headers)
         ):

@@ -1549,7 +1549,15 @@ class Node:
             self._bad(self._source(ident), getattr(exc, "reason", "bad_topic"), str(exc))
             self._send_control(ident, wire.ERROR, req_id, {"message": str(exc)})
             return
-        full = self.store.full_rule(topic, len(payload) + len(topic)) if self.store else None
+        store = self.store
+        rule = store.retain_rule(topic) if store is not None else None
+        full = None
+        if (
+            rule is not None
+            and store is not None
+            and store.rejects(rule, len(payload) + len(topic))
+        ):
+            full = store.rules[rule]
         if full is not None:
             # a persistent message that cannot be stored is refused, not half-accepted
             self._drop("rejected_persistent")
@@ -1568,10 +1576,8 @@ class Node:
         self.received += 1
         seq, ts, me, inc = self.seq, time.time(), self.broker_id, self.incarnation
         stored = None
-        if self.store is not None:
-            rule = self.store.retain_rule(topic)
-            if rule is not None:
-                stored = self.store.retain(rule, topic, payload, fmt, headers, me, inc, seq, ts)
+        if rule is not None and store is not None:  # the rule found above: one lookup
+            stored = store.retain(rule, topic, payload, fmt, headers, me, inc, seq, ts)
         if self._durables:
             self._enqueue_durable(topic, payload, fmt, headers, me, inc, seq, ts)
         patterns, sends = self.engine.route(topic, (), None)

@@ -204,11 +204,6 @@ class Store:
             or (r.max_bytes and held[1] + size > r.max_bytes)
         )
 
-    def full_rule(self, topic: str, size: int) -> RetainRule | None:
-        """The reject-new rule that would refuse this message, if any."""
-        rule = self.retain_rule(topic)
-        return self.rules[rule] if rule is not None and self.rejects(rule, size) else None
-
     def commit(self) -> int:
         """Write everything queued in one transaction, then apply the bounds. Returns the
         number of rows written."""
