@@ -63,6 +63,7 @@ from .routing import (
     LocalUnsubscribe,
     RoutingEngine,
 )
+from .staging import Staging, StagingError
 from .store import Store
 from .sublist import Sublist
 from .topics import patterns_overlap, validate_pattern, validate_publish_topic, validate_topic
@@ -72,6 +73,7 @@ __all__ = ["Node", "format_endpoint"]
 log = logging.getLogger("zbroker.node")
 
 _CMD_STOP = b"stop"
+_STAGING_OPS = frozenset({wire.STAGE, wire.STAGE_COMMIT, wire.STAGE_ABORT})
 _DURABLE_OPS = frozenset(
     {wire.DURABLE_OPEN, wire.DURABLE_ACK, wire.DURABLE_CLOSE, wire.DURABLE_DELETE}
 )
@@ -195,6 +197,7 @@ class Node:
         self._durable_match: Sublist[str] = Sublist()
         self.store: Store | None = None
         self._confirms: list[tuple[bytes, int, dict[str, Any]]] = []  # after the next commit
+        self.staging = Staging()  # rows of write tasks waiting for their commit
         self._pump: set[str] = set()  # durables with something to send
         self._discovery: Discovery | None = None
         self._discovery_endpoint = f"inproc://zbroker-disc-{uuid.uuid4().hex}"
@@ -561,6 +564,9 @@ class Node:
                 if missed:
                     # a subscriber's queue here overflowed: the one loss a lossy XPUB hides
                     self._drop("slow_subscriber", missed)
+                continue
+            if op in _STAGING_OPS:
+                self._staging_op(ident, req_id, op, req)
                 continue
             if op in _DURABLE_OPS:
                 reply = self._durable_op(ident, op, req)
@@ -1159,6 +1165,11 @@ class Node:
             self._accepted.pop(link.ident, None)
 
     def _tick(self, now: float) -> None:
+        if self.staging.nbytes:
+            expired = self.staging.expire(now)
+            if expired:
+                self._drop("staged_expired", expired)
+                log.warning("discarded %d staged rows whose commit never came", expired)
         hb = wire.encode_link(wire.HEARTBEAT)
         for link in self._all_links():
             state = link.state
@@ -1572,11 +1583,23 @@ class Node:
                 },
             )
             return
+        seq, stored = self._originate(topic, payload, fmt, headers, rule)
+        self._confirms.append(
+            (ident, req_id, {"id": [self.broker_id, self.incarnation, seq], "retained_seq": stored})
+        )
+
+    def _originate(
+        self, topic: str, payload: bytes, fmt: int, headers: dict[str, Any] | None, rule: str | None
+    ) -> tuple[int, int | None]:
+        """Publish a checked message that starts here and is stored (``rule``: its
+        retention rule, looked up by the caller): retain it, queue it for durables, route
+        it. Returns (message seq, retention seq or None)."""
         self.seq += 1
         self.received += 1
         seq, ts, me, inc = self.seq, time.time(), self.broker_id, self.incarnation
         stored = None
-        if rule is not None and store is not None:  # the rule found above: one lookup
+        store = self.store
+        if rule is not None and store is not None:
             stored = store.retain(rule, topic, payload, fmt, headers, me, inc, seq, ts)
         if self._durables:
             self._enqueue_durable(topic, payload, fmt, headers, me, inc, seq, ts)
@@ -1586,7 +1609,81 @@ class Node:
         if patterns:
             body = wire.encode_delivery_body(topic, payload, fmt, headers, me, inc, seq, ts)
             self._deliver_local(patterns, body)
-        self._confirms.append((ident, req_id, {"id": [me, inc, seq], "retained_seq": stored}))
+        return seq, stored
+
+    # -- staged writes (exactly-once writers: see zbroker.staging) ----------------------------
+
+    def _staging_op(self, ident: bytes, req_id: int, op: int, req: dict[str, Any]) -> None:
+        staging = self.staging
+        try:
+            if op == wire.STAGE:
+                held = staging.stage(req.get("token"), req.get("part"), req.get("rows"))
+                self._send_control(ident, op, req_id, {"token": req["token"], "rows": held})
+            elif op == wire.STAGE_ABORT:
+                dropped = staging.discard(req.get("tokens"))
+                self._send_control(ident, op, req_id, {"discarded": dropped})
+            else:
+                self._stage_commit(ident, req_id, req)
+        except StagingError as exc:
+            self._bad(self._source(ident), "bad_staging", str(exc))
+            self._send_control(ident, wire.ERROR, req_id, {"message": str(exc)})
+
+    def _stage_commit(self, ident: bytes, req_id: int, req: dict[str, Any]) -> None:
+        """Publish the rows of committed tokens, all or none, once per (writer, batch)."""
+        staging, store = self.staging, self.store
+        assert store is not None
+        tokens, writer, batch = req.get("tokens"), req.get("writer"), req.get("batch")
+        key: tuple[str, int] | None = None
+        if writer is not None:
+            if (
+                type(writer) is not str
+                or not 0 < len(writer) <= 256
+                or type(batch) is not int
+                or not 0 <= batch < _I64
+            ):
+                raise StagingError(
+                    "writer must be a string of 1..256 characters with an integer batch"
+                )
+            key = (writer, batch)
+        if key is None and staging.was_applied(tokens):
+            # the same commit sent again (its reply was lost): it is out already
+            staging.duplicate_commits += 1
+            self._send_control(ident, wire.STAGE_COMMIT, req_id, {"applied": 0, "duplicate": True})
+            return
+        names = staging.check_commit(tokens)
+        if key is not None and store.batch_applied(*key):
+            # a batch replayed after a restart: its rows are out already
+            staging.discard(names)
+            staging.duplicate_commits += 1
+            self._confirms.append((ident, req_id, {"applied": 0, "duplicate": True}))
+            return
+        if not names and key is None:
+            self._send_control(ident, wire.STAGE_COMMIT, req_id, {"applied": 0, "duplicate": False})
+            return
+        # rows that a reject-new rule cannot take refuse the commit before anything is sent
+        staged = [row for t in names for row in staging.peek(t)]
+        rules = [store.retain_rule(row[0]) for row in staged]
+        adds: dict[str, list[int]] = {}
+        for rule, row in zip(rules, staged, strict=True):
+            if rule is not None:
+                a = adds.setdefault(rule, [0, 0])
+                a[0] += 1
+                a[1] += len(row[0]) + len(row[1])
+        full = store.overflowing_rule(adds)
+        if full is not None:
+            self._drop("rejected_persistent", sum(n for n, _ in adds.values()))
+            raise StagingError(
+                f"refused: retention rule {full.pattern!r} cannot take this batch "
+                f"(max_msgs {full.max_msgs or 'unbounded'}, max_bytes "
+                f"{full.max_bytes or 'unbounded'}; overflow policy reject-new); the rows "
+                "stay staged until aborted"
+            )
+        _, rows = staging.take(tokens)
+        for (topic, payload, fmt, headers), rule in zip(rows, rules, strict=True):
+            self._originate(topic, payload, fmt, headers, rule)
+        if key is not None:
+            store.record_batch(*key, len(rows))
+        self._confirms.append((ident, req_id, {"applied": len(rows), "duplicate": False}))
 
     def _deliver_local(self, patterns: frozenset[str], body: bytes) -> None:
         for pattern in patterns:
@@ -1653,6 +1750,7 @@ class Node:
             "rows": out,
             "first_seq": store.first_seq(),
             "last_seq": store.last_seq,
+            "expired_upto": store.expired_upto(pattern),
             "next": upper,
         }
 
@@ -1694,6 +1792,7 @@ class Node:
             "links": [link.describe(now) for link in self._all_links()],
             "store": self.store.stats() if self.store is not None else None,
             "durables": self.durable_status() if self.store is not None else [],
+            "staging": self.staging.stats(),
             "discovery": {
                 "enabled": self._discovery is not None and self._discovery.running,
                 "interfaces": self._discovery.interfaces if self._discovery else [],

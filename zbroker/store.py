@@ -8,7 +8,12 @@ What is kept here today:
 * the **retention log**: messages whose topic matches a configured ``retain`` pattern,
   numbered by a per-node sequence (``seq``, gap-free, starting at 1), bounded per pattern by
   ``max_msgs`` / ``max_bytes`` / ``max_age`` (oldest dropped first; what was dropped is
-  counted). Readable by range (``Client.read``, ``zbroker replay``).
+  counted). Readable by range (``Client.read``, ``zbroker replay``). The highest sequence
+  each rule has lost to its bounds is kept (``expired:RULE`` in ``meta``), so a reader can
+  tell "expired" from "never matched" (the Spark connector's ``failOnDataLoss``).
+* **writer batches**: ``(writer, batch)`` pairs of staged writes already applied (see
+  :mod:`zbroker.staging`), so a batch Spark replays after a restart is applied once. The
+  newest :data:`WRITER_BATCHES_KEPT` per writer are kept.
 
 Writes are queued during a poll pass and committed once at its end (:meth:`Store.commit`),
 so a burst of messages costs one transaction; a persistent publish is confirmed only after
@@ -58,6 +63,13 @@ CREATE TABLE IF NOT EXISTS durables (
     max_bytes INTEGER NOT NULL DEFAULT 0,
     max_age  REAL NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS writer_batches (
+    writer   TEXT NOT NULL,
+    batch    INTEGER NOT NULL,
+    rows     INTEGER NOT NULL,
+    at       REAL NOT NULL,
+    PRIMARY KEY (writer, batch)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dqueue (
     name      TEXT NOT NULL,
     q         INTEGER NOT NULL,
@@ -76,6 +88,9 @@ CREATE TABLE IF NOT EXISTS dqueue (
 
 
 OVERFLOW_POLICIES = ("drop-oldest", "reject-new")
+
+#: Committed batch records kept per writer: Spark replays at most the last few batches.
+WRITER_BATCHES_KEPT = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +152,14 @@ class Store:
         self._sizes: dict[str, list[int]] = {}  # rule -> [count, bytes] (lazy)
         self.dropped: dict[str, int] = {}
         self.retained = 0
+        # rule -> highest sequence its bounds deleted (0: nothing lost yet)
+        self._expired: dict[str, int] = {
+            key[len("expired:") :]: value
+            for key, value in self._db.execute(
+                "SELECT key, value FROM meta WHERE key LIKE 'expired:%'"
+            )
+        }
+        self._wpending: list[tuple[str, int, int, float]] = []
 
     def close(self) -> None:
         self.commit()
@@ -204,10 +227,24 @@ class Store:
             or (r.max_bytes and held[1] + size > r.max_bytes)
         )
 
+    def overflowing_rule(self, adds: dict[str, list[int]]) -> RetainRule | None:
+        """The first ``reject-new`` rule that ``adds`` (rule -> [messages, bytes]) would
+        overflow, or None: a staged commit is refused whole rather than half-retained."""
+        for rule, (n, size) in adds.items():
+            r = self.rules.get(rule)
+            if r is None or r.overflow != "reject-new":
+                continue
+            held = self._held.get(rule, [0, 0])
+            if (r.max_msgs and held[0] + n > r.max_msgs) or (
+                r.max_bytes and held[1] + size > r.max_bytes
+            ):
+                return r
+        return None
+
     def commit(self) -> int:
         """Write everything queued in one transaction, then apply the bounds. Returns the
         number of rows written."""
-        if not (self._pending or self._dpending or self._dmarks or self._dacks):
+        if not (self._pending or self._dpending or self._dmarks or self._dacks or self._wpending):
             return 0
         rows = self._pending
         self._pending = []
@@ -233,6 +270,8 @@ class Store:
                 db.executemany("UPDATE dqueue SET delivered=1 WHERE name=? AND q=?", marks)
             for name, upto in acks:
                 db.execute("DELETE FROM dqueue WHERE name=? AND q<=?", (name, upto))
+            if self._wpending:
+                self._write_batches()
             if not rows:
                 db.execute("COMMIT")
                 return len(drows)
@@ -253,18 +292,26 @@ class Store:
         return len(rows)
 
     def _delete(self, rule_pattern: str, where: str, args: tuple[Any, ...]) -> int:
-        """Delete retained rows of a rule, keeping the held counters exact."""
-        sizes = [
-            r[0]
-            for r in self._db.execute(
-                f"DELETE FROM retained WHERE rule=? AND {where} RETURNING size",
-                (rule_pattern, *args),
-            )
-        ]
+        """Delete retained rows of a rule, keeping the held counters and the rule's expired
+        watermark exact."""
+        deleted = self._db.execute(
+            f"DELETE FROM retained WHERE rule=? AND {where} RETURNING seq, size",
+            (rule_pattern, *args),
+        ).fetchall()
+        if not deleted:
+            return 0
         held = self._held.setdefault(rule_pattern, [0, 0])
-        held[0] -= len(sizes)
-        held[1] -= sum(sizes)
-        return len(sizes)
+        held[0] -= len(deleted)
+        held[1] -= sum(size for _, size in deleted)
+        top = max(seq for seq, _ in deleted)
+        if top > self._expired.get(rule_pattern, 0):
+            self._expired[rule_pattern] = top
+            self._db.execute(
+                "INSERT INTO meta(key, value) VALUES(?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                (f"expired:{rule_pattern}", top),
+            )
+        return len(deleted)
 
     def _trim(self, rule_pattern: str) -> None:
         rule = self.rules.get(rule_pattern)
@@ -425,7 +472,45 @@ class Store:
         row = self._db.execute("SELECT dropped FROM durables WHERE name=?", (name,)).fetchone()
         return int(row[0]) if row else 0
 
+    # -- writer batches (exactly-once staged writes) ------------------------------------------
+
+    def batch_applied(self, writer: str, batch: int) -> bool:
+        """Was ``(writer, batch)`` applied already (committed, or queued in this pass)?"""
+        if any(w == writer and b == batch for w, b, _, _ in self._wpending):
+            return True
+        row = self._db.execute(
+            "SELECT 1 FROM writer_batches WHERE writer=? AND batch=?", (writer, batch)
+        ).fetchone()
+        return row is not None
+
+    def record_batch(self, writer: str, batch: int, rows: int) -> None:
+        """Queue the record that ``(writer, batch)`` was applied; it is written in the same
+        transaction as the retained rows of this pass."""
+        self._wpending.append((writer, batch, rows, time.time()))
+
+    def _write_batches(self) -> None:
+        pending, self._wpending = self._wpending, []
+        db = self._db
+        db.executemany("INSERT OR REPLACE INTO writer_batches VALUES (?,?,?,?)", pending)
+        for writer in {w for w, _, _, _ in pending}:
+            db.execute(
+                "DELETE FROM writer_batches WHERE writer=? AND batch < (SELECT batch FROM "
+                "writer_batches WHERE writer=? ORDER BY batch DESC LIMIT 1 OFFSET ?)",
+                (writer, writer, WRITER_BATCHES_KEPT - 1),
+            )
+
     # -- reading ------------------------------------------------------------------------------
+
+    def expired_upto(self, pattern: str) -> int:
+        """The highest sequence that a rule retaining topics of ``pattern`` has lost to its
+        bounds (0: none). A read of ``pattern`` from ``start <= expired_upto`` may have
+        missed messages; from above it, nothing of the log is missing."""
+        from .topics import patterns_overlap
+
+        return max(
+            (seq for rule, seq in self._expired.items() if patterns_overlap(pattern, rule)),
+            default=0,
+        )
 
     def first_seq(self) -> int:
         """The oldest retained sequence (last_seq + 1 when the log is empty)."""

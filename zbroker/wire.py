@@ -55,7 +55,8 @@ PUBLISH    6      request ``{topic, payload, fmt, headers}``: a persistent publi
 READ       7      request ``{pattern, start, end?, limit}``: the retention log range
                   ``start <= seq < end``; reply ``{rows: [[seq, topic, payload, fmt,
                   headers, origin, incarnation, origin_seq, ts]], first_seq, last_seq,
-                  next}`` (``next``: where to continue)
+                  expired_upto, next}`` (``next``: where to continue; ``expired_upto``:
+                  the highest sequence a rule retaining ``pattern`` lost to its bounds)
 DURABLE_OPEN 8    request ``{name, pattern, credit, max_msgs, max_bytes, max_age}``: create
                   (if new; bounds: 0 = unbounded, oldest dropped first) and attach
                   to a durable subscription; reply ``{name, pattern, stored, created}``
@@ -66,6 +67,14 @@ DURABLE_DELETE 11 request ``{name}``: delete it and its stored messages; reply
 DELIVER    12     node to client, req_id 0: ``{name, q, redelivered, msg: [topic,
                   payload, fmt, headers, origin, incarnation, seq, ts]}``; at most
                   ``credit`` unacknowledged at a time
+STAGE      14     request ``{token, part, rows: [[topic, payload, fmt, headers], ...]}``:
+                  hold chunk ``part`` (0, 1, ...) of a write task's rows under ``token``;
+                  reply ``{token, rows}`` (rows held under it so far). Nothing is published.
+STAGE_COMMIT 23   request ``{tokens: [[token, rows], ...], writer?: str, batch?: int}``:
+                  publish the rows of every token (all or none); a ``(writer, batch)``
+                  applied before is not applied again. Reply after the store commit:
+                  ``{applied: int, duplicate: bool}``
+STAGE_ABORT 24    request ``{tokens: [token, ...]}``: drop their rows; reply ``{discarded}``
 ERROR      15     reply ``{message: str}``
 =========  =====  ===========================================================
 
@@ -130,7 +139,10 @@ DURABLE_CLOSE = 10
 DURABLE_DELETE = 11
 DELIVER = 12
 GAPS = 13
+STAGE = 14
 ERROR = 15
+STAGE_COMMIT = 23
+STAGE_ABORT = 24
 OPS = {
     HELLO: "HELLO",
     STATUS: "STATUS",
@@ -145,6 +157,9 @@ OPS = {
     DURABLE_DELETE: "DURABLE_DELETE",
     DELIVER: "DELIVER",
     GAPS: "GAPS",
+    STAGE: "STAGE",
+    STAGE_COMMIT: "STAGE_COMMIT",
+    STAGE_ABORT: "STAGE_ABORT",
     ERROR: "ERROR",
 }
 

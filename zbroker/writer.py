@@ -1,0 +1,129 @@
+"""Exactly-once writes from a client: stage rows now, publish them on commit.
+
+The client side of :mod:`zbroker.staging`. A task that may run more than once (a Spark
+task, a retried job step) writes through a :class:`StagedWriter`: its rows travel to the
+node in chunks under a fresh token and wait there. Whoever decides which attempts count
+then calls :func:`commit_staged` with their tokens (the node publishes the rows, all or
+none) or :func:`abort_staged` (the rows vanish)::
+
+    with Client(address) as client:
+        w = StagedWriter(client)
+        for row in rows:
+            w.add("ORDERS.NEW", payload)
+        token, n = w.finish()
+        commit_staged(client, [(token, n)], writer="orders-job", batch=17)
+
+With ``writer`` and ``batch`` the node applies a batch once, however often the commit is
+sent (a job replayed after a restart). Payloads are bytes as given, or msgpack-encoded
+values, as with :meth:`Client.publish`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import msgpack
+
+from . import wire
+from .client import Client
+from .errors import PayloadError
+from .topics import validate_publish_topic
+
+__all__ = ["STAGE_CHUNK_ROWS", "StagedWriter", "abort_staged", "commit_staged"]
+
+#: Rows per STAGE request: large enough to amortize a round trip, small enough that one
+#: frame stays far below the node's frame limit for ordinary payloads.
+STAGE_CHUNK_ROWS = 2000
+_STAGE_CHUNK_BYTES = 4 * 1024 * 1024
+
+
+class StagedWriter:
+    """Rows of one task attempt, staged on the client's node under one fresh token."""
+
+    def __init__(self, client: Client, token: str | None = None) -> None:
+        self.client = client
+        self.token = token or uuid.uuid4().hex
+        self.rows = 0
+        self._part = 0
+        self._chunk: list[list[Any]] = []
+        self._chunk_bytes = 0
+
+    def add(self, topic: str, payload: Any, headers: dict[str, Any] | None = None) -> None:
+        """Stage one message (sent to the node in chunks; nothing is published yet)."""
+        validate_publish_topic(topic)
+        if isinstance(payload, bytes | bytearray | memoryview):
+            raw, fmt = bytes(payload), wire.FMT_BYTES
+        else:
+            try:
+                raw, fmt = msgpack.packb(payload), wire.FMT_MSGPACK
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise PayloadError(f"payload cannot be encoded with msgpack: {exc}") from exc
+        if headers is not None and (
+            not isinstance(headers, dict) or not all(isinstance(k, str) for k in headers)
+        ):
+            raise PayloadError("headers must be a dict with string keys")
+        self.add_raw(topic, raw, fmt, headers)
+
+    def add_raw(self, topic: str, raw: bytes, fmt: int, headers: dict[str, Any] | None) -> None:
+        """Stage an already-encoded row (the node checks the topic)."""
+        self._chunk.append([topic, raw, fmt, headers])
+        self._chunk_bytes += len(raw) + len(topic)
+        if len(self._chunk) >= STAGE_CHUNK_ROWS or self._chunk_bytes >= _STAGE_CHUNK_BYTES:
+            self.flush()
+
+    def add_many(self, rows: Iterable[tuple[str, Any, dict[str, Any] | None]]) -> None:
+        for topic, payload, headers in rows:
+            self.add(topic, payload, headers)
+
+    def flush(self) -> None:
+        """Send the rows added since the last flush (raises RequestError if refused)."""
+        if not self._chunk:
+            return
+        chunk, self._chunk, self._chunk_bytes = self._chunk, [], 0
+        reply = self.client.request(
+            wire.STAGE, {"token": self.token, "part": self._part, "rows": chunk}
+        )
+        self._part += 1
+        self.rows += len(chunk)
+        if reply.get("rows") != self.rows:  # the node lost part of the token (a restart)
+            raise PayloadError(
+                f"node holds {reply.get('rows')} rows under token {self.token}, "
+                f"expected {self.rows}: the task must be retried"
+            )
+
+    def abort(self) -> int:
+        """Drop what this writer staged (its task failed); returns rows dropped."""
+        self._chunk, self._chunk_bytes = [], 0
+        return abort_staged(self.client, [self.token])
+
+    def finish(self) -> tuple[str, int]:
+        """Flush and return ``(token, rows)`` for the commit."""
+        self.flush()
+        return self.token, self.rows
+
+
+def commit_staged(
+    client: Client,
+    tokens: Iterable[tuple[str, int]],
+    *,
+    writer: str | None = None,
+    batch: int | None = None,
+) -> dict[str, Any]:
+    """Publish the rows staged under ``tokens`` (all or none). With ``writer`` and
+    ``batch``, a batch applied before is not applied again (``duplicate`` in the reply).
+    Returns ``{applied, duplicate}``; raises RequestError when the node refuses."""
+    body: dict[str, Any] = {"tokens": [[t, n] for t, n in tokens]}
+    if writer is not None:
+        if batch is None:
+            raise ValueError("a commit naming its writer needs the batch number too")
+        body["writer"] = writer
+        body["batch"] = batch
+    return client.request(wire.STAGE_COMMIT, body)
+
+
+def abort_staged(client: Client, tokens: Iterable[str]) -> int:
+    """Discard the rows staged under ``tokens``; returns how many rows were dropped."""
+    reply = client.request(wire.STAGE_ABORT, {"tokens": list(tokens)})
+    return int(reply.get("discarded", 0))
