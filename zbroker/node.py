@@ -1617,13 +1617,20 @@ class Node:
         staging = self.staging
         try:
             if op == wire.STAGE:
-                held = staging.stage(req.get("token"), req.get("part"), req.get("rows"))
+                held = staging.stage(
+                    req.get("token"), req.get("part"), req.get("rows"), group=req.get("group")
+                )
                 self._send_control(ident, op, req_id, {"token": req["token"], "rows": held})
             elif op == wire.STAGE_ABORT:
-                dropped = staging.discard(req.get("tokens"))
+                dropped = staging.discard(req.get("tokens", []))
+                if req.get("group") is not None:
+                    dropped += staging.discard_group(req["group"])
                 self._send_control(ident, op, req_id, {"discarded": dropped})
             else:
                 self._stage_commit(ident, req_id, req)
+                if req.get("group") is not None:
+                    # attempts of this job that no commit names (failed, retried): gone now
+                    staging.discard_group(req["group"])
         except StagingError as exc:
             self._bad(self._source(ident), "bad_staging", str(exc))
             self._send_control(ident, wire.ERROR, req_id, {"message": str(exc)})

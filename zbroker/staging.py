@@ -9,6 +9,11 @@ attempts Spark kept (``STAGE_COMMIT``) — and only then does the node publish t
 or **aborts** them (``STAGE_ABORT``), and the rows vanish. Rows of attempts nobody commits
 (a task that died) expire after ``ttl`` seconds, counted.
 
+Tokens may carry a **group** (the Spark connector uses one per write job / query run): a
+commit or abort naming the group also discards every other token of the group — the rows of
+attempts that failed and were retried, which no commit will ever name — right away instead
+of at the TTL.
+
 A commit may name its ``(writer, batch)``; the node records it with the rows it retains, in
 the same store transaction, and applies a second commit of the same pair as a no-op — a
 batch Spark replays after a restart is published once. A commit is all-or-nothing: every
@@ -57,6 +62,7 @@ class _Token:
     rows: list[StagedRow] = field(default_factory=list)
     parts: int = 0  # chunks received: the next one must be numbered ``parts``
     nbytes: int = 0
+    group: str | None = None
 
 
 def _check_token(token: Any) -> str:
@@ -102,10 +108,14 @@ class Staging:
         self.aborted_rows = 0
         self.expired_rows = 0
 
-    def stage(self, token: Any, part: Any, rows: Any, now: float | None = None) -> int:
+    def stage(
+        self, token: Any, part: Any, rows: Any, now: float | None = None, group: Any = None
+    ) -> int:
         """Add chunk ``part`` (0, 1, 2, ...) of ``token``'s rows; returns the rows now held
         under the token. A chunk sent again (the writer retried) is not added twice."""
         token = _check_token(token)
+        if group is not None:
+            group = _check_token(group)
         if type(part) is not int or part < 0:
             raise StagingError("part must be a non-negative integer")
         if type(rows) is not list:
@@ -131,7 +141,9 @@ class Staging:
                 "abort staged writes first"
             )
         if held is None:  # only an accepted chunk creates the token
-            held = self._tokens[token] = _Token(now if now is not None else time.monotonic())
+            held = self._tokens[token] = _Token(
+                now if now is not None else time.monotonic(), group=group
+            )
         held.rows.extend(checked)
         held.parts += 1
         held.nbytes += size
@@ -204,6 +216,11 @@ class Staging:
                 dropped += len(held.rows)
         self.aborted_rows += dropped
         return dropped
+
+    def discard_group(self, group: Any) -> int:
+        """Drop every token still staged in ``group``; returns rows dropped."""
+        group = _check_token(group)
+        return self.discard([t for t, held in self._tokens.items() if held.group == group])
 
     def expire(self, now: float) -> int:
         """Drop tokens older than ``ttl`` (their task died uncommitted); returns rows."""

@@ -67,14 +67,16 @@ DURABLE_DELETE 11 request ``{name}``: delete it and its stored messages; reply
 DELIVER    12     node to client, req_id 0: ``{name, q, redelivered, msg: [topic,
                   payload, fmt, headers, origin, incarnation, seq, ts]}``; at most
                   ``credit`` unacknowledged at a time
-STAGE      14     request ``{token, part, rows: [[topic, payload, fmt, headers], ...]}``:
+STAGE      14     request ``{token, part, group?, rows: [[topic, payload, fmt, headers], ...]}``:
                   hold chunk ``part`` (0, 1, ...) of a write task's rows under ``token``;
                   reply ``{token, rows}`` (rows held under it so far). Nothing is published.
-STAGE_COMMIT 23   request ``{tokens: [[token, rows], ...], writer?: str, batch?: int}``:
+STAGE_COMMIT 23   request ``{tokens: [[token, rows], ...], writer?, batch?, group?}``:
                   publish the rows of every token (all or none); a ``(writer, batch)``
                   applied before is not applied again. Reply after the store commit:
-                  ``{applied: int, duplicate: bool}``
-STAGE_ABORT 24    request ``{tokens: [token, ...]}``: drop their rows; reply ``{discarded}``
+                  ``{applied: int, duplicate: bool}``. ``group``: then drop the group's
+                  other tokens (attempts no commit names)
+STAGE_ABORT 24    request ``{tokens: [token, ...], group?}``: drop their rows (and the
+                  group's); reply ``{discarded}``
 ERROR      15     reply ``{message: str}``
 =========  =====  ===========================================================
 

@@ -42,9 +42,10 @@ _STAGE_CHUNK_BYTES = 4 * 1024 * 1024
 class StagedWriter:
     """Rows of one task attempt, staged on the client's node under one fresh token."""
 
-    def __init__(self, client: Client, token: str | None = None) -> None:
+    def __init__(self, client: Client, token: str | None = None, group: str | None = None) -> None:
         self.client = client
         self.token = token or uuid.uuid4().hex
+        self.group = group  # commits/aborts naming it drop this token if not named
         self.rows = 0
         self._part = 0
         self._chunk: list[list[Any]] = []
@@ -82,9 +83,10 @@ class StagedWriter:
         if not self._chunk:
             return
         chunk, self._chunk, self._chunk_bytes = self._chunk, [], 0
-        reply = self.client.request(
-            wire.STAGE, {"token": self.token, "part": self._part, "rows": chunk}
-        )
+        body: dict[str, Any] = {"token": self.token, "part": self._part, "rows": chunk}
+        if self.group is not None:
+            body["group"] = self.group
+        reply = self.client.request(wire.STAGE, body)
         self._part += 1
         self.rows += len(chunk)
         if reply.get("rows") != self.rows:  # the node lost part of the token (a restart)
@@ -110,11 +112,15 @@ def commit_staged(
     *,
     writer: str | None = None,
     batch: int | None = None,
+    group: str | None = None,
 ) -> dict[str, Any]:
     """Publish the rows staged under ``tokens`` (all or none). With ``writer`` and
     ``batch``, a batch applied before is not applied again (``duplicate`` in the reply).
+    With ``group``, the group's other staged tokens are dropped afterwards.
     Returns ``{applied, duplicate}``; raises RequestError when the node refuses."""
     body: dict[str, Any] = {"tokens": [[t, n] for t, n in tokens]}
+    if group is not None:
+        body["group"] = group
     if writer is not None:
         if batch is None:
             raise ValueError("a commit naming its writer needs the batch number too")
@@ -123,7 +129,11 @@ def commit_staged(
     return client.request(wire.STAGE_COMMIT, body)
 
 
-def abort_staged(client: Client, tokens: Iterable[str]) -> int:
-    """Discard the rows staged under ``tokens``; returns how many rows were dropped."""
-    reply = client.request(wire.STAGE_ABORT, {"tokens": list(tokens)})
+def abort_staged(client: Client, tokens: Iterable[str], group: str | None = None) -> int:
+    """Discard the rows staged under ``tokens`` (and all of ``group``'s); returns how many
+    rows were dropped."""
+    body: dict[str, Any] = {"tokens": list(tokens)}
+    if group is not None:
+        body["group"] = group
+    reply = client.request(wire.STAGE_ABORT, body)
     return int(reply.get("discarded", 0))

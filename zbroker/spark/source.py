@@ -47,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -498,10 +499,13 @@ class _WriteOptions:
         )
 
 
-def _stage(opts: _WriteOptions, batches: Iterator[pa.RecordBatch]) -> ZbrokerCommitMessage:
-    """Stage every row of a task on the node under a fresh token (nothing is published)."""
+def _stage(
+    opts: _WriteOptions, batches: Iterator[pa.RecordBatch], group: str
+) -> ZbrokerCommitMessage:
+    """Stage every row of a task on the node under a fresh token (nothing is published).
+    ``group`` names the write job: its commit drops the tokens of failed attempts."""
     with opts.conn.client() as client:
-        writer = StagedWriter(client)
+        writer = StagedWriter(client, group=group)
         try:
             _stage_rows(opts, writer, batches)
         except BaseException:
@@ -539,41 +543,46 @@ def _tokens(messages: Sequence[Any]) -> list[tuple[str, int]]:
 class _BatchWriter(DataSourceArrowWriter):
     def __init__(self, opts: _WriteOptions) -> None:
         self.opts = opts
+        self.group = uuid.uuid4().hex  # made on the driver, pickled to every task
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ZbrokerCommitMessage:
-        return _stage(self.opts, iterator)
+        return _stage(self.opts, iterator, self.group)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         with self.opts.conn.client() as client:
-            commit_staged(client, _tokens(messages))
+            commit_staged(client, _tokens(messages), group=self.group)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         with self.opts.conn.client() as client:
-            abort_staged(client, [t for t, _ in _tokens(messages)])
+            abort_staged(client, [t for t, _ in _tokens(messages)], group=self.group)
 
 
 class _StreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: _WriteOptions, writer_id: str) -> None:
         self.opts = opts
         self.writer_id = writer_id
+        # one per query run: micro-batches run one after another, so when batch N commits
+        # every other token of the group belongs to a failed attempt of batch N
+        self.group = uuid.uuid4().hex
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ZbrokerCommitMessage:
-        return _stage(self.opts, iterator)
+        return _stage(self.opts, iterator, self.group)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         with self.opts.conn.client() as client:
-            reply = commit_staged(client, _tokens(messages), writer=self.writer_id, batch=batchId)
+            reply = commit_staged(
+                client, _tokens(messages), writer=self.writer_id, batch=batchId, group=self.group
+            )
         if reply.get("duplicate"):
             log.info(
-                "zbroker: batch %d of writer %s was applied before (a replay): not published "
-                "again",
+                "zbroker: batch %d of writer %s was applied before (a replay): not published again",
                 batchId,
                 self.writer_id,
             )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         with self.opts.conn.client() as client:
-            abort_staged(client, [t for t, _ in _tokens(messages)])
+            abort_staged(client, [t for t, _ in _tokens(messages)], group=self.group)
 
 
 def _writer_id(options: Any) -> str:
