@@ -118,7 +118,8 @@ def commit_staged(
     ``batch``, a batch applied before is not applied again (``duplicate`` in the reply).
     With ``group``, the group's other staged tokens are dropped afterwards.
     Returns ``{applied, duplicate}``; raises RequestError when the node refuses."""
-    body: dict[str, Any] = {"tokens": [[t, n] for t, n in tokens]}
+    # a task that had no rows staged nothing: its token does not exist on the node
+    body: dict[str, Any] = {"tokens": [[t, n] for t, n in tokens if n > 0]}
     if group is not None:
         body["group"] = group
     if writer is not None:

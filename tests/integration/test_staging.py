@@ -156,3 +156,20 @@ def test_batch_record_survives_a_node_restart_and_staged_rows_do_not(
         "duplicate": True,
     }
     assert [m.payload for m in client.read("OUT.>")] == [b"1", b"2"]
+
+
+def test_a_writer_that_staged_nothing_commits_cleanly(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    broker = broker_factory()
+    client = client_factory(broker.endpoint)
+    inbox = Inbox()
+    client.subscribe("OUT.>", inbox)
+    empty = StagedWriter(client).finish()  # an empty Spark partition
+    assert empty[1] == 0
+    full = staged(client, [b"x"])
+    assert commit_staged(client, [empty, full], writer="w", batch=0) == {
+        "applied": 1,
+        "duplicate": False,
+    }
+    assert inbox.wait_count(1)
