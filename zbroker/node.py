@@ -198,6 +198,8 @@ class Node:
         self.store: Store | None = None
         self._confirms: list[tuple[bytes, int, dict[str, Any]]] = []  # after the next commit
         self.staging = Staging()  # rows of write tasks waiting for their commit
+        # committed staged rows being published, a slice per poll pass (see _apply_staged)
+        self._applying: collections.deque[_Applying] = collections.deque()
         self._pump: set[str] = set()  # durables with something to send
         self._discovery: Discovery | None = None
         self._discovery_endpoint = f"inproc://zbroker-disc-{uuid.uuid4().hex}"
@@ -344,12 +346,16 @@ class Node:
         while self._running:
             busy = self._dialers or self._accepted
             timeout = int(TICK_INTERVAL * 1000) if busy else 1000
+            if self._applying:
+                timeout = 0  # a commit is being published: serve sockets, then go on
             for sock, _ in poller.poll(timeout):
                 try:
                     handlers[sock]()
                 except Exception:  # a bug, not bad input: log it, count it, keep serving
                     self._drop("internal_error")
                     log.exception("internal error in a socket handler; the node keeps running")
+            if self._applying:
+                self._apply_staged()
             if self._dirty:
                 self._flush_outboxes()
             self._flush_adverts()
@@ -1658,6 +1664,8 @@ class Node:
             self._send_control(ident, wire.STAGE_COMMIT, req_id, {"applied": 0, "duplicate": True})
             return
         names = staging.check_commit(tokens)
+        if key is not None and any(a.key == key for a in self._applying):
+            raise StagingError(f"batch {key[1]} of writer {key[0]!r} is being applied already")
         if key is not None and store.batch_applied(*key):
             # a batch replayed after a restart: its rows are out already
             staging.discard(names)
@@ -1686,11 +1694,26 @@ class Node:
                 "stay staged until aborted"
             )
         _, rows = staging.take(tokens)
-        for (topic, payload, fmt, headers), rule in zip(rows, rules, strict=True):
-            self._originate(topic, payload, fmt, headers, rule)
-        if key is not None:
-            store.record_batch(*key, len(rows))
-        self._confirms.append((ident, req_id, {"applied": len(rows), "duplicate": False}))
+        self._applying.append(_Applying(ident, req_id, rows, rules, key))
+
+    def _apply_staged(self) -> None:
+        """Publish the next slice of the oldest commit. A commit of many rows must not hold
+        the loop for seconds: heartbeats, links and other clients are served between
+        slices. The ``(writer, batch)`` record and the reply go with the last slice, in the
+        same store transaction as its retained rows."""
+        job = self._applying[0]
+        end = min(job.pos + APPLY_SLICE, len(job.rows))
+        originate, rows, rules = self._originate, job.rows, job.rules
+        for i in range(job.pos, end):
+            topic, payload, fmt, headers = rows[i]
+            originate(topic, payload, fmt, headers, rules[i])
+        job.pos = end
+        if end < len(rows):
+            return
+        self._applying.popleft()
+        if job.key is not None and self.store is not None:
+            self.store.record_batch(*job.key, len(rows))
+        self._confirms.append((job.ident, job.req_id, {"applied": len(rows), "duplicate": False}))
 
     def _deliver_local(self, patterns: frozenset[str], body: bytes) -> None:
         for pattern in patterns:
@@ -1799,7 +1822,10 @@ class Node:
             "links": [link.describe(now) for link in self._all_links()],
             "store": self.store.stats() if self.store is not None else None,
             "durables": self.durable_status() if self.store is not None else [],
-            "staging": self.staging.stats(),
+            "staging": {
+                **self.staging.stats(),
+                "applying_rows": sum(len(a.rows) - a.pos for a in self._applying),
+            },
             "discovery": {
                 "enabled": self._discovery is not None and self._discovery.running,
                 "interfaces": self._discovery.interfaces if self._discovery else [],
@@ -1814,6 +1840,22 @@ class Node:
                 "rejected": dict(sorted(self.engine.rejected.items())),
             },
         }
+
+
+#: committed staged rows published per poll pass
+APPLY_SLICE = 2000
+
+
+@dataclasses.dataclass(slots=True)
+class _Applying:
+    """A staged commit being published, slice by slice."""
+
+    ident: bytes
+    req_id: int
+    rows: list[Any]
+    rules: list[str | None]
+    key: tuple[str, int] | None
+    pos: int = 0
 
 
 #: msgpack of (uint64 seq, float64 ts): the last two envelope fields, in one struct call

@@ -173,3 +173,32 @@ def test_a_writer_that_staged_nothing_commits_cleanly(
         "duplicate": False,
     }
     assert inbox.wait_count(1)
+
+
+def test_a_large_commit_is_published_in_slices_while_the_node_serves_others(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    broker = broker_factory(retain=(RetainRule("OUT.>"),))
+    writer = client_factory(broker.endpoint, timeout=120.0)
+    observer = client_factory(broker.endpoint)
+    inbox = Inbox()
+    observer.subscribe("OUT.>", inbox)
+    n = 150_000
+    w = StagedWriter(writer)
+    for i in range(n):
+        w.add_raw("OUT.A", str(i).encode(), 0, None)
+    token = w.finish()
+    result: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: result.update(commit_staged(writer, [token])))
+    t.start()
+    seen_applying: list[int] = []
+    while t.is_alive():
+        # answered mid-commit: the node is not stuck in one pass
+        seen_applying.append(observer.request(wire.STATUS)["staging"]["applying_rows"])
+    t.join()
+    assert result == {"applied": n, "duplicate": False}
+    assert any(0 < a < n for a in seen_applying)
+    assert inbox.wait_count(n, timeout=60)
+    time.sleep(GRACE)
+    assert [int(p) for p in inbox.payloads()] == list(range(n))
+    assert observer.log_range() == (1, n)

@@ -9,7 +9,7 @@ Register the format once per session, then use it like any other::
     zbroker.spark.register(spark)
 
     trades = (spark.readStream.format("zbroker")
-              .option("broker", "tcp://127.0.0.1:7400")
+              .option("broker", "tcp://127.0.0.1:7100")
               .option("pattern", "TRADES.>")
               .load())
 

@@ -18,7 +18,7 @@ Read options (all strings, names case-insensitive):
 
 ==================  =====================================================================
 ``broker``          node address: ``tcp://HOST:PORT``, a comma-separated failover list, or
-                    ``zeroconf://GROUP`` (default ``tcp://127.0.0.1:7400``)
+                    ``zeroconf://GROUP`` (default ``tcp://127.0.0.1:7100``)
 ``pattern``         topic pattern to read (default ``>``)
 ``startingOffset``  ``earliest`` (oldest still retained), ``latest`` (only what arrives
                     from now on), or a sequence number. Default: ``earliest`` for batch,
@@ -30,6 +30,7 @@ Read options (all strings, names case-insensitive):
                     expired from the node's retention log (its bounds dropped it);
                     ``false``: skip the expired part, log how many sequences were skipped
 ``timeout``         seconds to wait for the node (default 10)
+``commitTimeout``   writes: seconds a commit may take to publish its rows (default 600)
 ==================  =====================================================================
 
 **Writing** (``df.write`` / ``df.writeStream``) publishes rows into the network exactly once:
@@ -39,7 +40,7 @@ under a fresh token; the node publishes them only when Spark commits the job or 
 (see :mod:`zbroker.staging`), and an aborted or retried attempt's rows are discarded. A
 streaming write also names its micro-batch, with ``writerId`` (default: derived from the
 query's ``checkpointLocation`` option), so a batch Spark replays after a restart is applied
-once. Write options: ``broker``, ``timeout``, ``topic``, ``writerId``.
+once. Write options: ``broker``, ``timeout``, ``commitTimeout``, ``topic``, ``writerId``.
 """
 
 from __future__ import annotations
@@ -149,20 +150,27 @@ class _Conn:
 
     broker: str
     timeout: float
+    commit_timeout: float
 
     @classmethod
     def parse(cls, options: Any) -> _Conn:
         broker = str(options.get("broker", DEFAULT_BROKER)).strip()
         if not broker:
             raise ValueError("option broker: empty")
-        try:
-            timeout = float(options.get("timeout", "10"))
-        except ValueError:
-            raise ValueError(f"option timeout: not a number: {options.get('timeout')!r}") from None
-        return cls(broker, timeout)
+        seconds = []
+        for name, default in (("timeout", "10"), ("commitTimeout", "600")):
+            try:
+                seconds.append(float(options.get(name, default)))
+            except ValueError:
+                raise ValueError(f"option {name}: not a number: {options.get(name)!r}") from None
+            if seconds[-1] <= 0:
+                raise ValueError(f"option {name}: must be positive")
+        return cls(broker, seconds[0], seconds[1])
 
-    def client(self) -> Client:
-        return Client(self.broker, timeout=self.timeout)
+    def client(self, commit: bool = False) -> Client:
+        """A client; for a commit, one that waits as long as publishing a batch may take
+        (giving up early would make Spark retry a batch the node is still applying)."""
+        return Client(self.broker, timeout=self.commit_timeout if commit else self.timeout)
 
 
 @dataclass(frozen=True)
@@ -549,11 +557,11 @@ class _BatchWriter(DataSourceArrowWriter):
         return _stage(self.opts, iterator, self.group)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        with self.opts.conn.client() as client:
+        with self.opts.conn.client(commit=True) as client:
             commit_staged(client, _tokens(messages), group=self.group)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        with self.opts.conn.client() as client:
+        with self.opts.conn.client(commit=True) as client:
             abort_staged(client, [t for t, _ in _tokens(messages)], group=self.group)
 
 
@@ -569,7 +577,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         return _stage(self.opts, iterator, self.group)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        with self.opts.conn.client() as client:
+        with self.opts.conn.client(commit=True) as client:
             reply = commit_staged(
                 client, _tokens(messages), writer=self.writer_id, batch=batchId, group=self.group
             )
@@ -581,7 +589,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):
             )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        with self.opts.conn.client() as client:
+        with self.opts.conn.client(commit=True) as client:
             abort_staged(client, [t for t, _ in _tokens(messages)], group=self.group)
 
 
