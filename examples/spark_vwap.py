@@ -1,6 +1,6 @@
 """A streaming VWAP job on Spark: trades from a zbroker node in, per-symbol aggregates out.
 
-    python examples/spark_vwap.py --broker tcp://127.0.0.1:7400 --output /tmp/vwap
+    python examples/spark_vwap.py --broker tcp://127.0.0.1:7100 --output /tmp/vwap
     python examples/spark_vwap.py --master spark://HOST:7077 ...   # the same job on a cluster
 
 Reads ``TRADES.<exchange>.<symbol>`` (msgpack ``{price, qty, ts}``) from the node's retention
@@ -150,7 +150,7 @@ def start(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
-    parser.add_argument("--broker", default="tcp://127.0.0.1:7400")
+    parser.add_argument("--broker", default="tcp://127.0.0.1:7100")
     parser.add_argument("--output", type=Path, default=Path("vwap-output"))
     parser.add_argument("--checkpoint", type=Path, default=None, help="default: OUTPUT-checkpoints")
     parser.add_argument("--window", default="10 seconds")

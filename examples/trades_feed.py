@@ -1,6 +1,6 @@
 """A simulated trade feed: publishes trades on ``TRADES.<exchange>.<symbol>``.
 
-    python examples/trades_feed.py --broker tcp://127.0.0.1:7400 --rate 200 --seconds 60
+    python examples/trades_feed.py --broker tcp://127.0.0.1:7100 --rate 200 --seconds 60
 
 Each payload is a msgpack map ``{"price": float, "qty": int, "ts": float}``; ``ts`` is the
 trade's event time (seconds since the epoch), which the Spark job windows on. Prices follow
@@ -80,7 +80,7 @@ def run(broker: str, rate: float, seconds: float, seed: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--broker", default="tcp://127.0.0.1:7400")
+    parser.add_argument("--broker", default="tcp://127.0.0.1:7100")
     parser.add_argument("--rate", type=float, default=200.0, help="trades per second")
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=7)
