@@ -54,6 +54,8 @@ def test_batch_write_delivers_every_row_once(
     assert (staging["commits"], staging["applied_rows"], staging["tokens"]) == (1, 5000, 0)
 
 
+@pytest.mark.filterwarnings("ignore:Arrow optimization failed:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:Cannot infer the eval type:UserWarning")
 def test_a_task_that_fails_once_is_retried_and_rows_arrive_once(
     spark: Any, broker_factory: BrokerFactory, client_factory: ClientFactory, tmp_path: Path
 ) -> None:
