@@ -97,6 +97,17 @@ def format_status(status: dict[str, Any]) -> str:
             ("interest routes", f"{interest.get('routes', 0)} ({interest.get('remote', 0)} remote)")
         )
         rows.append(("interest origins", ", ".join(interest.get("origins", [])) or "-"))
+    staging = status.get("staging")
+    if staging and (staging.get("commits") or staging.get("tokens")):
+        rows.append(
+            (
+                "staged writes",
+                f"{staging['tokens']} tokens waiting ({staging['rows']} rows), "
+                f"{staging['commits']} commits, {staging['applied_rows']} rows published, "
+                f"{staging['duplicate_commits']} duplicate commits, "
+                f"{staging['aborted_rows']} rows aborted, {staging['expired_rows']} expired",
+            )
+        )
     if "group" in status:
         rows.insert(2, ("group", str(status["group"])))
     width = max(len(k) for k, _ in rows)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from zbroker.cli.format import format_status
 
 from zbroker import Broker, Client, Message, RequestError, wire
 from zbroker.config import RetainRule
@@ -82,9 +83,15 @@ def test_rows_appear_only_on_commit_exactly_once(
     assert len(inbox.payloads()) == 4500
     log = client.read("OUT.>", 1, None, limit=10_000)
     assert [m.payload for m in log] == payloads  # retained once as well
-    stats = client.request(wire.STATUS)["staging"]
+    status = client.request(wire.STATUS)
+    stats = status["staging"]
     assert stats["rows"] == 0 and stats["duplicate_commits"] == 1
     assert stats["applied_rows"] == 4500 and stats["aborted_rows"] == 10
+    shown = [ln for ln in format_status(status).splitlines() if ln.startswith("staged writes")]
+    assert [ln.split(None, 2)[2] for ln in shown] == [
+        "0 tokens waiting (0 rows), 1 commits, 4500 rows published, 1 duplicate commits, "
+        "10 rows aborted, 0 expired"
+    ]
 
 
 def test_abort_and_refused_commits_publish_nothing(
