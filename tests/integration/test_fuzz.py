@@ -71,6 +71,7 @@ from zbroker import Broker, Client, Message, PublishTimeout, wire
 from zbroker.config import validate_broker_id
 from zbroker.const import PROTOCOL_VERSION
 from zbroker.errors import ConfigError, InvalidTopic, ProtocolError
+from zbroker.staging import Staging, StagingError
 from zbroker.store import RetainRule
 from zbroker.topics import validate_pattern, validate_publish_topic, validate_topic
 
@@ -138,6 +139,10 @@ def _is_map_frame(value: list[Any]) -> bool:
     return len(value) == 2 and type(value[1]) is dict
 
 
+def is_staging_request(value: list[Any] | None) -> bool:
+    return value is not None and value[0] in _STAGING_OPS
+
+
 def ends_link(value: list[Any] | None) -> bool:
     """A frame that ends (or replaces) an established link by design."""
     if value is None:
@@ -170,6 +175,59 @@ def _publish_request_outcome(body: dict[str, Any]) -> str | None:
 
 # every op of the protocol is a request a client may send, except the two the node sends
 _REQUEST_OPS = frozenset(wire.OPS) - {wire.DELIVER, wire.ERROR}
+_STAGING_OPS = frozenset({wire.STAGE, wire.STAGE_COMMIT, wire.STAGE_ABORT})
+
+
+class StagingOracle:
+    """What the node's staged writes should do with each STAGE* request, in the order the
+    node gets them (the fuzzer sends them all on one connection): a mirror of the rules in
+    ``Node._staging_op`` over the sans-IO :class:`Staging` (whose own rules have their
+    unit and property tests). Returns (bad-input reason or None, rows published)."""
+
+    def __init__(self) -> None:
+        self.staging = Staging()
+        self.batches: set[tuple[str, int]] = set()
+
+    def outcome(self, op: int, req: dict[Any, Any]) -> tuple[str | None, int]:
+        s = self.staging
+        try:
+            if op == wire.STAGE:
+                s.stage(req.get("token"), req.get("part"), req.get("rows"), group=req.get("group"))
+                return None, 0
+            if op == wire.STAGE_ABORT:
+                s.discard(req.get("tokens", []))
+                if req.get("group") is not None:
+                    s.discard_group(req["group"])
+                return None, 0
+            tokens, writer, batch = req.get("tokens"), req.get("writer"), req.get("batch")
+            key = None
+            if writer is not None:
+                if (
+                    type(writer) is not str
+                    or not 0 < len(writer) <= 256
+                    or type(batch) is not int
+                    or not 0 <= batch < 2**63
+                ):
+                    raise StagingError("bad writer")
+                key = (writer, batch)
+            if key is None and s.was_applied(tokens):
+                published = 0
+            else:
+                names = s.check_commit(tokens)
+                if key is not None and key in self.batches:
+                    s.discard(names)
+                    published = 0
+                elif not names and key is None:
+                    published = 0
+                else:
+                    published = len(s.take(tokens)[1])
+                    if key is not None:
+                        self.batches.add(key)
+            if req.get("group") is not None:
+                s.discard_group(req["group"])
+            return None, published
+        except StagingError:
+            return "bad_staging", 0
 
 
 #: the numbers a node takes in a MSGS entry: what its SQLite store can hold (INTEGER is
@@ -230,7 +288,9 @@ def _link_frame_outcome(value: list[Any], bad: Counter[str]) -> None:
     bad["unexpected"] += 1  # LINK_WELCOME once the link is up
 
 
-def control_outcome(frame: bytes, linked: bool) -> tuple[Counter[str], int]:
+def control_outcome(
+    frame: bytes, linked: bool, staging: StagingOracle | None = None
+) -> tuple[Counter[str], int]:
     """(bad-input reasons, publishes accepted) for one single-part frame on the ROUTER from
     a DEALER with (``linked``) or without an established link."""
     bad: Counter[str] = Counter()
@@ -259,6 +319,12 @@ def control_outcome(frame: bytes, linked: bool) -> tuple[Counter[str], int]:
         if reason is None:
             return bad, 1
         bad[reason] += 1
+    elif op in _STAGING_OPS:
+        assert staging is not None, "staging ops need the oracle"
+        reason, published = staging.outcome(op, value[2])
+        if reason is not None:
+            bad[reason] += 1
+        return bad, published
     elif op not in _REQUEST_OPS:
         bad["unknown_op"] += 1
     return bad, 0
@@ -465,6 +531,28 @@ class FrameGen:
             body = {"message": self.text()}
         elif op in (wire.HELLO, wire.STATUS, wire.PING, wire.PEERS):
             body = {}
+        elif op == wire.STAGE:
+            body = {
+                "token": f"fzt-{rng.randrange(5)}",
+                "part": rng.choice((0, 0, 0, 1, 2)),
+                "rows": [self.publish() for _ in range(rng.randint(0, 3))],
+            }
+            if rng.random() < 0.3:
+                body["group"] = f"fzg-{rng.randrange(2)}"
+        elif op == wire.STAGE_COMMIT:
+            body = {
+                "tokens": [
+                    [f"fzt-{rng.randrange(5)}", rng.randint(0, 6)]
+                    for _ in range(rng.randint(0, 2))
+                ]
+            }
+            if rng.random() < 0.5:
+                body["writer"] = f"fzw-{rng.randrange(2)}"
+                body["batch"] = rng.randrange(4)
+            if rng.random() < 0.3:
+                body["group"] = f"fzg-{rng.randrange(2)}"
+        elif op == wire.STAGE_ABORT:
+            body = {"tokens": [f"fzt-{rng.randrange(5)}" for _ in range(rng.randint(0, 2))]}
         else:  # an op this generator has no template for (GAPS: {pattern: missed})
             body = {self.pattern(): rng.choice((1, 5, *_HUGE_INTS)) for _ in range(2)}
         return [op, rng.randrange(0, 2**32), body]
@@ -773,6 +861,7 @@ class Fuzz:
         # expectations
         self.bad: Counter[str] = Counter()
         self.accepted = 0  # fuzz frames the node must take as publishes
+        self.staging = StagingOracle()  # rows a commit publishes count as accepted too
         self.sent: Counter[str] = Counter()
         self.normal_sent = 0
         self.slowest_ping = 0.0  # seconds: the normal client's slowest PING during the run
@@ -959,12 +1048,16 @@ class Fuzz:
             self.bad["bad_frame_count"] += 1
             sock = self.rng.choice(self.pre)
         else:
-            bad, published = control_outcome(frame, linked=target == "link")
+            if is_staging_request(value):
+                target = "pre"  # one connection: the node sees them in the oracle's order
+            bad, published = control_outcome(frame, target == "link", self.staging)
             self.bad.update(bad)
             self.accepted += published
             sock = {"pre": self.rng.choice(self.pre), "hello": self.hello, "link": self.link}[
                 target
             ]
+            if is_staging_request(value):
+                sock = self.pre[0]
         self.send(sock, frame)
         self.sent[f"control-{target}"] += 1
 
@@ -1112,6 +1205,15 @@ def test_fuzz_every_socket(
             f"{summary}\nnode minus expected {dict(reasons - fuzz.bad)}, "
             f"expected minus node {dict(fuzz.bad - reasons)}"
         )
+        # staged writes: exactly the rows of the commits the oracle accepted were published
+        staged = b.status()["staging"]
+        oracle = fuzz.staging.staging.stats()
+        assert oracle["commits"] > 0 and oracle["applied_rows"] > 0, oracle
+        assert (staged["commits"], staged["applied_rows"], staged["tokens"]) == (
+            oracle["commits"],
+            oracle["applied_rows"],
+            oracle["tokens"],
+        ), (staged, oracle)
 
         # ---- the handshaken link stayed up all along ---------------------------------------
         assert not fuzz.link_trouble, fuzz.link_trouble[:3]
