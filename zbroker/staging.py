@@ -150,6 +150,11 @@ class Staging:
         self.nbytes += size
         return len(held.rows)
 
+    def token_state(self, token: str) -> tuple[int, int] | None:
+        """(rows held, chunks received) of a staged token, None if it is not staged."""
+        held = self._tokens.get(token)
+        return None if held is None else (len(held.rows), held.parts)
+
     def peek(self, token: str) -> list[StagedRow]:
         """The rows held under a token checked by :meth:`check_commit` (not removed)."""
         return self._tokens[token].rows

@@ -406,9 +406,15 @@ _MARKERS = bytes.fromhex("c0c1c2c3c4c5c6c7cacbcccfd0d3d4d9dadbdcdddedf909f808fa0
 class FrameGen:
     """Random, mutated and oversized frames, all drawn from one seeded Random."""
 
-    def __init__(self, rng: random.Random, broker_id: str) -> None:
+    def __init__(
+        self,
+        rng: random.Random,
+        broker_id: str,
+        staged: Callable[[str], tuple[int, int] | None] = lambda token: None,
+    ) -> None:
         self.rng = rng
         self.broker_id = broker_id
+        self.staged = staged  # (rows, chunks) the node holds under a token, per the oracle
         self.seq = itertools.count(1)
 
     # -- values ---------------------------------------------------------------------------
@@ -532,18 +538,23 @@ class FrameGen:
         elif op in (wire.HELLO, wire.STATUS, wire.PING, wire.PEERS):
             body = {}
         elif op == wire.STAGE:
+            token = f"fzt-{rng.randrange(5)}"
+            state = self.staged(token)
             body = {
-                "token": f"fzt-{rng.randrange(5)}",
-                "part": rng.choice((0, 0, 0, 1, 2)),
+                "token": token,
+                # mostly the chunk the node expects next; sometimes a repeat or a gap
+                "part": (state[1] if state else 0) + rng.choice((0, 0, 0, -1, 1)),
                 "rows": [self.publish() for _ in range(rng.randint(0, 3))],
             }
             if rng.random() < 0.3:
                 body["group"] = f"fzg-{rng.randrange(2)}"
         elif op == wire.STAGE_COMMIT:
+            tokens = [f"fzt-{rng.randrange(5)}" for _ in range(rng.randint(0, 2))]
             body = {
                 "tokens": [
-                    [f"fzt-{rng.randrange(5)}", rng.randint(0, 6)]
-                    for _ in range(rng.randint(0, 2))
+                    # mostly the count the node holds (a commit that applies); else any
+                    [t, (self.staged(t) or (0, 0))[0] if rng.random() < 0.7 else rng.randint(0, 6)]
+                    for t in tokens
                 ]
             }
             if rng.random() < 0.5:
@@ -841,7 +852,8 @@ class Fuzz:
         self.b = b
         self.seed = seed
         self.normal = normal
-        self.gen = FrameGen(random.Random(seed), b.broker_id)
+        self.staging = StagingOracle()  # rows a commit publishes count as accepted too
+        self.gen = FrameGen(random.Random(seed), b.broker_id, self.staging.staging.token_state)
         self.rng = self.gen.rng
         self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.sockets: list[zmq.Socket[bytes]] = []
@@ -850,8 +862,7 @@ class Fuzz:
         ports = b.ports
         self.push = self._connect(zmq.PUSH, ports["publish"], "push")
         self.pre = [
-            self._connect(zmq.DEALER, ports["control"], f"fz-pre-{i}", ident=True)
-            for i in range(2)
+            self._connect(zmq.DEALER, ports["control"], f"fz-pre-{i}", ident=True) for i in range(2)
         ]
         self.hello = self._connect(zmq.DEALER, ports["control"], "fz-hello", ident=True)
         self.link = self._connect(zmq.DEALER, ports["control"], LINK_IDENT.decode(), ident=True)
@@ -861,7 +872,6 @@ class Fuzz:
         # expectations
         self.bad: Counter[str] = Counter()
         self.accepted = 0  # fuzz frames the node must take as publishes
-        self.staging = StagingOracle()  # rows a commit publishes count as accepted too
         self.sent: Counter[str] = Counter()
         self.normal_sent = 0
         self.slowest_ping = 0.0  # seconds: the normal client's slowest PING during the run
@@ -880,9 +890,7 @@ class Fuzz:
     def _pre_base(self) -> list[Any]:
         return self.gen.control() if self.rng.random() < 0.6 else self.gen.link()
 
-    def _connect(
-        self, kind: int, port: int, name: str, ident: bool = False
-    ) -> zmq.Socket[bytes]:
+    def _connect(self, kind: int, port: int, name: str, ident: bool = False) -> zmq.Socket[bytes]:
         s = self.ctx.socket(kind)
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.SNDHWM, 2000)
