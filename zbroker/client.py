@@ -1020,6 +1020,8 @@ class _ClientLoop:
                 self.ready.set_result(self.primary.hello)
             elif now > self.ready_deadline:
                 found = "" if alive else " (no node found)"
+                if alive and c._curve is not None:
+                    found = " (check keys and server_key: the node refuses keys it does not know)"
                 self.ready.set_exception(
                     BrokerUnreachable(
                         f"no zbroker node answered at {c.address} within {c.timeout:g} s{found}"

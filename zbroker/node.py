@@ -1200,7 +1200,9 @@ class Node:
             return
         problem = self._handshake_problem(peer, info)
         sec = self.security
+        retry = peer != self.broker_id
         if problem is None and sec is not None and sec.user != "node:" + peer:
+            retry = False  # its key will not change by retrying
             # the broker ID is bound to the key the connection authenticated with
             problem = (
                 f"refused peer {peer}: it authenticated as {sec.user or 'nobody'}, "
@@ -1212,9 +1214,7 @@ class Node:
             self._refusal_log.report(f"{peer}/{name}", "refused", problem, now)
             self._send_raw(
                 ident,
-                wire.encode_link(
-                    wire.LINK_REFUSE, {"reason": problem, "retry": peer != self.broker_id}
-                ),
+                wire.encode_link(wire.LINK_REFUSE, {"reason": problem, "retry": retry}),
             )
             return
         previous = self._accepted.get(ident)

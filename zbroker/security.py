@@ -106,6 +106,11 @@ def load_key_pair(path: str | Path) -> tuple[bytes, bytes]:
     p = Path(path).expanduser()
     if p.is_dir():
         p = p / f"{NODE_KEY_NAME}.key_secret"
+    if not p.exists():
+        raise ConfigError(
+            f"security is on but there is no key pair at {p}: create it with `zbroker keygen "
+            f"--data-dir {p.parent}` (or `--out DIR --name NAME` for a client)"
+        )
     try:
         pub, sec = zmq.auth.load_certificate(p)
     except (OSError, ValueError) as exc:
