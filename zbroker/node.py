@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 import queue
 import struct
@@ -323,10 +324,10 @@ class Node:
             if link.socket is not None:
                 link.socket.close(linger=0)
                 link.socket = None
+        if self.security is not None:
+            self.security.close()  # its monitors first, while the sockets are open
         for s in getattr(self, "_sockets", []):
             s.close()
-        if self.security is not None:
-            self.security.close()
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -350,6 +351,10 @@ class Node:
             assert self.security.zap is not None
             self._handlers[self.deliver] = self._on_deliver_secure
             self._handlers[self.security.zap] = self.security.on_zap
+            sec = self.security
+            for s in (self.control, self.publish, self.deliver):
+                mon = sec.watch(s)
+                self._handlers[mon] = functools.partial(sec.on_monitor, mon)
         for sock in self._handlers:
             poller.register(sock, zmq.POLLIN)
         self._running = True

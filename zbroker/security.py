@@ -301,6 +301,9 @@ class Security:
         self._pub_ok: dict[tuple[str, str], bool] = {}
         self._sub_ok: dict[tuple[str, str], bool] = {}
         self.auth_failures = 0
+        #: handshakes that failed before authentication (not CURVE, wrong server key)
+        self.handshake_failures: dict[str, int] = {}
+        self.monitors: list[tuple[zmq.Socket[bytes], zmq.Socket[bytes]]] = []
         self.refused: dict[str, int] = {}
         self._last_log: dict[tuple[str, str], float] = {}
         self.zap: zmq.Socket[bytes] | None = None
@@ -340,7 +343,42 @@ class Security:
         sock.setsockopt(zmq.CURVE_SECRETKEY, self.secret_key)
         return None
 
+    def watch(self, sock: zmq.Socket[bytes]) -> zmq.Socket[bytes]:
+        """A monitor of ``sock``'s failed handshakes, for the node's poller. (Failures of
+        authentication itself are the ZAP handler's to count: it knows the address.)"""
+        mon = sock.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+        )
+        self.monitors.append((sock, mon))
+        return mon
+
+    def on_monitor(self, mon: zmq.Socket[bytes]) -> None:
+        from zmq.utils.monitor import recv_monitor_message
+
+        while True:
+            try:
+                event = recv_monitor_message(mon, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            info: dict[str, Any] = dict(event)
+            value = info.get("value")
+            if info.get("event") == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                # e.g. a plain peer that sent its greeting and hung up (value: an errno)
+                reason = "handshake broke off (not CURVE, or the peer left)"
+            else:
+                reason = _HANDSHAKE_REASONS.get(int(value or 0), f"protocol error {value}")
+            self.handshake_failures[reason] = self.handshake_failures.get(reason, 0) + 1
+            endpoint = info.get("endpoint", b"")
+            where = endpoint.decode() if isinstance(endpoint, bytes) else str(endpoint)
+            # libzmq names only our endpoint here, not the peer's address
+            self._warn(where, reason, "handshake failed on %s: %s", where, reason)
+
     def close(self) -> None:
+        for sock, mon in self.monitors:
+            if not sock.closed:
+                sock.disable_monitor()
+            mon.close(linger=0)
+        self.monitors = []
         if self.zap is not None:
             self.zap.close(linger=0)
             self.zap = None
@@ -487,8 +525,15 @@ class Security:
             "allowlisted_nodes": sorted(self.nodes),
             "clients": sorted(self.clients),
             "auth_failures": self.auth_failures,
+            "handshake_failures": dict(sorted(self.handshake_failures.items())),
             "refused": dict(sorted(self.refused.items())),
         }
+
+
+_HANDSHAKE_REASONS: dict[int, str] = {
+    int(zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH): "not CURVE (a plain client or node?)",
+    int(zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC): "CURVE handshake failed (wrong server key?)",
+}
 
 
 def _publish_topic(frame: bytes, msgpack: Any) -> str | None:

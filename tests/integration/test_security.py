@@ -168,31 +168,65 @@ def test_node_without_allowlisted_key_cannot_link_and_existing_link_is_unaffecte
     assert b.status()["counters"]["links_up"] == 1
 
 
-def test_one_unknown_key_is_one_counted_auth_failure(
-    broker_factory: Callable[..., Broker], keys: Keys
+def test_each_failed_handshake_is_counted_once(
+    broker_factory: Callable[..., Broker], keys: Keys, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """One connection attempt each (reconnects pushed past the test): an unknown key is one
+    auth failure (logged with the address); a plain socket and a CURVE socket using the
+    wrong server key fail the handshake before authentication and are counted apart."""
+    caplog.set_level(logging.WARNING, logger="zbroker.security")
     b = broker_factory(broker_id="b", **keys.options("b"))
-    pub, sec = load_key_pair(keys.root / "c")
+    c_pub, c_sec = load_key_pair(keys.root / "c")
     ctx = zmq.Context()
-    try:
+
+    def attempt(**curve: bytes) -> zmq.Socket[bytes]:
         s = ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.RECONNECT_IVL, 60_000)  # one attempt within the test
-        s.curve_serverkey = keys.node_public("b").encode()
-        s.curve_publickey, s.curve_secretkey = pub, sec
+        for name, value in curve.items():
+            s.setsockopt(getattr(zmq, name), value)
         s.connect(b.endpoint)
-        s.send(b"\x93\x01\x01\x80")  # HELLO: never reaches the node
+        s.send(b"\x93\x01\x01\x80")  # a HELLO request: must never reach the node
+        return s
+
+    def settle(cond: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
         deadline = time.monotonic() + 5
-        while b.status()["security"]["auth_failures"] < 1 and time.monotonic() < deadline:
+        while not cond(b.status()) and time.monotonic() < deadline:
             time.sleep(0.02)
-        time.sleep(0.3)
-        st = b.status()
+        time.sleep(0.3)  # a second count would show now
+        return b.status()
+
+    socks = []
+    try:
+        server = keys.node_public("b").encode()
+        socks.append(attempt(CURVE_SERVERKEY=server, CURVE_PUBLICKEY=c_pub, CURVE_SECRETKEY=c_sec))
+        st = settle(lambda st: st["security"]["auth_failures"] >= 1)
         assert st["security"]["auth_failures"] == 1
         assert st["counters"]["auth_failures"] == 1
+        assert st["security"]["handshake_failures"] == {}
+        assert [
+            r.getMessage() for r in caplog.records if "authentication failed" in r.getMessage()
+        ] == [
+            f"authentication failed from 127.0.0.1 (domain zbroker): unknown key {c_pub.decode()}"
+        ]
+        socks.append(attempt())  # plain
+        socks.append(attempt(CURVE_SERVERKEY=c_pub, CURVE_PUBLICKEY=c_pub, CURVE_SECRETKEY=c_sec))
+        st = settle(lambda st: sum(st["security"]["handshake_failures"].values()) >= 2)
+        failures = st["security"]["handshake_failures"]
+        assert sum(failures.values()) == 2, failures
+        assert failures["CURVE handshake failed (wrong server key?)"] == 1
+        # the plain socket: a mechanism mismatch, or (timing) a broken-off handshake
+        assert set(failures) - {"CURVE handshake failed (wrong server key?)"} <= {
+            "not CURVE (a plain client or node?)",
+            "handshake broke off (not CURVE, or the peer left)",
+        }
+        assert st["security"]["auth_failures"] == 1
         assert st["counters"]["bad_input"] == 0
-        assert not s.poll(100)
-        s.close()
+        assert st["counters"]["received"] == 0
+        assert not any(s.poll(50) for s in socks)  # nobody got an answer
     finally:
+        for s in socks:
+            s.close()
         ctx.term()
 
 
