@@ -235,7 +235,7 @@ def make_keys(tmp: Path) -> dict[str, str]:
     generate_keys(key_dir)
     client_secret, _ = generate_keys(key_dir, "bench")
     clients = tmp / "clients.toml"
-    clients.write_text('[bench]\nkey_file = "keys/bench.key"\npublish = [">"]\nsubscribe = [">"]\n')
+    clients.write_text('[bench]\nkey_file = "keys/bench.key"\npublish = ["BENCH.>"]\nsubscribe = ["BENCH.>"]\n')
     return {
         "key_dir": str(key_dir),
         "clients": str(clients),

@@ -95,6 +95,9 @@ def test_allowlist_directory_and_file(tmp_path: Path) -> None:
     f.write_text(f"alpha {keys['alpha'].decode()}\ngamma {keys['alpha'].decode()}\n")
     with pytest.raises(ConfigError, match="one key, one ID"):
         load_allowlist(f)
+    hashed = next(k for k in (zmq.curve_keypair()[0] for _ in range(1000)) if b"#" in k)
+    f.write_text(f"alpha {hashed.decode()}  # '#' is a Z85 digit too\n")
+    assert load_allowlist(f) == {"alpha": hashed}
     f.write_text("alpha notakey\n")
     with pytest.raises(ConfigError, match="line 1: expected 'BROKER_ID PUBLIC_KEY'"):
         load_allowlist(f)
@@ -143,6 +146,17 @@ def test_security_decisions(tmp_path: Path) -> None:
     msg = sec.refuse("publish to", "client:alice", "B.B")
     assert msg == "permission denied: client:alice may not publish to 'B.B'"
     assert sec.refused == {"publish": 1}
+    # every client may publish everywhere: nothing to filter, the socket's own recv is used
+    everyone = Security(
+        tmp_path, None, {"a": {"key": zmq.curve_keypair()[0].decode(), "publish": [">"]}}
+    )
+    ctx = zmq.Context()
+    try:
+        with ctx.socket(zmq.PULL) as pull:
+            assert everyone.publish_recv(pull) == pull.recv
+            assert sec.publish_recv(pull) != pull.recv
+    finally:
+        ctx.term()
 
 
 def test_security_config_table(tmp_path: Path) -> None:

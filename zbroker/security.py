@@ -39,12 +39,15 @@ from __future__ import annotations
 import logging
 import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import zmq
 import zmq.auth
+import zmq.backend
 from zmq.utils import z85
 
 from .errors import ConfigError, InvalidTopic
@@ -147,7 +150,7 @@ def _is_z85(text: str) -> bool:
 
 def load_allowlist(path: Path) -> dict[str, bytes]:
     """Broker ID -> Z85 public key, from a directory of ``ID.key`` certificates or a file
-    of ``ID KEY`` lines (``#`` comments)."""
+    of ``ID KEY`` lines (``#`` starts a comment at the start of a line or after the key)."""
     from .config import validate_broker_id
 
     out: dict[str, bytes] = {}
@@ -181,10 +184,11 @@ def load_allowlist(path: Path) -> dict[str, bytes]:
     except (OSError, UnicodeError) as exc:
         raise ConfigError(f"allowlist {path}: cannot read it: {exc}") from exc
     for n, line in enumerate(text.splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
         parts = line.split()
+        if not parts or parts[0].startswith("#"):
+            continue
+        if len(parts) > 2 and parts[2].startswith("#"):
+            parts = parts[:2]  # a trailing comment ('#' is also a Z85 digit: not inside)
         if len(parts) != 2 or not _is_z85(parts[1]):
             raise ConfigError(
                 f"allowlist {path} line {n}: expected 'BROKER_ID PUBLIC_KEY' (40-character Z85)"
@@ -493,28 +497,54 @@ class Security:
         self._warn(user, kind, "refused: %s", message)
         return message
 
-    def publish_recv(self, sock: zmq.Socket[bytes]) -> Any:
+    def publish_recv(self, sock: zmq.Socket[bytes]) -> Callable[[int], bytes]:
         """A ``recv(flags)`` for the publish PULL that drops (and counts) frames whose
-        sender may not publish to their topic, and returns the others as bytes. Used by
-        the node's publish handler in place of ``sock.recv`` when security is on, so the
-        plain-mode hot path is untouched."""
-        recv = sock.recv
-        import msgpack
+        sender may not publish to their topic, and returns the others as bytes. The node's
+        publish handler uses it in place of ``sock.recv`` when security is on, so the
+        plain-mode hot path is untouched. When every client may publish everywhere there
+        is nothing to refuse, and the socket's own ``recv`` is returned."""
+        if all(">" in rule.publish for rule in self.clients.values()):
+            return sock.recv
+        recv = zmq.backend.Socket.recv.__get__(sock)  # skips pyzmq's Python wrapper
+        # user -> {topic bytes as framed: allowed?}: one dict lookup per message
+        decided: dict[str, dict[bytes, bool]] = {}
+        refuse = self.refuse
+        may_publish = self.may_publish
 
         def secure_recv(flags: int) -> bytes:
             while True:
-                frame = recv(flags, copy=False)
-                data = frame.bytes
-                topic = _publish_topic(data, msgpack)
-                if topic is None:
-                    return data  # malformed: the publish handler rejects and counts it
+                frame = recv(flags, False)
+                data: bytes = frame.bytes
                 try:
                     user = str(frame.get("User-Id"))
                 except zmq.ZMQError:
                     user = ""
-                if self.may_publish(user, topic):
+                # the usual frame: fixarray(4), then the topic as fixstr or str8
+                key = None
+                if len(data) > 2 and data[0] == 0x94:
+                    b = data[1]
+                    if 0xA0 <= b <= 0xBF:
+                        key = data[2 : 2 + b - 0xA0]
+                    elif b == 0xD9:
+                        key = data[3 : 3 + data[2]]
+                known = decided.get(user)
+                if known is None:
+                    if len(decided) >= _CACHE_MAX:
+                        decided.clear()
+                    known = decided[user] = {}
+                ok = known.get(key) if key is not None else None
+                if ok is None:
+                    topic = _publish_topic(data)
+                    if topic is None:
+                        return data  # malformed: the publish handler rejects and counts it
+                    ok = may_publish(user, topic)
+                    if key is not None:
+                        if len(known) >= _CACHE_MAX:
+                            known.clear()
+                        known[key] = ok
+                if ok:
                     return data
-                self.refuse("publish to", user, topic)
+                refuse("publish to", user, key.decode("utf-8", "replace") if key else "?")
 
         return secure_recv
 
@@ -536,7 +566,7 @@ _HANDSHAKE_REASONS: dict[int, str] = {
 }
 
 
-def _publish_topic(frame: bytes, msgpack: Any) -> str | None:
+def _publish_topic(frame: bytes) -> str | None:
     """The topic of a publish frame, or None when it is not a well-formed one (cheap
     path for the usual encoding: fixarray(4) then a str8/fixstr topic)."""
     if len(frame) > 2 and frame[0] == 0x94:
