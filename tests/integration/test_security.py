@@ -453,3 +453,87 @@ def test_no_plaintext_on_the_loopback_with_curve(
     assert len(secure) > 5000  # the secure traffic was captured
     assert MARKER not in secure
     assert b"X.SECRET" not in secure
+
+
+def test_cli_client_commands_with_keys(
+    broker_factory: Callable[..., Broker],
+    client_factory: Callable[..., Client],
+    keys: Keys,
+    procs: Any,
+    wait_until: Callable[..., bool],
+) -> None:
+    b = broker_factory(broker_id="b", **keys.options("b"))
+    server_key = str(keys.root / "b" / "node.key")
+    alice = client_factory(b.endpoint, keys=keys.client("alice"), server_key=server_key)
+    got: list[bytes] = []
+    alice.subscribe("X.>", lambda m: got.append(m.payload))
+    durable = alice.subscribe("X.D", lambda m: got.append(b"durable:" + m.payload), durable="d1")
+    creds = [
+        "--broker",
+        b.endpoint,
+        "--keys",
+        str(keys.client("alice")),
+        "--server-key",
+        server_key,
+    ]
+    rc, _, err = procs.run("pub", "X.D", "hello", "-n", "3", *creds)
+    assert rc == 0, err
+    rc, _, err = procs.run("pub", "Y.A", "nope", *creds)
+    assert rc == 1
+    assert "permission denied: client:alice may not publish to 'Y.A'" in err
+    env = procs.env(ZBROKER_KEYS=str(keys.client("alice")), ZBROKER_SERVER_KEY=server_key)
+    rc, out, err = procs.run("status", "--broker", b.endpoint, env=env)
+    assert rc == 0, err
+    assert "auth failures" in out and "CURVE" in out
+    assert wait_until(lambda: len(got) == 6, 10)
+    time.sleep(0.2)
+    assert sorted(got) == [b"durable:hello"] * 3 + [b"hello"] * 3
+    durable.unsubscribe()
+    rc, _, err = procs.run("pub", "X.D", "plain", "--broker", b.endpoint, "--timeout", "1")
+    assert rc == 1  # a plain client gets no answer from a secure node
+    assert b.status()["counters"]["received"] == 3
+
+
+def test_secure_nodes_started_from_the_command_line_link(
+    keys: Keys, procs: Any, free_port: Callable[[], int], wait_until: Callable[..., bool]
+) -> None:
+    """`zbroker start --secure` with the flags of the README's third step."""
+    pb, pa = free_port(), free_port()
+    common = ["--secure", "--allowlist", str(keys.allowlist), "--clients", str(keys.clients)]
+    procs.zbroker(
+        "start", "--id", "b", "--port", str(pb), "--data-dir", str(keys.root / "b"), *common
+    )
+    procs.zbroker(
+        "start",
+        "--id",
+        "a",
+        "--port",
+        str(pa),
+        "--data-dir",
+        str(keys.root / "a"),
+        "--peer",
+        f"b@tcp://{HOST}:{pb}",
+        *common,
+    )
+
+    def status_of(port: int, node: str) -> dict[str, Any] | None:
+        try:
+            with Client(
+                f"tcp://{HOST}:{port}",
+                keys=keys.client("alice"),
+                server_key=keys.node_public(node),
+                timeout=1,
+            ) as c:
+                return c.status()
+        except BrokerUnreachable:
+            return None
+
+    def linked() -> bool:
+        st = status_of(pa, "a")
+        return st is not None and [(lk["peer"], lk["state"]) for lk in st["links"]] == [("b", "up")]
+
+    assert wait_until(linked, 30, 0.2)
+    st = status_of(pb, "b")
+    assert st is not None
+    assert st["security"]["auth_failures"] == 0
+    assert st["security"]["allowlisted_nodes"] == ["a", "b"]
