@@ -88,6 +88,12 @@ def format_status(status: dict[str, Any]) -> str:
     ]
     for reason, n in c.get("dropped", {}).items():
         rows.append((f"dropped: {reason}", str(n)))
+    sec = status.get("security") or {}
+    if sec.get("enabled"):
+        rows.append(("security", f"CURVE, public key {sec.get('public_key')}"))
+        rows.append(("auth failures", str(sec.get("auth_failures", 0))))
+        for kind, n in sec.get("refused", {}).items():
+            rows.append((f"refused: {kind}", str(n)))
     rows.append(("subscriptions", str(subs.get("count", 0))))
     for p in subs.get("patterns", []):
         rows.append(("  pattern", p))

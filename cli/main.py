@@ -81,15 +81,41 @@ def _timeout_option() -> Callable[[F], F]:
         help="With --broker zeroconf://GROUP: address of an interface to browse on "
         "(repeatable) [default: all].",
     )
+    keys = click.option(
+        "--keys",
+        envvar="ZBROKER_KEYS",
+        default=None,
+        help="Security: this client's secret key file (NAME.key_secret from zbroker keygen).",
+    )
+    server_key = click.option(
+        "--server-key",
+        envvar="ZBROKER_SERVER_KEY",
+        default=None,
+        help="Security: the node's public key (Z85 text or its node.key file).",
+    )
 
-    def both(f: F) -> F:
-        return timeout(interface(f))
+    def all_of(f: F) -> F:
+        return timeout(interface(keys(server_key(f))))
 
-    return both
+    return all_of
 
 
-def _client(broker: str, timeout: float, interfaces: tuple[str, ...], **kw: Any) -> Client:
-    return Client(broker, timeout=timeout, interfaces=list(interfaces) or None, **kw)
+def _client(
+    broker: str,
+    timeout: float,
+    interfaces: tuple[str, ...],
+    keys: str | None = None,
+    server_key: str | None = None,
+    **kw: Any,
+) -> Client:
+    return Client(
+        broker,
+        timeout=timeout,
+        interfaces=list(interfaces) or None,
+        keys=keys,
+        server_key=server_key,
+        **kw,
+    )
 
 
 @cli.command()
@@ -142,7 +168,33 @@ def _client(broker: str, timeout: float, interfaces: tuple[str, ...], **kw: Any)
     "peers",
     multiple=True,
     envvar="ZBROKER_PEER",
-    help="Dial a duplex link to this node (tcp://HOST:PORT; repeatable).",
+    help="Dial a duplex link to this node ([BROKER_ID@]tcp://HOST:PORT; repeatable; "
+    "with --secure the BROKER_ID@ is required).",
+)
+@click.option(
+    "--secure/--no-secure",
+    "security",
+    default=None,
+    envvar="ZBROKER_SECURE",
+    help="CurveZMQ on every network socket (needs keys: zbroker keygen) [default: off].",
+)
+@click.option(
+    "--key-dir",
+    envvar="ZBROKER_KEY_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where node.key/node.key_secret are [default: the data dir].",
+)
+@click.option(
+    "--allowlist",
+    envvar="ZBROKER_ALLOWLIST",
+    type=click.Path(path_type=Path),
+    help="Peer nodes' public keys: a dir of BROKER_ID.key files, or 'ID KEY' lines.",
+)
+@click.option(
+    "--clients",
+    envvar="ZBROKER_CLIENTS",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Client keys and topic permissions (TOML).",
 )
 @click.option(
     "--discovery/--no-discovery",
@@ -281,6 +333,8 @@ def pub(
     confirm: bool,
     timeout: float,
     interfaces: tuple[str, ...],
+    keys: str | None,
+    server_key: str | None,
 ) -> None:
     """Publish MESSAGE on TOPIC (MESSAGE '-' publishes each line of stdin)."""
     hdrs = _parse_headers(headers)
@@ -300,7 +354,7 @@ def pub(
     sent = 0
     confirmed = 0
     futures = []
-    with _client(broker, timeout, interfaces, publish_timeout=timeout) as client:
+    with _client(broker, timeout, interfaces, keys, server_key, publish_timeout=timeout) as client:
         start_t = time.monotonic()
         for payload in payloads():
             if rate:
@@ -347,6 +401,8 @@ def sub(
     durable: str | None,
     timeout: float,
     interfaces: tuple[str, ...],
+    keys: str | None,
+    server_key: str | None,
 ) -> None:
     """Print messages matching PATTERN(s) until Ctrl-C (or --count)."""
     if durable is not None and len(patterns) != 1:
@@ -377,7 +433,7 @@ def sub(
         done.set()
 
     signal.signal(signal.SIGTERM, on_signal)
-    with _client(broker, timeout, interfaces) as client:
+    with _client(broker, timeout, interfaces, keys, server_key) as client:
         for p in patterns:
             client.subscribe(p, on_message, durable=durable)
         click.echo(f"subscribed to {', '.join(patterns)} on {client.broker_id}", err=True)
@@ -392,9 +448,16 @@ def sub(
 @_broker_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the raw status as JSON.")
 @_timeout_option()
-def status(broker: str, as_json: bool, timeout: float, interfaces: tuple[str, ...]) -> None:
+def status(
+    broker: str,
+    as_json: bool,
+    timeout: float,
+    interfaces: tuple[str, ...],
+    keys: str | None,
+    server_key: str | None,
+) -> None:
     """Show a node's identity, endpoints, counters and subscriptions."""
-    with _client(broker, timeout, interfaces) as client:
+    with _client(broker, timeout, interfaces, keys, server_key) as client:
         st = client.status()
     click.echo(json.dumps(st, indent=2) if as_json else format_status(st))
 
@@ -428,6 +491,8 @@ def replay(
     as_json: bool,
     timeout: float,
     interfaces: tuple[str, ...],
+    keys: str | None,
+    server_key: str | None,
 ) -> None:
     """Print messages of the node's retention log matching PATTERN, by sequence range."""
     from zbroker.topics import validate_pattern
@@ -435,7 +500,7 @@ def replay(
     validate_pattern(pattern)
     if start is not None and end is not None and start > end:
         raise click.ClickException(f"--from {start} is after --to {end}: nothing to replay")
-    with _client(broker, timeout, interfaces) as client:
+    with _client(broker, timeout, interfaces, keys, server_key) as client:
         first, last = client.log_range()
         msgs = client.read(pattern, first if start is None else start, end, limit)
     for msg in msgs:
@@ -450,9 +515,16 @@ def replay(
 @_broker_option()
 @click.option("--json", "as_json", is_flag=True, help="A JSON list of peer objects.")
 @_timeout_option()
-def peers(broker: str, as_json: bool, timeout: float, interfaces: tuple[str, ...]) -> None:
+def peers(
+    broker: str,
+    as_json: bool,
+    timeout: float,
+    interfaces: tuple[str, ...],
+    keys: str | None,
+    server_key: str | None,
+) -> None:
     """List the node's peers: how each was found (mdns, config, inbound) and link state."""
-    with _client(broker, timeout, interfaces) as client:
+    with _client(broker, timeout, interfaces, keys, server_key) as client:
         table = client.peers()
     click.echo(json.dumps(table, indent=2) if as_json else format_peers(table))
 
@@ -463,14 +535,51 @@ def peers(broker: str, as_json: bool, timeout: float, interfaces: tuple[str, ...
 @click.option("--json", "as_json", is_flag=True, help="Print the routes as JSON.")
 @_timeout_option()
 def routes(
-    pattern: str | None, broker: str, as_json: bool, timeout: float, interfaces: tuple[str, ...]
+    pattern: str | None,
+    broker: str,
+    as_json: bool,
+    timeout: float,
+    interfaces: tuple[str, ...],
+    keys: str | None,
+    server_key: str | None,
 ) -> None:
     """Show the node's interest table: pattern, origin broker, path, next-hop link.
 
     With PATTERN, only routes whose pattern overlaps it."""
-    with _client(broker, timeout, interfaces) as client:
+    with _client(broker, timeout, interfaces, keys, server_key) as client:
         table = client.routes(pattern)
     click.echo(json.dumps(table, indent=2) if as_json else format_routes(table))
+
+
+@cli.command()
+@click.option(
+    "--data-dir",
+    envvar="ZBROKER_DATA_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The node's data directory: writes node.key/node.key_secret there "
+    "[default: ~/.local/share/zbroker/node-PORT].",
+)
+@click.option("--port", envvar="ZBROKER_PORT", type=int, default=7100, show_default=True)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write NAME.key/NAME.key_secret here instead (a client's keys).",
+)
+@click.option("--name", default="node", show_default=True, help="Base name of the key files.")
+def keygen(data_dir: Path | None, port: int, out: Path | None, name: str) -> None:
+    """Create a CurveZMQ key pair unless one exists; print the public key.
+
+    NAME.key (public) goes to other nodes' allowlists or clients' --server-key;
+    NAME.key_secret (readable by its owner only) stays where it is."""
+    from zbroker.config import default_data_dir, validate_broker_id
+    from zbroker.security import generate_keys, load_key_pair
+
+    validate_broker_id(name, "--name")
+    directory = out or data_dir or default_data_dir(port)
+    secret, created = generate_keys(directory, name)
+    public, _ = load_key_pair(secret)
+    click.echo(f"{'created' if created else 'kept existing'} {secret}", err=True)
+    click.echo(public.decode())
 
 
 @cli.command()

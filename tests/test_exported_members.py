@@ -22,6 +22,7 @@ EXPECTED_ALL = [
     "MessageId",
     "NodeConfig",
     "PayloadError",
+    "PermissionDenied",
     "ProtocolError",
     "PublishTimeout",
     "RequestError",

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -55,11 +56,12 @@ from .errors import (
     ClientClosed,
     ConfigError,
     PayloadError,
+    PermissionDenied,
     ProtocolError,
     PublishTimeout,
     RequestError,
 )
-from .topics import validate_pattern, validate_publish_topic
+from .topics import match, validate_pattern, validate_publish_topic
 
 __all__ = ["Client", "Message", "MessageId", "Subscription", "parse_address"]
 
@@ -181,6 +183,34 @@ def _make_locator(broker: str, interfaces: list[str] | None) -> _StaticLocator |
     if not endpoints:
         raise ConfigError(f"broker address {broker!r} names no node")
     return _StaticLocator(endpoints)
+
+
+_ALL: Any = object()  # "no permissions sent": a node without security allows everything
+
+
+def _curve_options(
+    broker: str, keys: str | Path | None, server_key: str | Path | None
+) -> tuple[tuple[bytes, bytes] | None, dict[str, bytes]]:
+    """(own key pair, node endpoint -> node public key; "*" for every endpoint)."""
+    if keys is None and server_key is None:
+        return None, {}
+    if keys is None or server_key is None:
+        raise ConfigError("security needs both keys (this client's) and server_key (the node's)")
+    from .security import load_key_pair, read_public_key
+
+    pair = load_key_pair(keys)
+    if broker.strip().startswith("zeroconf://"):
+        raise ConfigError("keys/server_key need tcp:// addresses (not zeroconf://)")
+    parts = [p for p in str(server_key).split(",") if p.strip()]
+    if len(parts) == 1:
+        return pair, {"*": read_public_key(parts[0])}
+    endpoints = [_endpoint(*parse_address(a)) for a in broker.split(",")]
+    if len(parts) != len(endpoints):
+        raise ConfigError(
+            f"server_key lists {len(parts)} keys for {len(endpoints)} node addresses: give "
+            "one key, or one per address in the same order"
+        )
+    return pair, {ep: read_public_key(k) for ep, k in zip(endpoints, parts, strict=True)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +368,8 @@ class Client:
         interfaces: list[str] | None = None,
         fanout: bool = False,
         min_brokers: int = 1,
+        keys: str | Path | None = None,
+        server_key: str | Path | None = None,
     ) -> None:
         """Connect to a node.
 
@@ -348,6 +380,14 @@ class Client:
         another and re-subscribes its patterns; an endpoint that fails is retried with
         exponential backoff. ``fanout=True`` publishes every message to every node found,
         and connects only once ``min_brokers`` answer (subscriptions use one of them).
+
+        Security (nodes with ``[security] enabled``): ``keys`` is this client's key pair,
+        the path of its secret certificate (``zbroker keygen --out DIR --name NAME``
+        writes ``NAME.key_secret``) or its 40-character Z85 secret key; ``server_key`` is
+        the node's public key, Z85 text or the path of its ``node.key`` (for several
+        addresses, a comma-separated list in the same order). Every socket then speaks
+        CURVE; the node tells the client what it may publish and subscribe to, and
+        publish/subscribe outside that raise :class:`~zbroker.errors.PermissionDenied`.
         """
         self.address = broker
         self.timeout = timeout
@@ -357,6 +397,7 @@ class Client:
         self._backoff = (reconnect_initial_delay, reconnect_max_delay, reconnect_multiplier)
         self.fanout = fanout
         self.min_brokers = max(1, min_brokers)
+        self._curve, self._server_keys = _curve_options(broker, keys, server_key)
         self._locator = _make_locator(broker, interfaces)
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._hwm = hwm
@@ -390,8 +431,10 @@ class Client:
             self.hello = ready.result(timeout + 5.0)
         except FutureTimeout:
             self._abort()
+            hint = " (check keys and server_key: the node refuses keys it does not know)"
             raise BrokerUnreachable(
                 f"no zbroker node answered at {broker} within {timeout:g} s"
+                + (hint if self._curve else "")
             ) from None
         except BaseException:
             self._abort()
@@ -401,6 +444,37 @@ class Client:
         # wake-up bytes are tiny and must never be refused: no high-water mark
         self._cmd.setsockopt(zmq.SNDHWM, 0)
         self._cmd.connect(self._cmd_endpoint)
+
+    def _secure(self, sock: zmq.Socket[bytes], endpoint: str) -> None:
+        """With keys: make ``sock``'s next connect (to the node at ``endpoint``) CURVE."""
+        if self._curve is None:
+            return
+        key = self._server_keys.get(endpoint) or self._server_keys.get("*")
+        if key is None:
+            raise ConfigError(f"no server_key for {endpoint}")
+        sock.setsockopt(zmq.CURVE_SERVERKEY, key)
+        sock.setsockopt(zmq.CURVE_PUBLICKEY, self._curve[0])
+        sock.setsockopt(zmq.CURVE_SECRETKEY, self._curve[1])
+
+    def _check(self, kind: str, what: str) -> None:
+        """Raise PermissionDenied if the node said this client may not ``kind`` ``what``
+        (nodes without security send no permissions: everything is allowed)."""
+        perms = self.hello.get("permissions", _ALL) if self._curve is not None else _ALL
+        if perms is _ALL:
+            return
+        allowed = (perms or {}).get(kind) or []
+        if kind == "publish":
+            ok = any(match(p, what) for p in allowed)
+        else:
+            from .security import covers
+
+            ok = any(covers(p, what) for p in allowed)
+        if not ok:
+            raise PermissionDenied(
+                f"permission denied: {self.hello.get('user') or 'this key'} may not {kind} "
+                f"to {what!r} (allowed: "
+                f"{', '.join(allowed) or 'nothing'})"
+            )
 
     def _new_push(self) -> zmq.Socket[bytes]:
         push = self._ctx.socket(zmq.PUSH)
@@ -447,6 +521,7 @@ class Client:
         head = self._topic_heads.get(topic)
         if head is None:
             validate_publish_topic(topic)
+            self._check("publish", topic)  # once per topic: the cache holds allowed ones
             if len(self._topic_heads) >= _TOPIC_CACHE_MAX:
                 self._topic_heads.clear()
             # msgpack fixarray(4) + the topic: the constant start of every frame on it
@@ -500,6 +575,7 @@ class Client:
         self, topic: str, payload: Any, headers: dict[str, Any] | None, *, wait: bool
     ) -> Any:
         validate_publish_topic(topic)
+        self._check("publish", topic)
         raw, fmt = _encode_payload(payload)
         if headers is not None and (
             not isinstance(headers, dict) or not all(isinstance(k, str) for k in headers)
@@ -525,6 +601,7 @@ class Client:
         Each has ``log_seq``. Sequences that expired from the log are simply absent: compare
         ``start_seq`` with :meth:`log_range` to detect it."""
         validate_pattern(pattern)
+        self._check("subscribe", pattern)
         out: list[Message] = []
         start = start_seq
         while len(out) < limit:
@@ -604,6 +681,7 @@ class Client:
         handle detaches; :meth:`delete_durable` deletes it and its stored messages.
         """
         validate_pattern(pattern)
+        self._check("subscribe", pattern)
         if durable is not None:
             bounds = {"max_msgs": max_msgs, "max_bytes": max_bytes, "max_age": max_age}
             return self._subscribe_durable(pattern, callback, durable, credit, bounds)
@@ -942,6 +1020,8 @@ class _ClientLoop:
                 self.ready.set_result(self.primary.hello)
             elif now > self.ready_deadline:
                 found = "" if alive else " (no node found)"
+                if alive and c._curve is not None:
+                    found = " (check keys and server_key: the node refuses keys it does not know)"
                 self.ready.set_exception(
                     BrokerUnreachable(
                         f"no zbroker node answered at {c.address} within {c.timeout:g} s{found}"
@@ -978,6 +1058,7 @@ class _ClientLoop:
         # requests are bounded by the caller (windows, credit): never refuse one locally
         dealer.setsockopt(zmq.SNDHWM, 0)
         dealer.setsockopt(zmq.IPV6, 1)
+        self.client._secure(dealer, endpoint)
         dealer.connect(endpoint)
         session = _Session(endpoint, dealer, now + self.client.timeout)
         self.sessions[endpoint] = session
@@ -1063,7 +1144,9 @@ class _ClientLoop:
                 continue
             fut = entry[0]
             if op == wire.ERROR:
-                fut.set_exception(RequestError(str(body.get("message", "request failed"))))
+                text = str(body.get("message", "request failed"))
+                error = PermissionDenied if text.startswith("permission denied") else RequestError
+                fut.set_exception(error(text))
             else:
                 fut.set_result(body)
             if not self.session_alive(session):
@@ -1104,6 +1187,7 @@ class _ClientLoop:
         c = self.client
         if c.fanout:
             push = c._new_push()
+            c._secure(push, session.endpoint)
             push.connect(self._data_endpoint(session, "publish"))
             with c._pub_lock:
                 if c._closed:
@@ -1132,10 +1216,13 @@ class _ClientLoop:
         self.primary = session
         c.hello = session.hello
         self.pseq.clear()  # another node numbers its sends afresh
+        c._topic_heads.clear()  # topics allowed by the last node: this one checks afresh
+        c._secure(self.sub, session.endpoint)
         self.sub.connect(self._data_endpoint(session, "deliver"))
         if not c.fanout:
             with c._pub_lock:
                 if not c._closed:
+                    c._secure(c._push, session.endpoint)
                     c._push.connect(self._data_endpoint(session, "publish"))
         if self.ready.done():
             log.info("connected to node %s at %s", session.hello.get("broker_id"), session.endpoint)

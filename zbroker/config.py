@@ -33,6 +33,13 @@ File layout (all keys optional)::
     name = "to-b"
     uri = "tcp://10.0.0.2:7100"
     duplex = true
+    peer = "beta"                 # broker ID expected there (required with security on)
+
+    [security]                    # CurveZMQ (see zbroker/security.py); off by default
+    enabled = true
+    key_dir = "/var/lib/zbroker"  # holds node.key + node.key_secret (default: data_dir)
+    allowlist = "/etc/zbroker/nodes"  # dir of BROKER_ID.key files, or "ID KEY" lines
+    clients = "/etc/zbroker/clients.toml"  # client keys and permissions (or a table)
 
 Precedence where several sources set a value: command-line flag > environment variable
 (``ZBROKER_<KEY>``) > config file > default. :func:`load_config` reads a file;
@@ -147,11 +154,16 @@ class LinkConfig:
     reconnect_max_delay: float = DEFAULT_RECONNECT_MAX
     reconnect_multiplier: float = DEFAULT_RECONNECT_MULTIPLIER
     reconnect_max_attempts: int = 0
+    #: the broker ID expected at ``uri``; with security on it picks the peer's public key
+    #: from the allowlist (and the link is refused if another node answers)
+    peer: str | None = None
     source: str = field(default="keyword", compare=False)
 
     def __post_init__(self) -> None:
         where = f"{self.source}: link {self.name!r}"
         validate_broker_id(self.name, f"{self.source}: link.name")
+        if self.peer is not None:
+            validate_broker_id(self.peer, f"{where}: peer")
         if not isinstance(self.uri, str) or not self.uri.startswith("tcp://"):
             raise ConfigError(f"{where}: uri {self.uri!r} is not of the form tcp://HOST:PORT")
         for flag in ("duplex", "conduit"):
@@ -181,9 +193,13 @@ class LinkConfig:
 
 
 def peer_link(uri: str) -> LinkConfig:
-    """A duplex link with default options, as ``zbroker start --peer URI`` makes."""
+    """A duplex link with default options, as ``zbroker start --peer [ID@]URI`` makes
+    (``ID@`` names the broker expected there, which security needs)."""
+    peer = None
+    if "@" in uri:
+        peer, uri = uri.split("@", 1)
     name = "peer-" + "".join(c if c.isalnum() else "-" for c in uri.removeprefix("tcp://"))
-    return LinkConfig(name=name.strip("-")[:64], uri=uri, source="--peer")
+    return LinkConfig(name=name.strip("-")[:64], uri=uri, peer=peer, source="--peer")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -211,6 +227,14 @@ class NodeConfig:
     retain: tuple[RetainRule, ...] = ()
     #: fsync every store commit (survives power loss, not only a killed process)
     fsync: bool = False
+    #: CurveZMQ on every network socket (see zbroker/security.py); off = plain mode
+    security: bool = False
+    #: where node.key/node.key_secret are (default: the data directory)
+    key_dir: Path | None = None
+    #: peer nodes' public keys: a directory of BROKER_ID.key files or an "ID KEY" file
+    allowlist: Path | None = None
+    #: client keys and permissions: a TOML file, or the parsed table itself
+    clients: Path | dict[str, Any] | None = None
     #: where the values came from, for error messages ("file.toml", "keyword", ...)
     source: str = field(default="keyword", compare=False)
 
@@ -277,6 +301,25 @@ class NodeConfig:
         object.__setattr__(self, "retain", retain)
         if type(self.fsync) is not bool:
             raise ConfigError(f"{src}: node.fsync must be true or false")
+        if type(self.security) is not bool:
+            raise ConfigError(f"{src}: security.enabled must be true or false")
+        for name in ("key_dir", "allowlist", "clients"):
+            value = getattr(self, name)
+            if value is None or (isinstance(value, Path | dict) and name == "clients"):
+                continue
+            if isinstance(value, Path):
+                continue
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{src}: security.{name}: {value!r} is not a path")
+            object.__setattr__(self, name, Path(value).expanduser())
+        if self.security:
+            for link in links:
+                if link.peer is None:
+                    raise ConfigError(
+                        f"{src}: link {link.name!r}: with security enabled, set peer = "
+                        '"BROKER_ID" (or --peer ID@URI): the node must know whose public key '
+                        "to expect there"
+                    )
 
     def discovered_link(self, name: str, uri: str) -> LinkConfig:
         """A LinkConfig for a link to a discovered peer: the discovery defaults applied."""
@@ -336,6 +379,9 @@ def config_from_mapping(data: dict[str, Any], source: str) -> NodeConfig:
             continue
         if table == "retain":
             kwargs["retain"] = _retain_from_toml(value, source)
+            continue
+        if table == "security":
+            kwargs.update(_security_from_toml(value, source))
             continue
         keys = _SCHEMA.get(table)
         if keys is None:
@@ -430,6 +476,34 @@ def _discovery_from_toml(value: Any, source: str) -> dict[str, Any]:
         if not isinstance(value["link_defaults"], dict):
             raise ConfigError(f"{source}: discovery.link_defaults must be a table")
         out["discovery_link_defaults"] = dict(value["link_defaults"])
+    return out
+
+
+def _security_from_toml(value: Any, source: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: security must be a table")
+    known = {"enabled", "key_dir", "allowlist", "clients"}
+    unknown = set(value) - known
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown key(s) security.{', security.'.join(sorted(unknown))} "
+            f"(known: {', '.join(sorted(known))})"
+        )
+    out: dict[str, Any] = {}
+    if "enabled" in value:
+        out["security"] = value["enabled"]
+    base = Path(source).parent
+    for key in ("key_dir", "allowlist", "clients"):
+        item = value.get(key)
+        if item is None:
+            continue
+        if key == "clients" and isinstance(item, dict):
+            out[key] = item
+            continue
+        if not isinstance(item, str) or not item:
+            raise ConfigError(f"{source}: security.{key}: {item!r} is not a path string")
+        p = Path(item).expanduser()
+        out[key] = p if p.is_absolute() else base / p  # relative to the config file
     return out
 
 

@@ -71,3 +71,8 @@ class RequestError(ZBrokerError):
 
 class ClientClosed(ZBrokerError):
     """The client was used after ``close()``."""
+
+
+class PermissionDenied(RequestError):
+    """With security on: this client's key may not publish to that topic or subscribe to
+    that pattern (the node's permissions for the key say so)."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 import queue
 import struct
@@ -63,6 +64,7 @@ from .routing import (
     LocalUnsubscribe,
     RoutingEngine,
 )
+from .security import Security
 from .staging import Staging, StagingError
 from .store import Store
 from .sublist import Sublist
@@ -175,6 +177,8 @@ class Node:
         self.links_down = 0
         self.handshakes_refused = 0
         self.dedupe = DedupeWindow()
+        #: CurveZMQ keys, allowlist and permissions (None: plain mode)
+        self.security: Security | None = None
         self._dialers: dict[str, Link] = {
             lc.name: Link(
                 name=lc.name,
@@ -213,6 +217,12 @@ class Node:
         """Create and bind every socket; raise AddressInUse naming the port on conflict."""
         cfg = self.config
         ctx = self._ctx
+        if cfg.security:
+            # keys, allowlist and permissions load (or fail clearly) before anything binds
+            self.security = Security(
+                cfg.key_dir or self.identity.data_dir, cfg.allowlist, cfg.clients
+            )
+            self.security.bind_zap(ctx)
         self.control = ctx.socket(zmq.ROUTER)
         self.control.setsockopt(zmq.ROUTER_MANDATORY, 1)
         # a redialling peer reuses its routing id: the new connection takes it over
@@ -232,6 +242,19 @@ class Node:
         self.discovery_in = ctx.socket(zmq.PULL)
         self.discovery_in.bind(self._discovery_endpoint)
         self._sockets = [self.control, self.publish, self.deliver, self.command, self.discovery_in]
+        self._publish_recv: Callable[[int], bytes] = self.publish.recv
+        self._control_recv: Callable[[int], list[bytes]] = self.control.recv_multipart
+        if self.security is not None:
+            for s in (self.control, self.publish, self.deliver):
+                self.security.serve(s)
+            # no connection may take over another's routing id (links dial with fresh,
+            # random ids instead, so a redial never needs the takeover)
+            self.control.setsockopt(zmq.ROUTER_HANDOVER, 0)
+            # subscriptions are approved one by one (see _on_deliver_secure)
+            self.deliver.setsockopt(zmq.XPUB_MANUAL, 1)
+            self._publish_recv = self.security.publish_recv(self.publish)
+            sec, control = self.security, self.control
+            self._control_recv = lambda flags: sec.recv_control(control, flags)
         for s in self._sockets:
             s.setsockopt(zmq.LINGER, CLOSE_LINGER_MS)
         # Frames over the configured limit are counted and dropped in Python (so they show
@@ -306,6 +329,8 @@ class Node:
             if link.socket is not None:
                 link.socket.close(linger=0)
                 link.socket = None
+        if self.security is not None:
+            self.security.close()  # its monitors first, while the sockets are open
         for s in getattr(self, "_sockets", []):
             s.close()
         if self.store is not None:
@@ -327,6 +352,14 @@ class Node:
             self.command: self._on_command,
             self.discovery_in: self._on_discovery,
         }
+        if self.security is not None:
+            assert self.security.zap is not None
+            self._handlers[self.deliver] = self._on_deliver_secure
+            self._handlers[self.security.zap] = self.security.on_zap
+            sec = self.security
+            for s in (self.control, self.publish, self.deliver):
+                mon = sec.watch(s)
+                self._handlers[mon] = functools.partial(sec.on_monitor, mon)
         for sock in self._handlers:
             poller.register(sock, zmq.POLLIN)
         self._running = True
@@ -385,7 +418,7 @@ class Node:
         msgpack arrays whose first four elements are identical), so the payload is never
         re-encoded; counters live in locals until the batch ends.
         """
-        recv = self.publish.recv
+        recv = self._publish_recv  # the socket's recv; with security, a permission filter
         send = _raw_send(self.deliver)
         valid = self._valid_topics
         prefix = self._prefix
@@ -527,12 +560,12 @@ class Node:
             log.debug("local interest %s %s", "+" if subscribe else "-", pattern)
 
     def _on_control(self) -> None:
-        sock = self.control
+        recv = self._control_recv  # with security, it also notes the sender's user id
         budget = DRAIN_BATCH  # messages: a link's MSGS frame counts for what it holds
         while budget > 0:
             budget -= 1
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
+                frames = recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
             ident = frames[0]
@@ -559,6 +592,11 @@ class Node:
                 self._bad(self._source(ident), exc.reason, exc.detail)
                 continue
             _, req_id, req = value
+            if self.security is not None:
+                refusal = self._secure_check(op, req)
+                if refusal is not None:
+                    self._send_control(ident, wire.ERROR, req_id, {"message": refusal})
+                    continue
             if op == wire.PUBLISH:
                 self._control_publish(ident, req_id, req)
                 continue
@@ -585,6 +623,110 @@ class Node:
                 reply = (wire.ERROR, {"message": f"unknown request op {op}"})
             self._send_control(ident, reply[0], req_id, reply[1])
 
+    def _secure_check(self, op: int, req: dict[str, Any]) -> str | None:
+        """With security on: the refusal message if the sender's key may not do this."""
+        sec = self.security
+        assert sec is not None
+        user = sec.user
+        if op == wire.PUBLISH:
+            topic = req.get("topic")
+            if isinstance(topic, str) and not sec.may_publish(user, topic):
+                return sec.refuse("publish to", user, topic)
+        elif op == wire.STAGE:
+            # staged rows are checked when staged: the commit publishes what passed here
+            rows = req.get("rows")
+            for row in rows if type(rows) is list else ():
+                topic = row[0] if type(row) is list and row else None
+                if isinstance(topic, str) and not sec.may_publish(user, topic):
+                    return sec.refuse("publish to", user, topic)
+        elif op == wire.DURABLE_OPEN or op == wire.READ:
+            pattern = req.get("pattern", ">")
+            if isinstance(pattern, str) and not sec.may_subscribe(user, pattern):
+                return sec.refuse("subscribe to", user, pattern)
+        elif op in _DURABLE_OPS:
+            name = req.get("name")
+            d = self._durables.get(name) if isinstance(name, str) else None
+            if d is not None and not sec.may_subscribe(user, d.pattern):
+                return sec.refuse("subscribe to", user, d.pattern)
+        return None
+
+    def _on_deliver_secure(self) -> None:
+        """``_on_deliver`` with security on: the XPUB is in manual mode, so a subscription
+        takes effect (for the connection that sent it) only when the sender's key may
+        subscribe to the pattern. Manual mode reports every connection's (un)subscribe,
+        so the node counts them per (pattern, user) to know when the last one leaves;
+        the unsubscriptions libzmq sends for a closed connection carry no user id."""
+        sec = self.security
+        assert sec is not None
+        sock = self.deliver
+        counts = sec.sub_counts
+        for _ in range(DRAIN_BATCH):
+            try:
+                frame = sock.recv(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            msg = frame.bytes
+            try:
+                user: str | None = str(frame.get("User-Id"))
+            except zmq.ZMQError:
+                user = None  # libzmq's own unsubscription for a closed connection
+            if not msg or msg[0] not in (0, 1):
+                self._bad("subscriber", "bad_subscription", "not a (un)subscribe message")
+                continue
+            subscribe = msg[0] == 1
+            key = msg[1:]
+            if key.startswith(wire.SYNC_PREFIX):
+                if user is not None:
+                    sock.setsockopt(zmq.SUBSCRIBE if subscribe else zmq.UNSUBSCRIBE, key)
+                if subscribe:
+                    try:
+                        sock.send(key, zmq.NOBLOCK)
+                    except zmq.Again:
+                        self._drop("subscriber_queue_full")
+                continue
+            if not key.endswith(b"\0"):
+                self._bad(
+                    "subscriber", "bad_subscription", f"{key[:40]!r} lacks the NUL terminator"
+                )
+                continue
+            try:
+                pattern = validate_pattern(key[:-1].decode("utf-8"))
+            except (UnicodeDecodeError, InvalidTopic) as exc:
+                self._bad("subscriber", "bad_pattern", str(exc))
+                continue
+            holders = counts.get(pattern)
+            if subscribe:
+                assert user is not None
+                if not sec.may_subscribe(user, pattern):
+                    sec.refuse("subscribe to", user, pattern)
+                    continue
+                sock.setsockopt(zmq.SUBSCRIBE, key)  # for the connection that asked
+                if holders is None:
+                    holders = counts[pattern] = {}
+                    self._prefix[pattern] = pattern.encode() + b"\0"
+                    self._pseq.setdefault(pattern, 0)
+                    self._add_interest(pattern, "clients")
+                holders[user] = holders.get(user, 0) + 1
+            else:
+                if holders is None:
+                    continue
+                if user is None:
+                    user = next(iter(holders))  # a closed connection: any holder's count
+                elif user not in holders:
+                    continue  # it never held it (refused, or a stray unsubscribe)
+                else:
+                    sock.setsockopt(zmq.UNSUBSCRIBE, key)
+                left = holders[user] - 1
+                if left:
+                    holders[user] = left
+                else:
+                    del holders[user]
+                if not holders:
+                    del counts[pattern]
+                    self._prefix.pop(pattern, None)
+                    self._drop_interest(pattern, "clients")
+            log.debug("local interest %s %s (%s)", "+" if subscribe else "-", pattern, user)
+
     def _source(self, ident: bytes) -> str:
         link = self._accepted.get(ident)
         if link is not None:
@@ -593,13 +735,18 @@ class Node:
 
     def _control_reply(self, op: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
         if op == wire.HELLO:
-            return op, {
+            hello = {
                 "broker_id": self.broker_id,
                 "incarnation": self.incarnation,
                 "version": PROTOCOL_VERSION,
                 "endpoints": self.endpoints,
                 "ports": self.ports,
             }
+            if self.security is not None:
+                # what this client may do: its library refuses the rest before sending
+                hello["user"] = self.security.user
+                hello["permissions"] = self.security.permissions(self.security.user)
+            return op, hello
         if op == wire.STATUS:
             return op, self.status()
         if op == wire.PING:
@@ -869,11 +1016,24 @@ class Node:
         assert cfg is not None
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.ROUTING_ID, f"{self.broker_id}/{link.name}".encode())
+        ident = f"{self.broker_id}/{link.name}"
+        if self.security is not None:
+            # unguessable per dial: with handover off, nobody can take this connection's
+            # place on the peer's ROUTER (see bind)
+            ident += "/" + uuid.uuid4().hex[:16]
+        sock.setsockopt(zmq.ROUTING_ID, ident.encode())
         sock.setsockopt(zmq.SNDHWM, self.config.hwm)
         sock.setsockopt(zmq.RCVHWM, self.config.hwm)
         if "[" in cfg.uri:
             sock.setsockopt(zmq.IPV6, 1)
+        if self.security is not None:
+            problem = self.security.dial(sock, cfg.peer or link.peer or None)
+            if problem is not None:
+                sock.close()
+                link.last_error = problem
+                log.error("link %s: %s", link.name, problem)
+                link.state = LinkState.FAILED
+                return
         try:
             sock.connect(cfg.uri)
         except zmq.ZMQError as exc:
@@ -964,6 +1124,10 @@ class Node:
         if not isinstance(peer, str) or type(inc) is not int:
             raise ProtocolError("bad_type", "LINK_WELCOME needs id and incarnation")
         problem = self._handshake_problem(peer, info)
+        expected = link.config.peer if link.config is not None else None
+        if problem is None and self.security is not None and expected and peer != expected:
+            # CURVE proved the server holds `expected`'s key; a different ID is misconfigured
+            problem = f"refused peer {peer}: the key we dialled is {expected!r}'s"
         if problem is not None:
             self.handshakes_refused += 1
             self._close_dialer(link)
@@ -1002,6 +1166,14 @@ class Node:
             self._accept_hello(ident, wire.check_link_map(value), now)
             return 0
         link = self._accepted.get(ident)
+        if (
+            link is not None
+            and self.security is not None
+            and self.security.user != "node:" + link.peer
+        ):
+            # another connection took over this routing id: it is not that peer's key
+            self.security.refuse("send on link", self.security.user, f"{link.name} of {link.peer}")
+            return 0
         if link is None:
             # we do not know this link (we restarted, or it timed out here): ask for a
             # new handshake instead of letting the peer talk into the void
@@ -1051,14 +1223,22 @@ class Node:
             )
             return
         problem = self._handshake_problem(peer, info)
+        sec = self.security
+        retry = peer != self.broker_id
+        if problem is None and sec is not None and sec.user != "node:" + peer:
+            retry = False  # its key will not change by retrying
+            # the broker ID is bound to the key the connection authenticated with
+            problem = (
+                f"refused peer {peer}: it authenticated as {sec.user or 'nobody'}, "
+                f"not as node:{peer}"
+            )
+            sec.refuse("link as", sec.user, peer)
         if problem is not None:
             self.handshakes_refused += 1
             self._refusal_log.report(f"{peer}/{name}", "refused", problem, now)
             self._send_raw(
                 ident,
-                wire.encode_link(
-                    wire.LINK_REFUSE, {"reason": problem, "retry": peer != self.broker_id}
-                ),
+                wire.encode_link(wire.LINK_REFUSE, {"reason": problem, "retry": retry}),
             )
             return
         previous = self._accepted.get(ident)
@@ -1816,8 +1996,10 @@ class Node:
                 "links_up": self.links_up,
                 "links_down": self.links_down,
                 "handshakes_refused": self.handshakes_refused,
+                "auth_failures": self.security.auth_failures if self.security else 0,
                 "dropped": dict(sorted(self.dropped.items())),
             },
+            "security": self.security.status() if self.security else {"enabled": False},
             "subscriptions": {"count": len(patterns), "patterns": patterns},
             "links": [link.describe(now) for link in self._all_links()],
             "store": self.store.stats() if self.store is not None else None,

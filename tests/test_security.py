@@ -1,0 +1,201 @@
+"""Security building blocks without sockets: pattern coverage, key files, allowlist and
+permission files, the ``[security]`` config table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+from click.testing import CliRunner
+
+from cli.main import cli
+from zbroker.config import config_from_mapping, peer_link
+from zbroker.errors import ConfigError
+from zbroker.security import (
+    Security,
+    covers,
+    generate_keys,
+    load_allowlist,
+    load_clients,
+    load_key_pair,
+    read_public_key,
+)
+
+
+@pytest.mark.parametrize(
+    ("allowed", "pattern", "expected"),
+    [
+        (">", "A", True),
+        (">", "A.>", True),
+        ("A.>", "A.B", True),
+        ("A.>", "A.*", True),
+        ("A.>", "A.>", True),
+        ("A.>", "A", False),
+        ("A.>", "B.>", False),
+        ("A.>", ">", False),
+        ("A.*", "A.B", True),
+        ("A.*", "A.*", True),
+        ("A.*", "A.>", False),
+        ("A.*", "A.B.C", False),
+        ("A.B", "A.B", True),
+        ("A.B", "A.*", False),
+        ("*.B", "X.B", True),
+        ("*.B", "*.B", True),
+        ("*.B", "*.C", False),
+        ("A.*.C", "A.*.C", True),
+        ("A.*.C", "A.*.>", False),
+    ],
+)
+def test_covers(allowed: str, pattern: str, expected: bool) -> None:
+    assert covers(allowed, pattern) is expected
+
+
+def test_generate_keys_is_idempotent_and_private(tmp_path: Path) -> None:
+    secret, created = generate_keys(tmp_path / "k")
+    assert created is True
+    assert secret == tmp_path / "k" / "node.key_secret"
+    assert secret.stat().st_mode & 0o777 == 0o600
+    first = load_key_pair(secret)
+    again, created = generate_keys(tmp_path / "k")
+    assert (again, created) == (secret, False)
+    assert load_key_pair(tmp_path / "k") == first  # a directory means its node.key_secret
+    assert read_public_key(tmp_path / "k" / "node.key") == first[0]
+    assert read_public_key(first[0].decode()) == first[0]
+    assert load_key_pair(first[1].decode()) == first  # the Z85 secret key as text
+    assert zmq.curve_public(first[1]) == first[0]
+
+
+def test_public_file_without_secret_is_not_overwritten(tmp_path: Path) -> None:
+    generate_keys(tmp_path, "x")
+    (tmp_path / "x.key_secret").unlink()
+    with pytest.raises(ConfigError, match="refusing to overwrite"):
+        generate_keys(tmp_path, "x")
+    with pytest.raises(ConfigError, match="no key pair"):
+        load_key_pair(tmp_path / "x.key_secret")
+    with pytest.raises(ConfigError, match="no secret key"):
+        load_key_pair(tmp_path / "x.key")
+
+
+def test_allowlist_directory_and_file(tmp_path: Path) -> None:
+    keys = {}
+    for name in ("alpha", "beta"):
+        generate_keys(tmp_path / "src", name)
+        keys[name] = read_public_key(tmp_path / "src" / f"{name}.key")
+    d = tmp_path / "allow"
+    d.mkdir()
+    for name in keys:
+        (d / f"{name}.key").write_bytes((tmp_path / "src" / f"{name}.key").read_bytes())
+    (d / "ignored.key_secret").write_text("not read")
+    assert load_allowlist(d) == keys
+    f = tmp_path / "allow.txt"
+    f.write_text(f"# peers\nalpha {keys['alpha'].decode()}\n\nbeta {keys['beta'].decode()}  # b\n")
+    assert load_allowlist(f) == keys
+    f.write_text(f"alpha {keys['alpha'].decode()}\ngamma {keys['alpha'].decode()}\n")
+    with pytest.raises(ConfigError, match="one key, one ID"):
+        load_allowlist(f)
+    hashed = next(k for k in (zmq.curve_keypair()[0] for _ in range(1000)) if b"#" in k)
+    f.write_text(f"alpha {hashed.decode()}  # '#' is a Z85 digit too\n")
+    assert load_allowlist(f) == {"alpha": hashed}
+    f.write_text("alpha notakey\n")
+    with pytest.raises(ConfigError, match="line 1: expected 'BROKER_ID PUBLIC_KEY'"):
+        load_allowlist(f)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_allowlist(tmp_path / "missing")
+
+
+def test_client_permissions(tmp_path: Path) -> None:
+    generate_keys(tmp_path, "alice")
+    key = read_public_key(tmp_path / "alice.key")
+    f = tmp_path / "clients.toml"
+    f.write_text(
+        '[alice]\nkey_file = "alice.key"\npublish = ["A.>"]\nsubscribe = ["B.*"]\n'
+        f'[bob]\nkey = "{zmq.curve_keypair()[0].decode()}"\n'
+    )
+    rules = load_clients(f)
+    assert rules["alice"].key == key
+    assert rules["alice"].publish == ("A.>",)
+    assert rules["bob"].publish == () and rules["bob"].subscribe == ()
+    bad = {
+        "nokey": ({"publish": []}, "exactly one of key"),
+        "badpat": ({"key": key.decode(), "publish": ["A.>.B"]}, "publish"),
+        "extra": ({"key": key.decode(), "admin": True}, "unknown key"),
+    }
+    for name, (entry, message) in bad.items():
+        with pytest.raises(ConfigError, match=message):
+            load_clients({name: entry})
+    with pytest.raises(ConfigError, match="same key"):
+        load_clients({"a": {"key": key.decode()}, "b": {"key": key.decode()}})
+
+
+def test_security_decisions(tmp_path: Path) -> None:
+    generate_keys(tmp_path)
+    sec = Security(
+        tmp_path,
+        None,
+        {"alice": {"key": zmq.curve_keypair()[0].decode(), "publish": ["A.>"], "subscribe": []}},
+    )
+    assert sec.may_publish("client:alice", "A.B")
+    assert not sec.may_publish("client:alice", "B.B")
+    assert not sec.may_publish("client:mallory", "A.B")
+    assert not sec.may_publish("node:x", "A.B")  # nodes are not clients
+    assert not sec.may_subscribe("client:alice", "A.>")
+    assert sec.permissions("client:alice") == {"publish": ["A.>"], "subscribe": []}
+    assert sec.permissions("node:x") is None
+    msg = sec.refuse("publish to", "client:alice", "B.B")
+    assert msg == "permission denied: client:alice may not publish to 'B.B'"
+    assert sec.refused == {"publish": 1}
+    # every client may publish everywhere: nothing to filter, the socket's own recv is used
+    everyone = Security(
+        tmp_path, None, {"a": {"key": zmq.curve_keypair()[0].decode(), "publish": [">"]}}
+    )
+    ctx = zmq.Context()
+    try:
+        with ctx.socket(zmq.PULL) as pull:
+            assert everyone.publish_recv(pull) == pull.recv
+            assert sec.publish_recv(pull) != pull.recv
+    finally:
+        ctx.term()
+
+
+def test_security_config_table(tmp_path: Path) -> None:
+    cfg = config_from_mapping(
+        {
+            "security": {"enabled": True, "allowlist": "nodes", "clients": "clients.toml"},
+            "link": [{"name": "to-b", "uri": "tcp://127.0.0.1:7200", "peer": "b"}],
+        },
+        str(tmp_path / "node.toml"),
+    )
+    assert cfg.security is True
+    assert cfg.allowlist == tmp_path / "nodes"  # relative to the config file
+    assert cfg.clients == tmp_path / "clients.toml"
+    assert cfg.links[0].peer == "b"
+    with pytest.raises(ConfigError, match="set peer"):
+        config_from_mapping(
+            {"security": {"enabled": True}, "link": [{"name": "x", "uri": "tcp://h:1"}]}, "f"
+        )
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) security.allow"):
+        config_from_mapping({"security": {"allow": "x"}}, "f")
+    link = peer_link("beta@tcp://10.0.0.2:7100")
+    assert (link.peer, link.uri) == ("beta", "tcp://10.0.0.2:7100")
+    assert peer_link("tcp://10.0.0.2:7100").peer is None
+
+
+def test_keygen_command(tmp_path: Path) -> None:
+    runner = CliRunner()
+    first = runner.invoke(cli, ["keygen", "--data-dir", str(tmp_path / "d")])
+    assert first.exit_code == 0, first.output
+    public = first.stdout.strip()
+    assert public.encode() == read_public_key(tmp_path / "d" / "node.key")
+    again = runner.invoke(cli, ["keygen", "--data-dir", str(tmp_path / "d")])
+    assert again.exit_code == 0 and again.stdout.strip() == public
+    client = runner.invoke(cli, ["keygen", "--out", str(tmp_path / "c"), "--name", "alice"])
+    assert client.exit_code == 0
+    assert (tmp_path / "c" / "alice.key_secret").exists()
+
+
+def test_start_without_keys_says_how_to_make_them(tmp_path: Path, procs: Any) -> None:
+    rc, _, err = procs.run("start", "--port", "0", "--data-dir", str(tmp_path / "n"), "--secure")
+    assert rc == 1
+    assert "no key pair" in err and "zbroker keygen" in err
