@@ -1226,23 +1226,30 @@ class _ClientLoop:
                 if pattern is None:
                     pattern = patterns[key] = key.decode("utf-8")
                 fields = unpackb(memoryview(frame)[nul + 1 : -8], raw=False, strict_map_key=False)
-                msg = _message(pattern, fields)
+                # one message (its envelope starts with the topic) or a batch of envelopes
+                if type(fields) is list and fields and type(fields[0]) is list:
+                    msgs = [_message(pattern, f) for f in fields]
+                else:
+                    msgs = [_message(pattern, fields)]
             except (ProtocolError, ValueError, msgpack.UnpackException) as exc:
                 log.warning("dropped malformed delivery: %s", exc)
                 continue
-            n = int.from_bytes(frame[-8:], "big")
+            n = int.from_bytes(frame[-8:], "big")  # the batch's last message
+            first = n - len(msgs) + 1
             last = pseq.get(pattern)
-            if last is not None and n > last + 1:
+            if last is not None and first > last + 1:
                 # the node's queue toward us overflowed: count, and tell the node
-                missed = n - last - 1
+                missed = first - last - 1
                 self.client.missed += missed
                 self.gaps[pattern] = self.gaps.get(pattern, 0) + missed
             pseq[pattern] = n
-            for s in subs.get(pattern, ()):
-                try:
-                    s.callback(msg)
-                except Exception:
-                    log.exception("subscriber callback for %r raised", pattern)
+            for msg in msgs:
+                # looked up per message: a callback may unsubscribe in the middle of a batch
+                for s in subs.get(pattern, ()):
+                    try:
+                        s.callback(msg)
+                    except Exception:
+                        log.exception("subscriber callback for %r raised", pattern)
 
     def _expire(self, now: float) -> None:
         if self.pending:

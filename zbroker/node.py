@@ -377,7 +377,6 @@ class Node:
         re-encoded; counters live in locals until the batch ends.
         """
         recv = self.publish.recv
-        send = _raw_send(self.deliver)
         valid = self._valid_topics
         prefix = self._prefix
         engine = self.engine
@@ -396,11 +395,10 @@ class Node:
         retain_rule = store.retain_rule if store is not None else _no_rule
         retain = store.retain if store is not None else _no_retain
         durables = bool(self._durables)
-        pseq = self._pseq
-        u64 = _U64.pack
         seq = self.seq
-        delivered = 0
         received = 0
+        # deliveries of this pass, per pattern: sent as batch frames when the pass ends
+        out: dict[str, list[bytes]] = {}
         try:
             for _ in range(DRAIN_BATCH):
                 try:
@@ -465,17 +463,62 @@ class Node:
                         topic, payload, fmt, headers, origin, inc, seq, ts
                     )
                 for pattern in patterns:
-                    pfx = prefix.get(pattern)
-                    if pfx is None:
+                    if pattern not in prefix:
                         continue  # interest of retention or a durable, no client on XPUB
-                    n = pseq[pattern] + 1
-                    pseq[pattern] = n
-                    send(pfx + body + u64(n), noblock)
-                    delivered += 1
+                    bodies = out.get(pattern)
+                    if bodies is None:
+                        out[pattern] = [body]
+                    else:
+                        bodies.append(body)
         finally:
             self.seq = seq
             self.received += received
-            self.delivered += delivered
+            if out:
+                self._send_deliveries(out)
+
+    def _send_deliveries(self, out: dict[str, list[bytes]]) -> None:
+        """Send a pass's deliveries: per pattern, one frame per :data:`wire.DELIVERY_BATCH`
+        messages (or :data:`wire.DELIVERY_BATCH_BYTES`), so the subscriber and both libzmq
+        I/O threads handle a frame per batch rather than per message. A pattern with one
+        message sends the single-message form. ``out`` holds encoded envelopes."""
+        send = _raw_send(self.deliver)
+        prefix = self._prefix
+        pseq = self._pseq
+        u64 = _U64.pack
+        noblock = zmq.NOBLOCK
+        most = wire.DELIVERY_BATCH
+        most_bytes = wire.DELIVERY_BATCH_BYTES
+        header = wire.array_header
+        delivered = 0
+        for pattern, bodies in out.items():
+            pfx = prefix[pattern]
+            n = pseq[pattern]
+            total = len(bodies)
+            delivered += total
+            if total == 1:
+                n += 1
+                send(pfx + bodies[0] + u64(n), noblock)
+                pseq[pattern] = n
+                continue
+            start = 0
+            while start < total:
+                # cut at `most` messages or once the frame passes `most_bytes`
+                end = min(start + most, total)
+                size = 0
+                for i in range(start, end):
+                    size += len(bodies[i])
+                    if size >= most_bytes:
+                        end = i + 1
+                        break
+                k = end - start
+                n += k
+                if k == 1:
+                    send(pfx + bodies[start] + u64(n), noblock)
+                else:
+                    send(pfx + header(k) + b"".join(bodies[start:end]) + u64(n), noblock)
+                start = end
+            pseq[pattern] = n
+        self.delivered += delivered
 
     def _on_deliver(self) -> None:
         recv = self.deliver.recv
@@ -763,15 +806,12 @@ class Node:
         seen = self.dedupe.seen
         route = self.engine.route
         prefix = self._prefix
-        send = _raw_send(self.deliver)
         encode = wire.encode_delivery_body
         store = self.store
         retaining = store is not None and bool(store.rules)
         durables = bool(self._durables)
         fmts = (0, 1)
-        pseq = self._pseq
-        u64 = _U64.pack
-        delivered = 0
+        out: dict[str, list[bytes]] = {}  # this frame's deliveries per pattern: batched
         link.msgs_in += len(batch)
         for m in batch:
             try:
@@ -836,16 +876,17 @@ class Node:
                 continue
             body = None
             for pattern in patterns:
-                pfx = prefix.get(pattern)
-                if pfx is None:
+                if pattern not in prefix:
                     continue  # interest of retention or a durable, no client on XPUB
                 if body is None:
                     body = encode(topic, payload, fmt, headers, origin, inc, seq, ts)
-                n = pseq[pattern] + 1
-                pseq[pattern] = n
-                send(pfx + body + u64(n), zmq.NOBLOCK)
-                delivered += 1
-        self.delivered += delivered
+                bodies = out.get(pattern)
+                if bodies is None:
+                    out[pattern] = [body]
+                else:
+                    bodies.append(body)
+        if out:
+            self._send_deliveries(out)
 
     def _link_source(self, link: Link) -> str:
         return f"link {link.name} ({link.peer or link.engine_id})"

@@ -17,10 +17,23 @@ Delivery (node XPUB → client SUB, ``PORT+2``)::
     pattern-utf8  NUL  msgpack([topic, payload, fmt, headers, origin, incarnation, seq, ts])
         pattern-seq (8 bytes, big-endian)
 
+A delivery frame may also carry several messages of one pattern (a *delivery batch*)::
+
+    pattern-utf8  NUL  msgpack([envelope, envelope, ...])  pattern-seq (8 bytes, big-endian)
+
+where each ``envelope`` is the 8-element array above. A reader tells the two forms apart by
+the first element of the decoded array: a topic (str) for one message, an array for a
+batch. The node batches what one drain pass produced for a pattern (up to
+:data:`DELIVERY_BATCH` messages or about :data:`DELIVERY_BATCH_BYTES` of payload), so a
+subscriber pays one receive per batch under load, and a lone message still travels alone
+at once (no timer: batching never delays a message).
+
 The trailer numbers the node's sends on that pattern (1, 2, 3, ...): a subscriber whose
 queue overflowed at the node (a slow consumer: the node's XPUB drops for that subscriber
 only, never stalling the others) sees a gap, counts it and reports it to the node
-(``GAPS``), which counts it in its status.
+(``GAPS``), which counts it in its status. Numbers count messages, not frames: a batch of
+``k`` messages takes the numbers ``n - k + 1 .. n`` and carries ``n``, so a dropped batch
+shows as a gap of exactly the messages it held.
 
 The frame begins with the subscription pattern it is delivered for and a NUL byte (which no
 pattern contains); clients subscribe to ``pattern + NUL``, so ZeroMQ's prefix filter becomes
@@ -97,6 +110,8 @@ import msgpack
 from .errors import ProtocolError
 
 __all__ = [
+    "DELIVERY_BATCH",
+    "DELIVERY_BATCH_BYTES",
     "ERROR",
     "FMT_BYTES",
     "FMT_MSGPACK",
@@ -107,8 +122,10 @@ __all__ = [
     "SYNC_PREFIX",
     "decode_control",
     "decode_delivery",
+    "decode_delivery_batch",
     "decode_publish",
     "encode_control",
+    "encode_delivery_batch",
     "encode_delivery_body",
     "encode_publish",
 ]
@@ -156,6 +173,12 @@ ADVERT = 20
 MSGS = 21
 BYE = 22
 LINK_TYPES = frozenset({LINK_HELLO, LINK_WELCOME, LINK_REFUSE, HEARTBEAT, ADVERT, MSGS, BYE})
+
+#: messages per delivery batch frame at most (see "Delivery" above)
+DELIVERY_BATCH = 256
+#: payload bytes after which a delivery batch is cut (a frame stays well below a MB or so
+#: unless one message alone is larger)
+DELIVERY_BATCH_BYTES = 64 * 1024
 
 #: First byte of a subscription-sync key. Not a valid pattern character, so it never
 #: collides with a real subscription.
@@ -216,6 +239,44 @@ def encode_delivery_body(
     return _packb(  # type: ignore[no-any-return]
         [topic, payload, fmt, headers, origin, incarnation, seq, ts]
     )
+
+
+def array_header(n: int) -> bytes:
+    """msgpack's header of an array of ``n`` elements (what precedes them)."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def encode_delivery_batch(bodies: list[bytes]) -> bytes:
+    """The msgpack part of a delivery batch from envelopes already encoded with
+    :func:`encode_delivery_body` (a concatenation: nothing is re-encoded)."""
+    return array_header(len(bodies)) + b"".join(bodies)
+
+
+def decode_delivery_batch(frame: bytes) -> tuple[str, int, list[list[Any]]]:
+    """A whole delivery frame of either form: (pattern, pattern sequence of its *first*
+    message, the envelopes it holds). Each envelope is an 8-element array."""
+    if len(frame) < 10:
+        raise ProtocolError("bad_shape", "delivery frame too short")
+    last = int.from_bytes(frame[-8:], "big")
+    nul = frame.find(b"\0")
+    if nul <= 0:
+        raise ProtocolError("bad_shape", "delivery frame has no pattern prefix")
+    try:
+        pattern = frame[:nul].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError("bad_type", "pattern is not UTF-8") from exc
+    value = _unpack(frame[nul + 1 : -8])
+    if type(value) is not list or not value:
+        raise ProtocolError("bad_shape", "delivery body must be a non-empty array")
+    envelopes = value if type(value[0]) is list else [value]
+    for fields in envelopes:
+        if type(fields) is not list or len(fields) != 8:
+            raise ProtocolError("bad_shape", "delivery envelope must be an 8-element array")
+    return pattern, last - len(envelopes) + 1, envelopes
 
 
 def decode_delivery_frame(frame: bytes) -> tuple[str, int, list[Any]]:
