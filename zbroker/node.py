@@ -399,77 +399,114 @@ class Node:
         received = 0
         # deliveries of this pass, per pattern: sent as batch frames when the pass ends
         out: dict[str, list[bytes]] = {}
+        budget = DRAIN_BATCH  # messages: a publish batch counts for what it holds
         try:
-            for _ in range(DRAIN_BATCH):
+            while budget > 0:
                 try:
-                    frame = recv(noblock)
+                    raw = recv(noblock)
                 except zmq.Again:
                     return
-                if len(frame) > limit:
-                    self._bad("publisher", "oversized", f"{len(frame)} bytes > {limit}")
+                if len(raw) > limit:
+                    budget -= 1
+                    self._bad("publisher", "oversized", f"{len(raw)} bytes > {limit}")
                     continue
-                try:
-                    value = unpackb(frame, raw=False, strict_map_key=False)
-                except (ValueError, msgpack.UnpackException, TypeError) as exc:
-                    self._bad("publisher", "not_msgpack", str(exc))
-                    continue
-                if type(value) is not list or len(value) != 4:
-                    self._bad("publisher", "bad_shape", "publish frame must be a 4-element array")
-                    continue
-                topic, payload, fmt, headers = value
-                if (
-                    type(topic) is not str
-                    or type(payload) is not bytes
-                    or (fmt != 0 and fmt != 1)
-                    or type(fmt) is not int
-                    or (
-                        headers is not None
-                        and (type(headers) is not dict or not all(type(k) is str for k in headers))
-                    )
-                ):
-                    self._bad("publisher", "bad_type", "publish frame has wrong field types")
-                    continue
-                if topic not in valid:
+                try:  # fixarray(4) not followed by a bin: one publish, our client's form
+                    single = raw[0] == 0x94 and raw[1] not in _BIN_TYPES
+                except IndexError:
+                    single = True
+                frames: list[Any] | tuple[bytes] = (raw,)
+                if not single:
                     try:
-                        validate_publish_topic(topic)
-                    except InvalidTopic as exc:
-                        self._bad("publisher", "bad_topic", str(exc))
+                        outer = unpackb(raw, raw=False, strict_map_key=False)
+                    except (ValueError, msgpack.UnpackException, TypeError) as exc:
+                        budget -= 1
+                        self._bad("publisher", "not_msgpack", str(exc))
                         continue
-                    if len(valid) >= TOPIC_CACHE_SIZE:
-                        valid.clear()
-                    valid.add(topic)
-                seq += 1
-                received += 1
-                ts = now()
-                if retaining:
-                    rule = retain_rule(topic)
-                    if rule is not None:
-                        retain(rule, topic, payload, fmt, headers, origin, inc, seq, ts)
-                if durables:
-                    self._enqueue_durable(topic, payload, fmt, headers, origin, inc, seq, ts)
-                if engine.links:
-                    patterns, sends = route(topic, (), None)
-                    if sends:
-                        msg = [topic, payload, fmt, headers, origin, inc, seq, ts, [origin], None]
-                        self._enqueue(sends, msg)
-                else:
-                    patterns = local_matches(topic)
-                if not patterns:
-                    continue
-                if frame[0] == 0x94:  # fixarray of 4: reuse its elements verbatim
-                    body = b"\x98" + frame[1:] + id_part + tail(0xCF, seq, 0xCB, ts)
-                else:  # another encoder's (valid) array form: encode afresh
-                    body = wire.encode_delivery_body(
-                        topic, payload, fmt, headers, origin, inc, seq, ts
-                    )
-                for pattern in patterns:
-                    if pattern not in prefix:
-                        continue  # interest of retention or a durable, no client on XPUB
-                    bodies = out.get(pattern)
-                    if bodies is None:
-                        out[pattern] = [body]
+                    if type(outer) is list and outer and type(outer[0]) is bytes:
+                        frames = outer  # a publish batch: [publish frame: bin, ...]
+                budget -= len(frames)
+                for frame in frames:
+                    if type(frame) is not bytes:
+                        self._bad("publisher", "bad_shape", "publish batch element must be bin")
+                        continue
+                    try:
+                        value = unpackb(frame, raw=False, strict_map_key=False)
+                    except (ValueError, msgpack.UnpackException, TypeError) as exc:
+                        self._bad("publisher", "not_msgpack", str(exc))
+                        continue
+                    if type(value) is not list or len(value) != 4:
+                        self._bad(
+                            "publisher", "bad_shape", "publish frame must be a 4-element array"
+                        )
+                        continue
+                    topic, payload, fmt, headers = value
+                    if (
+                        type(topic) is not str
+                        or type(payload) is not bytes
+                        or (fmt != 0 and fmt != 1)
+                        or type(fmt) is not int
+                        or (
+                            headers is not None
+                            and (
+                                type(headers) is not dict
+                                or not all(type(k) is str for k in headers)
+                            )
+                        )
+                    ):
+                        self._bad("publisher", "bad_type", "publish frame has wrong field types")
+                        continue
+                    if topic not in valid:
+                        try:
+                            validate_publish_topic(topic)
+                        except InvalidTopic as exc:
+                            self._bad("publisher", "bad_topic", str(exc))
+                            continue
+                        if len(valid) >= TOPIC_CACHE_SIZE:
+                            valid.clear()
+                        valid.add(topic)
+                    seq += 1
+                    received += 1
+                    ts = now()
+                    if retaining:
+                        rule = retain_rule(topic)
+                        if rule is not None:
+                            retain(rule, topic, payload, fmt, headers, origin, inc, seq, ts)
+                    if durables:
+                        self._enqueue_durable(topic, payload, fmt, headers, origin, inc, seq, ts)
+                    if engine.links:
+                        patterns, sends = route(topic, (), None)
+                        if sends:
+                            msg = [
+                                topic,
+                                payload,
+                                fmt,
+                                headers,
+                                origin,
+                                inc,
+                                seq,
+                                ts,
+                                [origin],
+                                None,
+                            ]
+                            self._enqueue(sends, msg)
                     else:
-                        bodies.append(body)
+                        patterns = local_matches(topic)
+                    if not patterns:
+                        continue
+                    if frame[0] == 0x94:  # fixarray of 4: reuse its elements verbatim
+                        body = b"\x98" + frame[1:] + id_part + tail(0xCF, seq, 0xCB, ts)
+                    else:  # another encoder's (valid) array form: encode afresh
+                        body = wire.encode_delivery_body(
+                            topic, payload, fmt, headers, origin, inc, seq, ts
+                        )
+                    for pattern in patterns:
+                        if pattern not in prefix:
+                            continue  # interest of retention or a durable, no client on XPUB
+                        bodies = out.get(pattern)
+                        if bodies is None:
+                            out[pattern] = [body]
+                        else:
+                            bodies.append(body)
         finally:
             self.seq = seq
             self.received += received
@@ -630,6 +667,9 @@ class Node:
                 "version": PROTOCOL_VERSION,
                 "endpoints": self.endpoints,
                 "ports": self.ports,
+                # this node reads publish batches of up to this many bytes (a client
+                # batches only toward a node that says so, and never over its limit)
+                "publish_batch": self.config.max_frame_bytes,
             }
         if op == wire.STATUS:
             return op, self.status()
@@ -1755,6 +1795,8 @@ class Node:
 _ENVELOPE_TAIL = struct.Struct(">BQBd")
 #: the per-pattern sequence trailer of a delivery frame
 _U64 = struct.Struct(">Q")
+#: msgpack's bin headers: an array whose first element is one is a publish batch
+_BIN_TYPES = frozenset((0xC4, 0xC5, 0xC6))
 
 
 #: bounds of numbers that reach SQLite (INTEGER is signed 64-bit; ts must be finite)

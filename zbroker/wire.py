@@ -12,6 +12,17 @@ Client publish (client PUSH → node PULL, ``PORT+1``)::
 ``fmt`` says what the payload bytes are: ``0`` raw bytes as the publisher gave them,
 ``1`` a msgpack-encoded object (the client API accepts any msgpack-able value).
 
+Publish batch (same socket), several publishes in one frame::
+
+    [frame: bin, frame: bin, ...]      each ``frame`` one publish frame as above
+
+An array whose first element is a ``bin`` is a batch (a publish frame starts with its topic,
+a ``str``). The node takes each element as if it had arrived alone (an element that is not
+a ``bin`` is counted as ``bad_shape``), so a batch changes nothing but the per-frame cost.
+A node announces in its HELLO reply (``publish_batch``: bytes) that it reads batches and how
+large they may be; a client batches only publishes that come faster than
+:data:`~zbroker.const.PUBLISH_LINGER` apart, so a lone publish still leaves at once.
+
 Delivery (node XPUB → client SUB, ``PORT+2``)::
 
     pattern-utf8  NUL  msgpack([topic, payload, fmt, headers, origin, incarnation, seq, ts])
@@ -55,7 +66,7 @@ Control (client or peer DEALER → node ROUTER, ``PORT``)::
 op         value  body
 =========  =====  ===========================================================
 HELLO      1      request ``{}``; reply ``{broker_id, incarnation, version, endpoints,
-                  ports: {control, publish, deliver}}``
+                  ports: {control, publish, deliver}, publish_batch}``
 STATUS     2      request ``{}``; reply: the node's status map
 PING       3      request ``{}``; reply ``{}``
 GAPS       13     one-way ``{pattern: missed, ...}``: deliveries a subscriber's queue dropped
@@ -128,6 +139,8 @@ __all__ = [
     "encode_delivery_batch",
     "encode_delivery_body",
     "encode_publish",
+    "encode_publish_batch",
+    "publish_batch_elements",
 ]
 
 FMT_BYTES = 0
@@ -204,6 +217,20 @@ def _unpack(frame: bytes) -> Any:
 def encode_publish(topic: str, payload: bytes, fmt: int, headers: dict[str, Any] | None) -> bytes:
     """Encode a client publish frame (inputs already validated by the client)."""
     return _packb([topic, payload, fmt, headers])  # type: ignore[no-any-return]
+
+
+def encode_publish_batch(frames: list[bytes]) -> bytes:
+    """Encode a publish batch from publish frames (each from :func:`encode_publish`)."""
+    return _packb(frames)  # type: ignore[no-any-return]
+
+
+def publish_batch_elements(frame: bytes) -> list[Any] | None:
+    """The elements of a publish batch (each should be a publish frame, ``bytes``), or
+    None if ``frame`` is not a batch (then :func:`decode_publish` judges it)."""
+    value = _unpack(frame)
+    if type(value) is list and value and type(value[0]) is bytes:
+        return value
+    return None
 
 
 def decode_publish(frame: bytes) -> tuple[str, bytes, int, dict[str, Any] | None]:

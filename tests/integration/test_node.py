@@ -843,9 +843,7 @@ def test_a_burst_is_delivered_in_batch_frames_numbered_per_message(
     try:
         sub.connect(f"tcp://{HOST}:{broker.ports['deliver']}")
         sub.subscribe(b"BURST.>\0")
-        assert wait_until(
-            lambda: "BURST.>" in pub.status()["subscriptions"]["patterns"], WAIT
-        )
+        assert wait_until(lambda: "BURST.>" in pub.status()["subscriptions"]["patterns"], WAIT)
         for i in range(n):
             pub.publish("BURST.X", b"%d" % i)
         seqs: list[int] = []
