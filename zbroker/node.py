@@ -188,6 +188,10 @@ class Node:
         self._accepted: dict[bytes, Link] = {}
         self._by_engine_id: dict[str, Link] = {}
         self._dirty: list[Link] = []  # links with a non-empty outbox
+        # _on_msgs: path seen on a link -> the path we forward (False: a loop); targets
+        # arrays already type-checked (both bounded by _STREAM_CACHE_SIZE)
+        self._fwd_paths: dict[tuple[str, ...], list[str] | bool] = {}
+        self._checked_targets: set[tuple[str, ...]] = set()
         self._discovered: dict[str, dict[str, Any]] = {}  # peer id -> mDNS record
         # local interest by source: "clients" (XPUB), "retain", "durable:NAME"
         self._interest: dict[str, set[str]] = {}
@@ -745,6 +749,18 @@ class Node:
             else:
                 link.outbox.extend([m] * copies)
 
+    def _resolve_sends(
+        self, sends: list[tuple[str, tuple[str, ...] | None, int]]
+    ) -> list[tuple[Link, list[str] | None, int]]:
+        """route()'s sends as (link, targets list to forward, copies), links that are up
+        only. The targets list is shared by the messages of one frame (never modified)."""
+        by_id = self._by_engine_id
+        return [
+            (link, None if targets is None else list(targets), copies)
+            for link_id, targets, copies in sends
+            if (link := by_id.get(link_id)) is not None
+        ]
+
     def _flush_outboxes(self) -> None:
         now = time.monotonic()
         for link in self._dirty:
@@ -852,6 +868,13 @@ class Node:
         durables = bool(self._durables)
         fmts = (0, 1)
         out: dict[str, list[bytes]] = {}  # this frame's deliveries per pattern: batched
+        # Every message of a stream shares path and targets: check each distinct one once
+        # and forward one shared path list (a relay's per-message work was a third checks).
+        fwd_paths = self._fwd_paths
+        checked_targets = self._checked_targets
+        # route() results are cached and shared: their sends, resolved to links, per frame
+        prepared: dict[int, tuple[list[Any], list[tuple[Link, list[str] | None, int]]]] = {}
+        dirty = self._dirty
         link.msgs_in += len(batch)
         for m in batch:
             try:
@@ -872,10 +895,25 @@ class Node:
                     or (targets is not None and type(targets) is not list)
                 ):
                     raise ProtocolError("bad_type", "MSGS entry has wrong field types")
-                if not all(type(p) is str for p in path) or (
-                    targets is not None and not all(type(t) is str for t in targets)
-                ):
-                    raise ProtocolError("bad_type", "MSGS path and targets must be strings")
+                key_path = tuple(path)  # (unhashable elements: TypeError, bad_type)
+                fwd = fwd_paths.get(key_path)
+                if fwd is None:
+                    if not all(type(p) is str for p in key_path):
+                        raise ProtocolError("bad_type", "MSGS path and targets must be strings")
+                    if len(fwd_paths) >= _STREAM_CACHE_SIZE:
+                        fwd_paths.clear()
+                    # False: our ID is on the path (a loop)
+                    fwd = fwd_paths[key_path] = False if me in key_path else [*key_path, me]
+                if targets is None:
+                    key_targets = None
+                else:
+                    key_targets = tuple(targets)
+                    if key_targets not in checked_targets:
+                        if not all(type(t) is str for t in key_targets):
+                            raise ProtocolError("bad_type", "MSGS path and targets must be strings")
+                        if len(checked_targets) >= _STREAM_CACHE_SIZE:
+                            checked_targets.clear()
+                        checked_targets.add(key_targets)
                 if not (0 <= inc < _I64 and 0 <= seq < _I64 and -_TS_MAX < ts < _TS_MAX):
                     # out of what the store can hold (and NaN fails every comparison)
                     raise ProtocolError("bad_value", "MSGS entry has out-of-range numbers")
@@ -884,8 +922,6 @@ class Node:
                     if len(valid) >= TOPIC_CACHE_SIZE:
                         valid.clear()
                     valid.add(topic)
-                key_path = tuple(path)
-                key_targets = None if targets is None else tuple(targets)
             except ProtocolError as exc:
                 self._bad(self._link_source(link), exc.reason, exc.detail)
                 continue
@@ -895,7 +931,7 @@ class Node:
             except TypeError as exc:  # unhashable path/targets elements
                 self._bad(self._link_source(link), "bad_type", str(exc))
                 continue
-            if me in path:
+            if fwd is False:
                 self._drop("loop")
                 continue
             if seen(origin, inc, seq):
@@ -909,9 +945,19 @@ class Node:
                 self._enqueue_durable(topic, payload, fmt, headers, origin, inc, seq, ts)
             patterns, sends = route(topic, key_path, key_targets)
             if sends:
-                self._enqueue(
-                    sends, [topic, payload, fmt, headers, origin, inc, seq, ts, [*path, me], None]
-                )
+                # _enqueue, inlined: the links and target lists resolved once per frame
+                prep = prepared.get(id(sends))
+                if prep is None or prep[0] is not sends:
+                    prep = prepared[id(sends)] = (sends, self._resolve_sends(sends))
+                for out_link, out_targets, copies in prep[1]:
+                    fm = [topic, payload, fmt, headers, origin, inc, seq, ts, fwd, out_targets]
+                    box = out_link.outbox
+                    if not box:
+                        dirty.append(out_link)
+                    if copies == 1:
+                        box.append(fm)
+                    else:
+                        box.extend([fm] * copies)
             if not patterns:
                 continue
             body = None
@@ -1795,6 +1841,8 @@ class Node:
 _ENVELOPE_TAIL = struct.Struct(">BQBd")
 #: the per-pattern sequence trailer of a delivery frame
 _U64 = struct.Struct(">Q")
+#: entries in each of _on_msgs's caches of paths and targets (a stream is a distinct one)
+_STREAM_CACHE_SIZE = 4096
 #: msgpack's bin headers: an array whose first element is one is a publish batch
 _BIN_TYPES = frozenset((0xC4, 0xC5, 0xC6))
 
