@@ -517,11 +517,16 @@ class Node:
             if out:
                 self._send_deliveries(out)
 
-    def _send_deliveries(self, out: dict[str, list[bytes]]) -> None:
+    def _send_deliveries(self, out: dict[str, list[Any]], *, encoded: bool = True) -> None:
         """Send a pass's deliveries: per pattern, one frame per :data:`wire.DELIVERY_BATCH`
         messages (or :data:`wire.DELIVERY_BATCH_BYTES`), so the subscriber and both libzmq
         I/O threads handle a frame per batch rather than per message. A pattern with one
-        message sends the single-message form. ``out`` holds encoded envelopes."""
+        message sends the single-message form. ``out`` holds encoded envelopes, or with
+        ``encoded=False`` envelope arrays (8 fields), packed here by one msgpack call per
+        frame (what a link's messages need: no per-message encode call)."""
+        if not encoded:
+            self._send_delivery_arrays(out)
+            return
         send = _raw_send(self.deliver)
         prefix = self._prefix
         pseq = self._pseq
@@ -557,6 +562,38 @@ class Node:
                     send(pfx + bodies[start] + u64(n), noblock)
                 else:
                     send(pfx + header(k) + b"".join(bodies[start:end]) + u64(n), noblock)
+                start = end
+            pseq[pattern] = n
+        self.delivered += delivered
+
+    def _send_delivery_arrays(self, out: dict[str, list[Any]]) -> None:
+        send = _raw_send(self.deliver)
+        prefix = self._prefix
+        pseq = self._pseq
+        u64 = _U64.pack
+        packb = msgpack.packb
+        noblock = zmq.NOBLOCK
+        most = wire.DELIVERY_BATCH
+        most_bytes = wire.DELIVERY_BATCH_BYTES
+        delivered = 0
+        for pattern, envelopes in out.items():
+            pfx = prefix[pattern]
+            n = pseq[pattern]
+            total = len(envelopes)
+            delivered += total
+            start = 0
+            while start < total:
+                end = min(start + most, total)
+                size = 0
+                for i in range(start, end):
+                    size += len(envelopes[i][1])  # the payload: the bulk of a message
+                    if size >= most_bytes:
+                        end = i + 1
+                        break
+                k = end - start
+                n += k
+                body = packb(envelopes[start]) if k == 1 else packb(envelopes[start:end])
+                send(pfx + body + u64(n), noblock)
                 start = end
             pseq[pattern] = n
         self.delivered += delivered
@@ -862,12 +899,11 @@ class Node:
         seen = self.dedupe.seen
         route = self.engine.route
         prefix = self._prefix
-        encode = wire.encode_delivery_body
         store = self.store
         retaining = store is not None and bool(store.rules)
         durables = bool(self._durables)
         fmts = (0, 1)
-        out: dict[str, list[bytes]] = {}  # this frame's deliveries per pattern: batched
+        out: dict[str, list[Any]] = {}  # this frame's envelopes per pattern: batched
         # Every message of a stream shares path and targets: check each distinct one once
         # and forward one shared path list (a relay's per-message work was a third checks).
         fwd_paths = self._fwd_paths
@@ -960,19 +996,19 @@ class Node:
                         box.extend([fm] * copies)
             if not patterns:
                 continue
-            body = None
+            envelope = None
             for pattern in patterns:
                 if pattern not in prefix:
                     continue  # interest of retention or a durable, no client on XPUB
-                if body is None:
-                    body = encode(topic, payload, fmt, headers, origin, inc, seq, ts)
-                bodies = out.get(pattern)
-                if bodies is None:
-                    out[pattern] = [body]
+                if envelope is None:
+                    envelope = m[:8]  # [topic, payload, fmt, headers, origin, inc, seq, ts]
+                envelopes = out.get(pattern)
+                if envelopes is None:
+                    out[pattern] = [envelope]
                 else:
-                    bodies.append(body)
+                    envelopes.append(envelope)
         if out:
-            self._send_deliveries(out)
+            self._send_deliveries(out, encoded=False)
 
     def _link_source(self, link: Link) -> str:
         return f"link {link.name} ({link.peer or link.engine_id})"
