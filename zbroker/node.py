@@ -188,6 +188,7 @@ class Node:
         self._accepted: dict[bytes, Link] = {}
         self._by_engine_id: dict[str, Link] = {}
         self._dirty: list[Link] = []  # links with a non-empty outbox
+        self._send_error = ""  # why the last _send_link failed: the drop counter's name
         # _on_msgs: path seen on a link -> the path we forward (False: a loop); targets
         # arrays already type-checked (both bounded by _STREAM_CACHE_SIZE)
         self._fwd_paths: dict[tuple[str, ...], list[str] | bool] = {}
@@ -815,7 +816,7 @@ class Node:
                     self.forwarded += len(chunk)
                 else:
                     link.drops += len(chunk)
-                    self._drop("link_queue_full", len(chunk))
+                    self._drop(self._send_error, len(chunk))
         self._dirty.clear()
 
     def _flush_adverts(self) -> None:
@@ -842,9 +843,12 @@ class Node:
             else:
                 self.control.send_multipart([link.ident, frame], zmq.NOBLOCK)
         except zmq.Again:
+            self._send_error = "link_queue_full"
             return False
         except zmq.ZMQError as exc:
             if exc.errno == zmq.EHOSTUNREACH:
+                # the ROUTER has no connection for this peer (it went away): not a full queue
+                self._send_error = "link_peer_gone"
                 return False
             raise
         link.last_sent = now
@@ -1109,6 +1113,10 @@ class Node:
                 )
             return
         if op != wire.LINK_WELCOME:
+            if op == wire.MSGS and len(value) == 2 and type(value[1]) is list:
+                # counted in messages: one bad frame may have held hundreds
+                link.drops += len(value[1])
+                self._drop("link_not_ready", len(value[1]))
             raise ProtocolError("unexpected", f"frame type {op} before the handshake finished")
         peer = info.get("id")
         inc = info.get("incarnation")
