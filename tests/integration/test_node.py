@@ -833,6 +833,31 @@ def test_stalled_subscriber_does_not_cost_healthy_subscribers_messages(
         release.set()
 
 
+def test_publish_batches_lose_nothing_at_close_or_at_the_end_of_a_burst(
+    broker: Broker, client_factory: ClientFactory
+) -> None:
+    """Publishes made in a tight loop travel in publish batches: the batch a burst leaves
+    unfilled is sent by the client thread, and close() sends what is still batched."""
+    got = Collector()
+    sub = client_factory(broker.endpoint)
+    sub.subscribe("PB.>", got)
+    pub = client_factory(broker.endpoint)
+    assert pub.hello["publish_batch"] == broker.config.max_frame_bytes
+    for i in range(1_003):  # not a multiple of the batch size: a tail is left over
+        pub.publish("PB.TAIL", b"%d" % i)
+    assert got.wait_for(1_003)  # nothing published after the burst: the thread sent it
+    closing = Client(broker.endpoint)
+    for i in range(2_005):
+        closing.publish("PB.CLOSE", b"%d" % i)
+    closing.close()  # at once: what is batched must still reach the node
+    pub.publish("PB.END", b"barrier")
+    assert got.wait_topic("PB.END")
+    assert got.wait_for(1_003 + 2_005 + 1)
+    assert got.payloads("PB.TAIL") == [b"%d" % i for i in range(1_003)]
+    assert got.payloads("PB.CLOSE") == [b"%d" % i for i in range(2_005)]
+    assert len(got) == 1_003 + 2_005 + 1
+
+
 def test_a_burst_is_delivered_in_batch_frames_numbered_per_message(
     broker: Broker, client_factory: ClientFactory, wait_until: WaitUntil
 ) -> None:
