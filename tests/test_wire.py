@@ -479,3 +479,79 @@ def test_delivery_frame_with_its_sequence_trailer() -> None:
     with pytest.raises(ProtocolError) as info:
         wire.decode_delivery_frame(b"A\0" + b"\x00" * 7)
     assert info.value.reason == "bad_shape"
+
+
+# ---------------------------------------------------------------------------------------
+# delivery batches (several messages of one pattern in one frame)
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 65535, 65536])
+def test_array_header_is_msgpacks(n: int) -> None:
+    # the header msgpack itself writes before n elements
+    assert wire.array_header(n) == pack([None] * n)[: len(pack([None] * n)) - n]
+
+
+# patterns as a node has them: UTF-8 encodable (no lone surrogates), no NUL
+_UTF8_PATTERN = st.text(
+    alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00"),
+    min_size=1,
+    max_size=40,
+)
+_ENVELOPE = st.tuples(
+    _TOPIC,
+    st.binary(max_size=200),
+    _FMT,
+    _HEADERS,
+    st.text(min_size=1, max_size=64),
+    st.integers(min_value=0, max_value=2**63 - 1),
+    st.integers(min_value=0, max_value=2**64 - 1),
+    st.floats(allow_nan=False),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    pattern=_UTF8_PATTERN,
+    envelopes=st.lists(_ENVELOPE, min_size=1, max_size=40),
+    last=st.integers(min_value=40, max_value=2**64 - 1),
+)
+def test_delivery_batch_round_trip(
+    pattern: str, envelopes: list[tuple[Any, ...]], last: int
+) -> None:
+    bodies = [wire.encode_delivery_body(*e) for e in envelopes]
+    body = bodies[0] if len(bodies) == 1 else wire.encode_delivery_batch(bodies)
+    frame = pattern.encode("utf-8") + b"\0" + body + last.to_bytes(8, "big")
+    got_pattern, first, got = wire.decode_delivery_batch(frame)
+    assert got_pattern == pattern
+    # the trailer numbers the batch's last message; the first is derived from the count
+    assert first == last - len(envelopes) + 1
+    assert got == [list(e) for e in envelopes]
+
+
+def test_delivery_batch_is_the_array_of_envelopes() -> None:
+    one = wire.encode_delivery_body("A", b"x", 0, None, "n1", 2, 3, 1.5)
+    two = wire.encode_delivery_body("B", b"y", 1, {"k": 1}, "n1", 2, 4, 1.5)
+    batch = wire.encode_delivery_batch([one, two])
+    assert batch == b"\x92" + one + two
+    assert msgpack.unpackb(batch) == [msgpack.unpackb(one), msgpack.unpackb(two)]
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (pack([]), "bad_shape"),  # neither a message nor a batch
+        (pack([[1, 2, 3]]), "bad_shape"),  # a batch holding a short envelope
+        (pack([_GOOD_BODY and msgpack.unpackb(_GOOD_BODY), 5]), "bad_shape"),
+        (pack("x"), "bad_shape"),
+        (b"\xc1", "not_msgpack"),
+    ],
+)
+def test_delivery_batch_malformed(body: bytes, reason: str) -> None:
+    frame = b"A\0" + body + (9).to_bytes(8, "big")
+    assert _reason(wire.decode_delivery_batch, frame) == reason
+
+
+def test_delivery_batch_needs_prefix_and_trailer() -> None:
+    assert _reason(wire.decode_delivery_batch, b"A\0" + b"\x00" * 7) == "bad_shape"
+    assert _reason(wire.decode_delivery_batch, b"\0" + _GOOD_BODY + b"\x00" * 8) == "bad_shape"

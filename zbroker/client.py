@@ -50,6 +50,9 @@ from .const import (
     DEFAULT_RECONNECT_INITIAL,
     DEFAULT_RECONNECT_MAX,
     DEFAULT_RECONNECT_MULTIPLIER,
+    PUBLISH_BATCH,
+    PUBLISH_BATCH_BYTES,
+    PUBLISH_LINGER,
 )
 from .errors import (
     BrokerUnreachable,
@@ -68,6 +71,8 @@ __all__ = ["Client", "Message", "MessageId", "Subscription", "parse_address"]
 log = logging.getLogger("zbroker.client")
 
 _TOPIC_CACHE_MAX = 4096
+_monotonic = time.monotonic
+_packb = msgpack.packb
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -422,6 +427,15 @@ class Client:
         self.missed = 0
         self._push = self._new_push()
         self._send: Callable[[bytes, int], Any] = zmq.backend.Socket.send.__get__(self._push)
+        # publish batching (under _pub_lock): publishes that come fast leave together in
+        # one frame ([frame: bin, ...]), at most PUBLISH_BATCH of them; see _batch_limits
+        self._batch: list[bytes] = []
+        self._batch_bytes = 0
+        self._batch_since = 0.0  # when the oldest publish in the batch was made
+        self._last_send = 0.0  # when a frame last went to the PUSH socket
+        self._batch_item_max = 0  # a larger frame goes alone; 0: the node takes no batches
+        self._batch_full = 0  # bytes after which a batch leaves
+        self._flusher_armed = False  # the client thread flushes batch tails (1 ms polls)
         ready: Future[dict[str, Any]] = Future()
         self._thread = threading.Thread(
             target=self._run, args=(ready,), name="zbroker-client", daemon=True
@@ -543,33 +557,122 @@ class Client:
         if self.fanout:
             self._publish_fanout(frame)
             return
+        wake = False
         with self._pub_lock:
             if self._closed:
                 raise ClientClosed("client is closed")
-            try:
-                self._send(frame, zmq.NOBLOCK)
-                return
-            except zmq.Again:
-                pass
+            now = _monotonic()
+            batch = self._batch
+            if len(frame) <= self._batch_item_max and (
+                batch or now - self._last_send < PUBLISH_LINGER
+            ):
+                # publishes are coming fast: this one joins (or starts) a batch
+                if not batch:
+                    self._batch_since = now
+                    self._batch_bytes = 0
+                batch.append(frame)
+                self._batch_bytes += len(frame) + 5  # + its bin header, at most 5 bytes
+                if (
+                    len(batch) < PUBLISH_BATCH
+                    and self._batch_bytes <= self._batch_full
+                    and now - self._batch_since < PUBLISH_LINGER
+                ):
+                    if self._flusher_armed:
+                        return
+                    # the client thread sends the batch if no publish comes to fill it
+                    self._flusher_armed = wake = True
+                elif self._flush_batch(now):
+                    return
+                queued = True  # (unless wake) no room: wait below for the batch to leave
+            else:
+                queued = False
+                if not batch or self._flush_batch(now):  # what came before leaves first
+                    try:
+                        self._send(frame, zmq.NOBLOCK)
+                        self._last_send = now
+                        return
+                    except zmq.Again:
+                        pass
+        if wake:
+            self._wake()
+            return
         # no room, or between nodes during a failover: wait without holding the lock, so
         # the client thread can connect the next node
-        deadline = time.monotonic() + self.publish_timeout
+        deadline = _monotonic() + self.publish_timeout
         while True:
             with self._pub_lock:
                 if self._closed:
                     raise ClientClosed("client is closed")
-                try:
-                    self._send(frame, zmq.NOBLOCK)
-                    return
-                except zmq.Again:
-                    pass
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise PublishTimeout(
-                    f"node at {self.address} did not take the message within "
-                    f"{self.publish_timeout:g} s (it is down or overloaded)"
-                )
+                now = _monotonic()
+                if queued:
+                    if not any(f is frame for f in self._batch) or self._flush_batch(now):
+                        return  # our batch has left (here, or from another thread)
+                elif not self._batch or self._flush_batch(now):
+                    try:
+                        self._send(frame, zmq.NOBLOCK)
+                        self._last_send = now
+                        return
+                    except zmq.Again:
+                        pass
+                left = deadline - now
+                if left <= 0:
+                    if queued:  # not taken: it must not leave later
+                        self._batch = [f for f in self._batch if f is not frame]
+                        self._batch_bytes = sum(len(f) + 5 for f in self._batch)
+                    raise PublishTimeout(
+                        f"node at {self.address} did not take the message within "
+                        f"{self.publish_timeout:g} s (it is down or overloaded)"
+                    )
             self._push.poll(int(min(left, 0.05) * 1000) + 1, zmq.POLLOUT)
+
+    def _flush_batch(self, now: float) -> bool:
+        """Send the pending publish batch (under _pub_lock); False if there is no room."""
+        batch = self._batch
+        if not batch:
+            return True
+        try:
+            if len(batch) == 1:
+                self._send(batch[0], zmq.NOBLOCK)
+            elif self._batch_bytes <= self._batch_full + self._batch_item_max:
+                self._send(_packb(batch), zmq.NOBLOCK)
+            else:  # made for a node with a larger limit (before a failover): one by one
+                while batch:
+                    self._send(batch[0], zmq.NOBLOCK)
+                    del batch[0]
+        except zmq.Again:
+            return False
+        batch.clear()
+        self._batch_bytes = 0
+        self._last_send = now
+        return True
+
+    def _flush_tail(self) -> None:
+        """From the client thread (every ms while armed): send a batch no publish filled."""
+        with self._pub_lock:
+            now = _monotonic()
+            if self._closed:
+                self._flusher_armed = False
+            elif self._batch:
+                if now - self._batch_since >= PUBLISH_LINGER:
+                    self._flush_batch(now)  # no room: again at the next wake
+            elif now - self._last_send > 0.05:
+                self._flusher_armed = False  # publishing has paused: back to slow polls
+
+    def _batch_limits(self, hello: dict[str, Any]) -> None:
+        """Size publish batches for the node that answered ``hello`` (under _pub_lock). A
+        node that does not announce ``publish_batch`` gets no batches."""
+        node = hello.get("publish_batch")
+        limit = min(PUBLISH_BATCH_BYTES, node) - 64 if type(node) is int and node >= 1024 else 0
+        # a batch of small frames that leaves once past `full` stays within `limit`
+        self._batch_item_max = limit // 8
+        self._batch_full = limit - limit // 8
+
+    def _wake(self) -> None:
+        with self._cmd_lock:
+            try:
+                self._cmd.send(b"x", zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass  # the thread is behind or gone; its 50 ms tick still flushes
 
     def _publish_persistent(
         self, topic: str, payload: Any, headers: dict[str, Any] | None, *, wait: bool
@@ -582,6 +685,9 @@ class Client:
         ):
             raise PayloadError("headers must be a dict with string keys")
         body = {"topic": topic, "payload": raw, "fmt": fmt, "headers": headers}
+        with self._pub_lock:
+            if self._batch and not self._closed:
+                self._flush_batch(_monotonic())  # what was published before goes first
         fut = self._command("req", (wire.PUBLISH, body))
         if not wait:
             return fut
@@ -794,6 +900,16 @@ class Client:
                 self._command("send", (wire.DURABLE_CLOSE, {"name": name}))
             except (ClientClosed, zmq.ZMQError):
                 pass
+        # publishes still in a batch: handed to the socket (its linger sends them)
+        deadline = _monotonic() + self.publish_timeout
+        while True:
+            with self._pub_lock:
+                if not self._batch or self._flush_batch(_monotonic()):
+                    break
+            if _monotonic() >= deadline:
+                log.warning("closing: %d batched publishes not taken by the node", len(self._batch))
+                break
+            self._push.poll(10, zmq.POLLOUT)
         with self._pub_lock:
             self._closed = True
             self._push.close()
@@ -971,14 +1087,18 @@ class _ClientLoop:
 
     def run(self) -> None:
         next_tick = 0.0
+        c = self.client
         while self.running:
-            for sock, _ in self.poller.poll(50):
+            # 1 ms while publishes may be waiting in a batch (the tail of a burst)
+            for sock, _ in self.poller.poll(1 if c._flusher_armed else 50):
                 if sock is self.sub:
                     self._on_deliver()
                 elif sock is self.cmd:
                     self._on_command()
                 else:
                     self._on_session(self.by_socket[sock])
+            if c._flusher_armed:
+                c._flush_tail()
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + 0.05
@@ -1221,6 +1341,7 @@ class _ClientLoop:
         self.sub.connect(self._data_endpoint(session, "deliver"))
         if not c.fanout:
             with c._pub_lock:
+                c._batch_limits(session.hello)
                 if not c._closed:
                     c._secure(c._push, session.endpoint)
                     c._push.connect(self._data_endpoint(session, "publish"))
@@ -1313,23 +1434,30 @@ class _ClientLoop:
                 if pattern is None:
                     pattern = patterns[key] = key.decode("utf-8")
                 fields = unpackb(memoryview(frame)[nul + 1 : -8], raw=False, strict_map_key=False)
-                msg = _message(pattern, fields)
+                # one message (its envelope starts with the topic) or a batch of envelopes
+                if type(fields) is list and fields and type(fields[0]) is list:
+                    msgs = [_message(pattern, f) for f in fields]
+                else:
+                    msgs = [_message(pattern, fields)]
             except (ProtocolError, ValueError, msgpack.UnpackException) as exc:
                 log.warning("dropped malformed delivery: %s", exc)
                 continue
-            n = int.from_bytes(frame[-8:], "big")
+            n = int.from_bytes(frame[-8:], "big")  # the batch's last message
+            first = n - len(msgs) + 1
             last = pseq.get(pattern)
-            if last is not None and n > last + 1:
+            if last is not None and first > last + 1:
                 # the node's queue toward us overflowed: count, and tell the node
-                missed = n - last - 1
+                missed = first - last - 1
                 self.client.missed += missed
                 self.gaps[pattern] = self.gaps.get(pattern, 0) + missed
             pseq[pattern] = n
-            for s in subs.get(pattern, ()):
-                try:
-                    s.callback(msg)
-                except Exception:
-                    log.exception("subscriber callback for %r raised", pattern)
+            for msg in msgs:
+                # looked up per message: a callback may unsubscribe in the middle of a batch
+                for s in subs.get(pattern, ()):
+                    try:
+                        s.callback(msg)
+                    except Exception:
+                        log.exception("subscriber callback for %r raised", pattern)
 
     def _expire(self, now: float) -> None:
         if self.pending:

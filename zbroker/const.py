@@ -72,3 +72,13 @@ TICK_INTERVAL = 0.05
 #: pings are not a hiccup.
 DEFAULT_CLIENT_HEARTBEAT_INTERVAL = 0.5
 DEFAULT_CLIENT_HEARTBEAT_TIMEOUT = 1.5
+
+#: messages. A client sends at most this many publishes in one publish batch frame...
+PUBLISH_BATCH = 64
+#: ...and at most this many bytes (or the node's own limit, from its HELLO, if smaller).
+PUBLISH_BATCH_BYTES = 64 * 1024
+#: seconds. A publish that comes within this time of the client's previous send joins a
+#: batch instead of going out alone; a batch leaves when full, when a publish finds it this
+#: old, or (the tail of a burst) from the client thread within about a millisecond. A
+#: publisher slower than one message per PUBLISH_LINGER (10,000 msg/s) never waits.
+PUBLISH_LINGER = 0.0001

@@ -194,6 +194,11 @@ class Node:
         self._accepted: dict[bytes, Link] = {}
         self._by_engine_id: dict[str, Link] = {}
         self._dirty: list[Link] = []  # links with a non-empty outbox
+        self._send_error = ""  # why the last _send_link failed: the drop counter's name
+        # _on_msgs: path seen on a link -> the path we forward (False: a loop); targets
+        # arrays already type-checked (both bounded by _STREAM_CACHE_SIZE)
+        self._fwd_paths: dict[tuple[str, ...], list[str] | bool] = {}
+        self._checked_targets: set[tuple[str, ...]] = set()
         self._discovered: dict[str, dict[str, Any]] = {}  # peer id -> mDNS record
         # local interest by source: "clients" (XPUB), "retain", "durable:NAME"
         self._interest: dict[str, set[str]] = {}
@@ -419,7 +424,6 @@ class Node:
         re-encoded; counters live in locals until the batch ends.
         """
         recv = self._publish_recv  # the socket's recv; with security, a permission filter
-        send = _raw_send(self.deliver)
         valid = self._valid_topics
         prefix = self._prefix
         engine = self.engine
@@ -438,86 +442,204 @@ class Node:
         retain_rule = store.retain_rule if store is not None else _no_rule
         retain = store.retain if store is not None else _no_retain
         durables = bool(self._durables)
-        pseq = self._pseq
-        u64 = _U64.pack
         seq = self.seq
-        delivered = 0
         received = 0
+        # deliveries of this pass, per pattern: sent as batch frames when the pass ends
+        out: dict[str, list[bytes]] = {}
+        budget = DRAIN_BATCH  # messages: a publish batch counts for what it holds
         try:
-            for _ in range(DRAIN_BATCH):
+            while budget > 0:
                 try:
-                    frame = recv(noblock)
+                    raw = recv(noblock)
                 except zmq.Again:
                     return
-                if len(frame) > limit:
-                    self._bad("publisher", "oversized", f"{len(frame)} bytes > {limit}")
+                if len(raw) > limit:
+                    budget -= 1
+                    self._bad("publisher", "oversized", f"{len(raw)} bytes > {limit}")
                     continue
-                try:
-                    value = unpackb(frame, raw=False, strict_map_key=False)
-                except (ValueError, msgpack.UnpackException, TypeError) as exc:
-                    self._bad("publisher", "not_msgpack", str(exc))
-                    continue
-                if type(value) is not list or len(value) != 4:
-                    self._bad("publisher", "bad_shape", "publish frame must be a 4-element array")
-                    continue
-                topic, payload, fmt, headers = value
-                if (
-                    type(topic) is not str
-                    or type(payload) is not bytes
-                    or (fmt != 0 and fmt != 1)
-                    or type(fmt) is not int
-                    or (
-                        headers is not None
-                        and (type(headers) is not dict or not all(type(k) is str for k in headers))
-                    )
-                ):
-                    self._bad("publisher", "bad_type", "publish frame has wrong field types")
-                    continue
-                if topic not in valid:
+                try:  # fixarray(4) not followed by a bin: one publish, our client's form
+                    single = raw[0] == 0x94 and raw[1] not in _BIN_TYPES
+                except IndexError:
+                    single = True
+                frames: list[Any] | tuple[bytes] = (raw,)
+                if not single:
                     try:
-                        validate_publish_topic(topic)
-                    except InvalidTopic as exc:
-                        self._bad("publisher", "bad_topic", str(exc))
+                        outer = unpackb(raw, raw=False, strict_map_key=False)
+                    except (ValueError, msgpack.UnpackException, TypeError) as exc:
+                        budget -= 1
+                        self._bad("publisher", "not_msgpack", str(exc))
                         continue
-                    if len(valid) >= TOPIC_CACHE_SIZE:
-                        valid.clear()
-                    valid.add(topic)
-                seq += 1
-                received += 1
-                ts = now()
-                if retaining:
-                    rule = retain_rule(topic)
-                    if rule is not None:
-                        retain(rule, topic, payload, fmt, headers, origin, inc, seq, ts)
-                if durables:
-                    self._enqueue_durable(topic, payload, fmt, headers, origin, inc, seq, ts)
-                if engine.links:
-                    patterns, sends = route(topic, (), None)
-                    if sends:
-                        msg = [topic, payload, fmt, headers, origin, inc, seq, ts, [origin], None]
-                        self._enqueue(sends, msg)
-                else:
-                    patterns = local_matches(topic)
-                if not patterns:
-                    continue
-                if frame[0] == 0x94:  # fixarray of 4: reuse its elements verbatim
-                    body = b"\x98" + frame[1:] + id_part + tail(0xCF, seq, 0xCB, ts)
-                else:  # another encoder's (valid) array form: encode afresh
-                    body = wire.encode_delivery_body(
-                        topic, payload, fmt, headers, origin, inc, seq, ts
-                    )
-                for pattern in patterns:
-                    pfx = prefix.get(pattern)
-                    if pfx is None:
-                        continue  # interest of retention or a durable, no client on XPUB
-                    n = pseq[pattern] + 1
-                    pseq[pattern] = n
-                    send(pfx + body + u64(n), noblock)
-                    delivered += 1
+                    if type(outer) is list and outer and type(outer[0]) is bytes:
+                        frames = outer  # a publish batch: [publish frame: bin, ...]
+                budget -= len(frames)
+                for frame in frames:
+                    if type(frame) is not bytes:
+                        self._bad("publisher", "bad_shape", "publish batch element must be bin")
+                        continue
+                    try:
+                        value = unpackb(frame, raw=False, strict_map_key=False)
+                    except (ValueError, msgpack.UnpackException, TypeError) as exc:
+                        self._bad("publisher", "not_msgpack", str(exc))
+                        continue
+                    if type(value) is not list or len(value) != 4:
+                        self._bad(
+                            "publisher", "bad_shape", "publish frame must be a 4-element array"
+                        )
+                        continue
+                    topic, payload, fmt, headers = value
+                    if (
+                        type(topic) is not str
+                        or type(payload) is not bytes
+                        or (fmt != 0 and fmt != 1)
+                        or type(fmt) is not int
+                        or (
+                            headers is not None
+                            and (
+                                type(headers) is not dict
+                                or not all(type(k) is str for k in headers)
+                            )
+                        )
+                    ):
+                        self._bad("publisher", "bad_type", "publish frame has wrong field types")
+                        continue
+                    if topic not in valid:
+                        try:
+                            validate_publish_topic(topic)
+                        except InvalidTopic as exc:
+                            self._bad("publisher", "bad_topic", str(exc))
+                            continue
+                        if len(valid) >= TOPIC_CACHE_SIZE:
+                            valid.clear()
+                        valid.add(topic)
+                    seq += 1
+                    received += 1
+                    ts = now()
+                    if retaining:
+                        rule = retain_rule(topic)
+                        if rule is not None:
+                            retain(rule, topic, payload, fmt, headers, origin, inc, seq, ts)
+                    if durables:
+                        self._enqueue_durable(topic, payload, fmt, headers, origin, inc, seq, ts)
+                    if engine.links:
+                        patterns, sends = route(topic, (), None)
+                        if sends:
+                            msg = [
+                                topic,
+                                payload,
+                                fmt,
+                                headers,
+                                origin,
+                                inc,
+                                seq,
+                                ts,
+                                [origin],
+                                None,
+                            ]
+                            self._enqueue(sends, msg)
+                    else:
+                        patterns = local_matches(topic)
+                    if not patterns:
+                        continue
+                    if frame[0] == 0x94:  # fixarray of 4: reuse its elements verbatim
+                        body = b"\x98" + frame[1:] + id_part + tail(0xCF, seq, 0xCB, ts)
+                    else:  # another encoder's (valid) array form: encode afresh
+                        body = wire.encode_delivery_body(
+                            topic, payload, fmt, headers, origin, inc, seq, ts
+                        )
+                    for pattern in patterns:
+                        if pattern not in prefix:
+                            continue  # interest of retention or a durable, no client on XPUB
+                        bodies = out.get(pattern)
+                        if bodies is None:
+                            out[pattern] = [body]
+                        else:
+                            bodies.append(body)
         finally:
             self.seq = seq
             self.received += received
-            self.delivered += delivered
+            if out:
+                self._send_deliveries(out)
+
+    def _send_deliveries(self, out: dict[str, list[Any]], *, encoded: bool = True) -> None:
+        """Send a pass's deliveries: per pattern, one frame per :data:`wire.DELIVERY_BATCH`
+        messages (or :data:`wire.DELIVERY_BATCH_BYTES`), so the subscriber and both libzmq
+        I/O threads handle a frame per batch rather than per message. A pattern with one
+        message sends the single-message form. ``out`` holds encoded envelopes, or with
+        ``encoded=False`` envelope arrays (8 fields), packed here by one msgpack call per
+        frame (what a link's messages need: no per-message encode call)."""
+        if not encoded:
+            self._send_delivery_arrays(out)
+            return
+        send = _raw_send(self.deliver)
+        prefix = self._prefix
+        pseq = self._pseq
+        u64 = _U64.pack
+        noblock = zmq.NOBLOCK
+        most = wire.DELIVERY_BATCH
+        most_bytes = wire.DELIVERY_BATCH_BYTES
+        header = wire.array_header
+        delivered = 0
+        for pattern, bodies in out.items():
+            pfx = prefix[pattern]
+            n = pseq[pattern]
+            total = len(bodies)
+            delivered += total
+            if total == 1:
+                n += 1
+                send(pfx + bodies[0] + u64(n), noblock)
+                pseq[pattern] = n
+                continue
+            start = 0
+            while start < total:
+                # cut at `most` messages or once the frame passes `most_bytes`
+                end = min(start + most, total)
+                size = 0
+                for i in range(start, end):
+                    size += len(bodies[i])
+                    if size >= most_bytes:
+                        end = i + 1
+                        break
+                k = end - start
+                n += k
+                if k == 1:
+                    send(pfx + bodies[start] + u64(n), noblock)
+                else:
+                    send(pfx + header(k) + b"".join(bodies[start:end]) + u64(n), noblock)
+                start = end
+            pseq[pattern] = n
+        self.delivered += delivered
+
+    def _send_delivery_arrays(self, out: dict[str, list[Any]]) -> None:
+        send = _raw_send(self.deliver)
+        prefix = self._prefix
+        pseq = self._pseq
+        u64 = _U64.pack
+        packb = msgpack.packb
+        noblock = zmq.NOBLOCK
+        most = wire.DELIVERY_BATCH
+        most_bytes = wire.DELIVERY_BATCH_BYTES
+        delivered = 0
+        for pattern, envelopes in out.items():
+            pfx = prefix[pattern]
+            n = pseq[pattern]
+            total = len(envelopes)
+            delivered += total
+            start = 0
+            while start < total:
+                end = min(start + most, total)
+                size = 0
+                for i in range(start, end):
+                    size += len(envelopes[i][1])  # the payload: the bulk of a message
+                    if size >= most_bytes:
+                        end = i + 1
+                        break
+                k = end - start
+                n += k
+                body = packb(envelopes[start]) if k == 1 else packb(envelopes[start:end])
+                send(pfx + body + u64(n), noblock)
+                start = end
+            pseq[pattern] = n
+        self.delivered += delivered
 
     def _on_deliver(self) -> None:
         recv = self.deliver.recv
@@ -741,6 +863,9 @@ class Node:
                 "version": PROTOCOL_VERSION,
                 "endpoints": self.endpoints,
                 "ports": self.ports,
+                # this node reads publish batches of up to this many bytes (a client
+                # batches only toward a node that says so, and never over its limit)
+                "publish_batch": self.config.max_frame_bytes,
             }
             if self.security is not None:
                 # what this client may do: its library refuses the rest before sending
@@ -821,6 +946,18 @@ class Node:
             else:
                 link.outbox.extend([m] * copies)
 
+    def _resolve_sends(
+        self, sends: list[tuple[str, tuple[str, ...] | None, int]]
+    ) -> list[tuple[Link, list[str] | None, int]]:
+        """route()'s sends as (link, targets list to forward, copies), links that are up
+        only. The targets list is shared by the messages of one frame (never modified)."""
+        by_id = self._by_engine_id
+        return [
+            (link, None if targets is None else list(targets), copies)
+            for link_id, targets, copies in sends
+            if (link := by_id.get(link_id)) is not None
+        ]
+
     def _flush_outboxes(self) -> None:
         now = time.monotonic()
         for link in self._dirty:
@@ -838,7 +975,7 @@ class Node:
                     self.forwarded += len(chunk)
                 else:
                     link.drops += len(chunk)
-                    self._drop("link_queue_full", len(chunk))
+                    self._drop(self._send_error, len(chunk))
         self._dirty.clear()
 
     def _flush_adverts(self) -> None:
@@ -865,9 +1002,12 @@ class Node:
             else:
                 self.control.send_multipart([link.ident, frame], zmq.NOBLOCK)
         except zmq.Again:
+            self._send_error = "link_queue_full"
             return False
         except zmq.ZMQError as exc:
             if exc.errno == zmq.EHOSTUNREACH:
+                # the ROUTER has no connection for this peer (it went away): not a full queue
+                self._send_error = "link_peer_gone"
                 return False
             raise
         link.last_sent = now
@@ -922,15 +1062,18 @@ class Node:
         seen = self.dedupe.seen
         route = self.engine.route
         prefix = self._prefix
-        send = _raw_send(self.deliver)
-        encode = wire.encode_delivery_body
         store = self.store
         retaining = store is not None and bool(store.rules)
         durables = bool(self._durables)
         fmts = (0, 1)
-        pseq = self._pseq
-        u64 = _U64.pack
-        delivered = 0
+        out: dict[str, list[Any]] = {}  # this frame's envelopes per pattern: batched
+        # Every message of a stream shares path and targets: check each distinct one once
+        # and forward one shared path list (a relay's per-message work was a third checks).
+        fwd_paths = self._fwd_paths
+        checked_targets = self._checked_targets
+        # route() results are cached and shared: their sends, resolved to links, per frame
+        prepared: dict[int, tuple[list[Any], list[tuple[Link, list[str] | None, int]]]] = {}
+        dirty = self._dirty
         link.msgs_in += len(batch)
         for m in batch:
             try:
@@ -951,10 +1094,25 @@ class Node:
                     or (targets is not None and type(targets) is not list)
                 ):
                     raise ProtocolError("bad_type", "MSGS entry has wrong field types")
-                if not all(type(p) is str for p in path) or (
-                    targets is not None and not all(type(t) is str for t in targets)
-                ):
-                    raise ProtocolError("bad_type", "MSGS path and targets must be strings")
+                key_path = tuple(path)  # (unhashable elements: TypeError, bad_type)
+                fwd = fwd_paths.get(key_path)
+                if fwd is None:
+                    if not all(type(p) is str for p in key_path):
+                        raise ProtocolError("bad_type", "MSGS path and targets must be strings")
+                    if len(fwd_paths) >= _STREAM_CACHE_SIZE:
+                        fwd_paths.clear()
+                    # False: our ID is on the path (a loop)
+                    fwd = fwd_paths[key_path] = False if me in key_path else [*key_path, me]
+                if targets is None:
+                    key_targets = None
+                else:
+                    key_targets = tuple(targets)
+                    if key_targets not in checked_targets:
+                        if not all(type(t) is str for t in key_targets):
+                            raise ProtocolError("bad_type", "MSGS path and targets must be strings")
+                        if len(checked_targets) >= _STREAM_CACHE_SIZE:
+                            checked_targets.clear()
+                        checked_targets.add(key_targets)
                 if not (0 <= inc < _I64 and 0 <= seq < _I64 and -_TS_MAX < ts < _TS_MAX):
                     # out of what the store can hold (and NaN fails every comparison)
                     raise ProtocolError("bad_value", "MSGS entry has out-of-range numbers")
@@ -963,8 +1121,6 @@ class Node:
                     if len(valid) >= TOPIC_CACHE_SIZE:
                         valid.clear()
                     valid.add(topic)
-                key_path = tuple(path)
-                key_targets = None if targets is None else tuple(targets)
             except ProtocolError as exc:
                 self._bad(self._link_source(link), exc.reason, exc.detail)
                 continue
@@ -974,7 +1130,7 @@ class Node:
             except TypeError as exc:  # unhashable path/targets elements
                 self._bad(self._link_source(link), "bad_type", str(exc))
                 continue
-            if me in path:
+            if fwd is False:
                 self._drop("loop")
                 continue
             if seen(origin, inc, seq):
@@ -988,23 +1144,34 @@ class Node:
                 self._enqueue_durable(topic, payload, fmt, headers, origin, inc, seq, ts)
             patterns, sends = route(topic, key_path, key_targets)
             if sends:
-                self._enqueue(
-                    sends, [topic, payload, fmt, headers, origin, inc, seq, ts, [*path, me], None]
-                )
+                # _enqueue, inlined: the links and target lists resolved once per frame
+                prep = prepared.get(id(sends))
+                if prep is None or prep[0] is not sends:
+                    prep = prepared[id(sends)] = (sends, self._resolve_sends(sends))
+                for out_link, out_targets, copies in prep[1]:
+                    fm = [topic, payload, fmt, headers, origin, inc, seq, ts, fwd, out_targets]
+                    box = out_link.outbox
+                    if not box:
+                        dirty.append(out_link)
+                    if copies == 1:
+                        box.append(fm)
+                    else:
+                        box.extend([fm] * copies)
             if not patterns:
                 continue
-            body = None
+            envelope = None
             for pattern in patterns:
-                pfx = prefix.get(pattern)
-                if pfx is None:
+                if pattern not in prefix:
                     continue  # interest of retention or a durable, no client on XPUB
-                if body is None:
-                    body = encode(topic, payload, fmt, headers, origin, inc, seq, ts)
-                n = pseq[pattern] + 1
-                pseq[pattern] = n
-                send(pfx + body + u64(n), zmq.NOBLOCK)
-                delivered += 1
-        self.delivered += delivered
+                if envelope is None:
+                    envelope = m[:8]  # [topic, payload, fmt, headers, origin, inc, seq, ts]
+                envelopes = out.get(pattern)
+                if envelopes is None:
+                    out[pattern] = [envelope]
+                else:
+                    envelopes.append(envelope)
+        if out:
+            self._send_deliveries(out, encoded=False)
 
     def _link_source(self, link: Link) -> str:
         return f"link {link.name} ({link.peer or link.engine_id})"
@@ -1118,6 +1285,10 @@ class Node:
                 )
             return
         if op != wire.LINK_WELCOME:
+            if op == wire.MSGS and len(value) == 2 and type(value[1]) is list:
+                # counted in messages: one bad frame may have held hundreds
+                link.drops += len(value[1])
+                self._drop("link_not_ready", len(value[1]))
             raise ProtocolError("unexpected", f"frame type {op} before the handshake finished")
         peer = info.get("id")
         inc = info.get("incarnation")
@@ -2044,6 +2215,10 @@ class _Applying:
 _ENVELOPE_TAIL = struct.Struct(">BQBd")
 #: the per-pattern sequence trailer of a delivery frame
 _U64 = struct.Struct(">Q")
+#: entries in each of _on_msgs's caches of paths and targets (a stream is a distinct one)
+_STREAM_CACHE_SIZE = 4096
+#: msgpack's bin headers: an array whose first element is one is a publish batch
+_BIN_TYPES = frozenset((0xC4, 0xC5, 0xC6))
 
 
 #: bounds of numbers that reach SQLite (INTEGER is signed 64-bit; ts must be finite)

@@ -511,6 +511,37 @@ class Security:
         refuse = self.refuse
         may_publish = self.may_publish
 
+        def allowed(user: str, data: bytes) -> bool | None:
+            """May ``user`` publish this publish frame? None: not a publish frame."""
+            # the usual frame: fixarray(4), then the topic as fixstr or str8
+            key = None
+            if len(data) > 2 and data[0] == 0x94:
+                b = data[1]
+                if 0xA0 <= b <= 0xBF:
+                    key = data[2 : 2 + b - 0xA0]
+                elif b == 0xD9:
+                    key = data[3 : 3 + data[2]]
+            known = decided.get(user)
+            if known is None:
+                if len(decided) >= _CACHE_MAX:
+                    decided.clear()
+                known = decided[user] = {}
+            ok = known.get(key) if key is not None else None
+            if ok is None:
+                topic = _publish_topic(data)
+                if topic is None:
+                    return None
+                ok = may_publish(user, topic)
+                if key is not None:
+                    if len(known) >= _CACHE_MAX:
+                        known.clear()
+                    known[key] = ok
+                if not ok:
+                    refuse("publish to", user, topic)
+            elif not ok:
+                refuse("publish to", user, key.decode("utf-8", "replace") if key else "?")
+            return ok
+
         def secure_recv(flags: int) -> bytes:
             while True:
                 frame = recv(flags, False)
@@ -519,32 +550,20 @@ class Security:
                     user = str(frame.get("User-Id"))
                 except zmq.ZMQError:
                     user = ""
-                # the usual frame: fixarray(4), then the topic as fixstr or str8
-                key = None
-                if len(data) > 2 and data[0] == 0x94:
-                    b = data[1]
-                    if 0xA0 <= b <= 0xBF:
-                        key = data[2 : 2 + b - 0xA0]
-                    elif b == 0xD9:
-                        key = data[3 : 3 + data[2]]
-                known = decided.get(user)
-                if known is None:
-                    if len(decided) >= _CACHE_MAX:
-                        decided.clear()
-                    known = decided[user] = {}
-                ok = known.get(key) if key is not None else None
-                if ok is None:
-                    topic = _publish_topic(data)
-                    if topic is None:
-                        return data  # malformed: the publish handler rejects and counts it
-                    ok = may_publish(user, topic)
-                    if key is not None:
-                        if len(known) >= _CACHE_MAX:
-                            known.clear()
-                        known[key] = ok
+                ok = allowed(user, data)
                 if ok:
                     return data
-                refuse("publish to", user, key.decode("utf-8", "replace") if key else "?")
+                if ok is False:
+                    continue
+                batch = _publish_batch(data)
+                if batch is None:
+                    return data  # malformed: the publish handler rejects and counts it
+                # a publish batch: every element is checked; refused ones are dropped
+                keep = [e for e in batch if allowed(user, e) is not False]
+                if len(keep) == len(batch):
+                    return data
+                if keep:
+                    return bytes(msgpack.packb(keep))
 
         return secure_recv
 
@@ -564,6 +583,17 @@ _HANDSHAKE_REASONS: dict[int, str] = {
     int(zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH): "not CURVE (a plain client or node?)",
     int(zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC): "CURVE handshake failed (wrong server key?)",
 }
+
+
+def _publish_batch(frame: bytes) -> list[bytes] | None:
+    """The elements of a publish batch frame (``[publish frame: bin, ...]``), or None."""
+    try:
+        value = msgpack.unpackb(frame, raw=False, strict_map_key=False)
+    except Exception:
+        return None
+    if type(value) is list and value and all(type(e) is bytes for e in value):
+        return value
+    return None
 
 
 def _publish_topic(frame: bytes) -> str | None:

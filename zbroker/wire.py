@@ -12,15 +12,39 @@ Client publish (client PUSH → node PULL, ``PORT+1``)::
 ``fmt`` says what the payload bytes are: ``0`` raw bytes as the publisher gave them,
 ``1`` a msgpack-encoded object (the client API accepts any msgpack-able value).
 
+Publish batch (same socket), several publishes in one frame::
+
+    [frame: bin, frame: bin, ...]      each ``frame`` one publish frame as above
+
+An array whose first element is a ``bin`` is a batch (a publish frame starts with its topic,
+a ``str``). The node takes each element as if it had arrived alone (an element that is not
+a ``bin`` is counted as ``bad_shape``), so a batch changes nothing but the per-frame cost.
+A node announces in its HELLO reply (``publish_batch``: bytes) that it reads batches and how
+large they may be; a client batches only publishes that come faster than
+:data:`~zbroker.const.PUBLISH_LINGER` apart, so a lone publish still leaves at once.
+
 Delivery (node XPUB → client SUB, ``PORT+2``)::
 
     pattern-utf8  NUL  msgpack([topic, payload, fmt, headers, origin, incarnation, seq, ts])
         pattern-seq (8 bytes, big-endian)
 
+A delivery frame may also carry several messages of one pattern (a *delivery batch*)::
+
+    pattern-utf8  NUL  msgpack([envelope, envelope, ...])  pattern-seq (8 bytes, big-endian)
+
+where each ``envelope`` is the 8-element array above. A reader tells the two forms apart by
+the first element of the decoded array: a topic (str) for one message, an array for a
+batch. The node batches what one drain pass produced for a pattern (up to
+:data:`DELIVERY_BATCH` messages or about :data:`DELIVERY_BATCH_BYTES` of payload), so a
+subscriber pays one receive per batch under load, and a lone message still travels alone
+at once (no timer: batching never delays a message).
+
 The trailer numbers the node's sends on that pattern (1, 2, 3, ...): a subscriber whose
 queue overflowed at the node (a slow consumer: the node's XPUB drops for that subscriber
 only, never stalling the others) sees a gap, counts it and reports it to the node
-(``GAPS``), which counts it in its status.
+(``GAPS``), which counts it in its status. Numbers count messages, not frames: a batch of
+``k`` messages takes the numbers ``n - k + 1 .. n`` and carries ``n``, so a dropped batch
+shows as a gap of exactly the messages it held.
 
 The frame begins with the subscription pattern it is delivered for and a NUL byte (which no
 pattern contains); clients subscribe to ``pattern + NUL``, so ZeroMQ's prefix filter becomes
@@ -42,7 +66,7 @@ Control (client or peer DEALER → node ROUTER, ``PORT``)::
 op         value  body
 =========  =====  ===========================================================
 HELLO      1      request ``{}``; reply ``{broker_id, incarnation, version, endpoints,
-                  ports: {control, publish, deliver}}``
+                  ports: {control, publish, deliver}, publish_batch}``
 STATUS     2      request ``{}``; reply: the node's status map
 PING       3      request ``{}``; reply ``{}``
 GAPS       13     one-way ``{pattern: missed, ...}``: deliveries a subscriber's queue dropped
@@ -108,6 +132,8 @@ import msgpack
 from .errors import ProtocolError
 
 __all__ = [
+    "DELIVERY_BATCH",
+    "DELIVERY_BATCH_BYTES",
     "ERROR",
     "FMT_BYTES",
     "FMT_MSGPACK",
@@ -118,10 +144,14 @@ __all__ = [
     "SYNC_PREFIX",
     "decode_control",
     "decode_delivery",
+    "decode_delivery_batch",
     "decode_publish",
     "encode_control",
+    "encode_delivery_batch",
     "encode_delivery_body",
     "encode_publish",
+    "encode_publish_batch",
+    "publish_batch_elements",
 ]
 
 FMT_BYTES = 0
@@ -174,6 +204,12 @@ MSGS = 21
 BYE = 22
 LINK_TYPES = frozenset({LINK_HELLO, LINK_WELCOME, LINK_REFUSE, HEARTBEAT, ADVERT, MSGS, BYE})
 
+#: messages per delivery batch frame at most (see "Delivery" above)
+DELIVERY_BATCH = 256
+#: payload bytes after which a delivery batch is cut (a frame stays well below a MB or so
+#: unless one message alone is larger)
+DELIVERY_BATCH_BYTES = 64 * 1024
+
 #: First byte of a subscription-sync key. Not a valid pattern character, so it never
 #: collides with a real subscription.
 SYNC_PREFIX = b"\x02"
@@ -198,6 +234,20 @@ def _unpack(frame: bytes) -> Any:
 def encode_publish(topic: str, payload: bytes, fmt: int, headers: dict[str, Any] | None) -> bytes:
     """Encode a client publish frame (inputs already validated by the client)."""
     return _packb([topic, payload, fmt, headers])  # type: ignore[no-any-return]
+
+
+def encode_publish_batch(frames: list[bytes]) -> bytes:
+    """Encode a publish batch from publish frames (each from :func:`encode_publish`)."""
+    return _packb(frames)  # type: ignore[no-any-return]
+
+
+def publish_batch_elements(frame: bytes) -> list[Any] | None:
+    """The elements of a publish batch (each should be a publish frame, ``bytes``), or
+    None if ``frame`` is not a batch (then :func:`decode_publish` judges it)."""
+    value = _unpack(frame)
+    if type(value) is list and value and type(value[0]) is bytes:
+        return value
+    return None
 
 
 def decode_publish(frame: bytes) -> tuple[str, bytes, int, dict[str, Any] | None]:
@@ -233,6 +283,44 @@ def encode_delivery_body(
     return _packb(  # type: ignore[no-any-return]
         [topic, payload, fmt, headers, origin, incarnation, seq, ts]
     )
+
+
+def array_header(n: int) -> bytes:
+    """msgpack's header of an array of ``n`` elements (what precedes them)."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def encode_delivery_batch(bodies: list[bytes]) -> bytes:
+    """The msgpack part of a delivery batch from envelopes already encoded with
+    :func:`encode_delivery_body` (a concatenation: nothing is re-encoded)."""
+    return array_header(len(bodies)) + b"".join(bodies)
+
+
+def decode_delivery_batch(frame: bytes) -> tuple[str, int, list[list[Any]]]:
+    """A whole delivery frame of either form: (pattern, pattern sequence of its *first*
+    message, the envelopes it holds). Each envelope is an 8-element array."""
+    if len(frame) < 10:
+        raise ProtocolError("bad_shape", "delivery frame too short")
+    last = int.from_bytes(frame[-8:], "big")
+    nul = frame.find(b"\0")
+    if nul <= 0:
+        raise ProtocolError("bad_shape", "delivery frame has no pattern prefix")
+    try:
+        pattern = frame[:nul].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError("bad_type", "pattern is not UTF-8") from exc
+    value = _unpack(frame[nul + 1 : -8])
+    if type(value) is not list or not value:
+        raise ProtocolError("bad_shape", "delivery body must be a non-empty array")
+    envelopes = value if type(value[0]) is list else [value]
+    for fields in envelopes:
+        if type(fields) is not list or len(fields) != 8:
+            raise ProtocolError("bad_shape", "delivery envelope must be an 8-element array")
+    return pattern, last - len(envelopes) + 1, envelopes
 
 
 def decode_delivery_frame(frame: bytes) -> tuple[str, int, list[Any]]:

@@ -106,10 +106,32 @@ def _hashable(value: Any) -> bool:
     return True
 
 
-def publish_outcome(frame: bytes) -> str | None:
-    """The bad-input reason of a frame on the publish socket, None if it is a publish."""
+def publish_outcome(frame: bytes) -> tuple[Counter[str], int]:
+    """(bad-input reasons, publishes accepted) for one frame on the publish socket: one
+    publish, or a publish batch (``[frame: bin, ...]``) whose every element counts alone."""
+    bad: Counter[str] = Counter()
     if len(frame) > LIMIT:
-        return "oversized"
+        bad["oversized"] += 1
+        return bad, 0
+    try:
+        elements = wire.publish_batch_elements(frame)
+    except ProtocolError as exc:
+        bad[exc.reason] += 1
+        return bad, 0
+    accepted = 0
+    for element in [frame] if elements is None else elements:
+        if type(element) is not bytes:
+            bad["bad_shape"] += 1
+            continue
+        reason = _single_publish_outcome(element)
+        if reason is None:
+            accepted += 1
+        else:
+            bad[reason] += 1
+    return bad, accepted
+
+
+def _single_publish_outcome(frame: bytes) -> str | None:
     try:
         topic = wire.decode_publish(frame)[0]
     except ProtocolError as exc:
@@ -505,6 +527,24 @@ class FrameGen:
 
     def publish(self) -> list[Any]:
         return [self.topic(), self.rbytes(), self.rng.choice((0, 1)), self.headers()]
+
+    def publish_batch(self) -> bytes:
+        """A publish batch of valid, fuzzed and non-bin elements (or a mutated one)."""
+        rng = self.rng
+        elements: list[Any] = []
+        for _ in range(rng.choice((1, 2, 3, 15, 16, 40))):
+            r = rng.random()
+            if r < 0.6:
+                elements.append(pack(self.publish()))
+            elif r < 0.9:
+                fuzzed = self.fuzz(self.publish)
+                elements.append(fuzzed[0] if isinstance(fuzzed, list) and fuzzed else fuzzed)
+            else:
+                elements.append(self.value())
+        if type(elements[0]) is not bytes:
+            elements[0] = pack(self.publish())  # a batch starts with a bin
+        frame = pack(elements)
+        return self.mutate_bytes(frame)[:GUARD] if rng.random() < 0.2 else frame[:GUARD]
 
     def control(self) -> list[Any]:
         rng = self.rng
@@ -1014,17 +1054,19 @@ class Fuzz:
     def publish_frame(self) -> None:
         gen = self.gen
         while True:
-            frame = gen.fuzz(gen.publish)
-            if isinstance(frame, list):  # a PULL takes each part as a frame of its own
-                frame = frame[0] if frame else b""
+            if gen.rng.random() < 0.1:
+                frame = gen.publish_batch()
+            else:
+                fuzzed = gen.fuzz(gen.publish)
+                if isinstance(fuzzed, list):  # a PULL takes each part as a frame of its own
+                    fuzzed = fuzzed[0] if fuzzed else b""
+                frame = fuzzed
             if MARK in frame or LINK_PEER.encode() in frame:
                 continue
             break
-        reason = publish_outcome(frame)
-        if reason is None:
-            self.accepted += 1
-        else:
-            self.bad[reason] += 1
+        bad, accepted = publish_outcome(frame)
+        self.accepted += accepted
+        self.bad.update(bad)
         self.send(self.push, frame)
         self.sent["publish"] += 1
 

@@ -1065,3 +1065,38 @@ def test_process_chain_middle_killed_and_restarted(
     assert_exact(got, "KILL.X", range(N, 2 * N), "KILL.END")
     assert c2.status()["counters"]["forwarded"] == N + 1
     assert c3.status()["counters"]["duplicates"] == 0
+
+
+def test_msgs_before_the_handshake_are_counted_in_messages(
+    broker_factory: BrokerFactory, wait_until: WaitUntil
+) -> None:
+    """A peer that sends MSGS before its LINK_WELCOME: the frame is bad input once
+    (``unexpected``), and the messages it held are counted as dropped, each one."""
+    import zmq
+
+    from zbroker import wire
+
+    ctx = zmq.Context.instance()
+    peer = ctx.socket(zmq.ROUTER)  # plays the node the broker dials
+    peer.setsockopt(zmq.LINGER, 0)
+    try:
+        port = peer.bind_to_random_port(f"tcp://{HOST}")
+        b = broker_factory(
+            links=(LinkConfig(name="early", uri=endpoint(port), reconnect_initial_delay=30.0),)
+        )
+        assert peer.poll(int(WAIT * 1000)), "the broker never dialled"
+        ident, hello = peer.recv_multipart()
+        assert wire.decode_frame(hello)[0] == wire.LINK_HELLO
+        entry = ["EARLY.X", b"p", 0, None, "rawpeer", 1, 1, 0.0, ["rawpeer"], None]
+        peer.send_multipart([ident, wire.encode_link(wire.MSGS, [entry] * 3)])
+
+        def counted() -> bool:
+            return bool(counters(b)["dropped"].get("link_not_ready", 0) == 3)
+
+        assert wait_until(counted, WAIT)
+        c = counters(b)
+        assert c["dropped"]["bad_input.unexpected"] == 1
+        assert c["bad_input"] == 1
+        assert c["delivered"] == 0 and c["forwarded"] == 0
+    finally:
+        peer.close()

@@ -455,7 +455,9 @@ def test_message_ids(broker: Broker, client_factory: ClientFactory) -> None:
 # -- status ------------------------------------------------------------------------------------
 
 
-def test_status_counters_are_exact(broker: Broker, client_factory: ClientFactory) -> None:
+def test_status_counters_are_exact(
+    broker: Broker, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
     a = client_factory(broker.endpoint)
     b = client_factory(broker.endpoint)
     got_a, got_b = Collector(), Collector()
@@ -468,6 +470,9 @@ def test_status_counters_are_exact(broker: Broker, client_factory: ClientFactory
     for _ in range(3):
         a.publish("ELSEWHERE.X", b"z")  # nobody
     assert got_a.wait_for(15) and got_b.wait_for(10)
+    # the ELSEWHERE publishes deliver nothing to wait for, and came fast enough to travel
+    # in a publish batch (whose tail the client thread sends within about a millisecond)
+    assert wait_until(lambda: broker.status()["counters"]["received"] >= 18, WAIT)
 
     status = broker.status()
     c = status["counters"]
@@ -824,6 +829,108 @@ def test_stalled_subscriber_does_not_cost_healthy_subscribers_messages(
             lambda: counters(b)["dropped"].get("slow_subscriber", 0) == slow.missed, WAIT
         )
         assert len(healthy) == n + 1
+    finally:
+        release.set()
+
+
+def test_publish_batches_lose_nothing_at_close_or_at_the_end_of_a_burst(
+    broker: Broker, client_factory: ClientFactory
+) -> None:
+    """Publishes made in a tight loop travel in publish batches: the batch a burst leaves
+    unfilled is sent by the client thread, and close() sends what is still batched."""
+    got = Collector()
+    sub = client_factory(broker.endpoint)
+    sub.subscribe("PB.>", got)
+    pub = client_factory(broker.endpoint)
+    assert pub.hello["publish_batch"] == broker.config.max_frame_bytes
+    for i in range(1_003):  # not a multiple of the batch size: a tail is left over
+        pub.publish("PB.TAIL", b"%d" % i)
+    assert got.wait_for(1_003)  # nothing published after the burst: the thread sent it
+    closing = Client(broker.endpoint)
+    for i in range(2_005):
+        closing.publish("PB.CLOSE", b"%d" % i)
+    closing.close()  # at once: what is batched must still reach the node
+    pub.publish("PB.END", b"barrier")
+    assert got.wait_topic("PB.END")
+    assert got.wait_for(1_003 + 2_005 + 1)
+    assert got.payloads("PB.TAIL") == [b"%d" % i for i in range(1_003)]
+    assert got.payloads("PB.CLOSE") == [b"%d" % i for i in range(2_005)]
+    assert len(got) == 1_003 + 2_005 + 1
+
+
+def test_a_burst_is_delivered_in_batch_frames_numbered_per_message(
+    broker: Broker, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """What a subscriber's socket receives for a burst: delivery frames holding one or
+    several messages of the pattern (wire.decode_delivery_batch), every message once, in
+    order, their pattern sequence numbers 1..n without a gap."""
+    n = 20_000
+    pub = client_factory(broker.endpoint)
+    ctx = zmq.Context.instance()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.RCVHWM, 0)  # nothing may be dropped toward this test's socket
+    try:
+        sub.connect(f"tcp://{HOST}:{broker.ports['deliver']}")
+        sub.subscribe(b"BURST.>\0")
+        assert wait_until(lambda: "BURST.>" in pub.status()["subscriptions"]["patterns"], WAIT)
+        for i in range(n):
+            pub.publish("BURST.X", b"%d" % i)
+        seqs: list[int] = []
+        payloads: list[bytes] = []
+        sizes: Counter[int] = Counter()
+        deadline = time.monotonic() + WAIT
+        while len(payloads) < n and time.monotonic() < deadline:
+            if not sub.poll(100):
+                continue
+            pattern, first, envelopes = wire.decode_delivery_batch(sub.recv())
+            assert pattern == "BURST.>"
+            seqs.extend(range(first, first + len(envelopes)))
+            payloads.extend(e[1] for e in envelopes)
+            sizes[len(envelopes)] += 1
+        assert payloads == [b"%d" % i for i in range(n)]
+        assert seqs == list(range(1, n + 1))
+        assert not sub.poll(200)  # nothing more (no duplicate)
+        # a burst of 20,000 cannot be handled one message per poll pass
+        assert sum(k for k in sizes if k > 1) > 0, sizes
+        assert max(sizes) <= wire.DELIVERY_BATCH
+    finally:
+        sub.close()
+
+
+def test_a_stalled_subscriber_counts_batches_it_lost_in_messages(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """Messages travel in batch frames; a stalled subscriber's queue drops whole
+    frames, and the gap it counts (and reports to the node) is in messages, exactly."""
+    b = broker_factory(hwm=20)
+    release = threading.Event()
+    stalled_calls = [0]
+
+    def stalled(msg: Message) -> None:
+        stalled_calls[0] += 1
+        release.wait(30)
+
+    slow = client_factory(b.endpoint, hwm=5)
+    pub = client_factory(b.endpoint)
+    try:
+        slow.subscribe("SMALL.>", stalled)
+        # 4 KB each: 16 to a batch frame, 24 MB in all, more than the socket buffers hold
+        n = 6_000
+        for i in range(n):
+            pub.publish("SMALL.X", b"%d" % i + b"." * 4000)
+        assert wait_until(lambda: counters(b)["delivered"] >= n, WAIT)
+        release.set()
+        before = -1
+        while stalled_calls[0] != before:  # let it drain what its queues hold
+            before = stalled_calls[0]
+            time.sleep(0.3)
+        pub.publish("SMALL.X", b"barrier")  # reveals a drop at the very end too
+        assert wait_until(lambda: stalled_calls[0] + slow.missed == n + 1, WAIT)
+        assert slow.missed > 0
+        assert wait_until(
+            lambda: counters(b)["dropped"].get("slow_subscriber", 0) == slow.missed, WAIT
+        )
     finally:
         release.set()
 

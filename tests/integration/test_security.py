@@ -564,3 +564,47 @@ def test_staged_writes_are_checked_against_publish_permissions(
     st = b.status()
     assert st["security"]["refused"] == {"publish": 1}
     assert st["staging"]["tokens"] == 0 and st["counters"]["received"] == 1
+
+
+def test_publish_batches_are_checked_element_by_element(
+    broker_factory: Callable[..., Broker],
+    client_factory: Callable[..., Client],
+    keys: Keys,
+    wait_until: Callable[..., bool],
+) -> None:
+    """A publish batch frame ([publish frame, ...]) from a client that skips its library's
+    check: the node drops exactly the elements whose topic the key may not publish to."""
+    import msgpack
+
+    from zbroker import wire
+
+    b = broker_factory(broker_id="b", **keys.options("b"))
+    server_key = keys.node_public("b")
+    alice = client_factory(b.endpoint, keys=keys.client("alice"), server_key=server_key)
+    got: list[bytes] = []
+    alice.subscribe("X.>", lambda m: got.append(m.payload))
+    bob_public, bob_secret = load_key_pair(keys.client("bob"))
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    try:
+        push.curve_publickey = bob_public
+        push.curve_secretkey = bob_secret
+        push.curve_serverkey = server_key.encode()
+        push.connect(f"tcp://127.0.0.1:{b.ports['publish']}")
+        frames = [
+            wire.encode_publish("Y.Z", b"bob-ok-1", 0, None),
+            wire.encode_publish("X.T", b"forged-1", 0, None),
+            wire.encode_publish("Y.Z", b"bob-ok-2", 0, None),
+            wire.encode_publish("X.T", b"forged-2", 0, None),
+        ]
+        push.send(msgpack.packb(frames))
+        push.send(msgpack.packb(frames[1::2]))  # only forbidden ones: nothing passes
+        assert wait_until(lambda: b.status()["counters"]["received"] == 2, 10)
+        time.sleep(0.3)
+        st = b.status()
+        assert st["counters"]["received"] == 2  # the two Y.Z messages
+        assert st["security"]["refused"] == {"publish": 4}
+        assert got == []
+    finally:
+        push.close(linger=0)
+        ctx.term()
