@@ -31,6 +31,9 @@ Read options (all strings, names case-insensitive):
                     ``false``: skip the expired part, log how many sequences were skipped
 ``timeout``         seconds to wait for the node (default 10)
 ``commitTimeout``   writes: seconds a commit may take to publish its rows (default 600)
+``keys``            with security on: the client's secret key — a ``NAME.key_secret``
+                    file (``zbroker keygen``) readable on every executor, or its Z85 text
+``serverKey``       with security on: the node's public key (``node.key`` file or Z85)
 ==================  =====================================================================
 
 **Writing** (``df.write`` / ``df.writeStream``) publishes rows into the network exactly once:
@@ -40,7 +43,9 @@ under a fresh token; the node publishes them only when Spark commits the job or 
 (see :mod:`zbroker.staging`), and an aborted or retried attempt's rows are discarded. A
 streaming write also names its micro-batch, with ``writerId`` (default: derived from the
 query's ``checkpointLocation`` option), so a batch Spark replays after a restart is applied
-once. Write options: ``broker``, ``timeout``, ``commitTimeout``, ``topic``, ``writerId``.
+once. Write options: ``broker``, ``timeout``, ``commitTimeout``, ``topic``, ``writerId``,
+``keys``, ``serverKey``. The node enforces the key's permissions: reading needs subscribe
+permission for ``pattern``, writing publish permission for every row's topic.
 """
 
 from __future__ import annotations
@@ -151,6 +156,8 @@ class _Conn:
     broker: str
     timeout: float
     commit_timeout: float
+    keys: str | None = None  # CurveZMQ: the client's secret key (file or Z85 text)
+    server_key: str | None = None  # CurveZMQ: the node's public key (file or Z85 text)
 
     @classmethod
     def parse(cls, options: Any) -> _Conn:
@@ -165,12 +172,23 @@ class _Conn:
                 raise ValueError(f"option {name}: not a number: {options.get(name)!r}") from None
             if seconds[-1] <= 0:
                 raise ValueError(f"option {name}: must be positive")
-        return cls(broker, seconds[0], seconds[1])
+        keys, server_key = options.get("keys"), options.get("serverKey")
+        if (keys is None) != (server_key is None):
+            raise ValueError(
+                "options keys and serverKey go together: a node with security on needs both "
+                "(the client's secret key and the node's public key)"
+            )
+        return cls(broker, seconds[0], seconds[1], keys, server_key)
 
     def client(self, commit: bool = False) -> Client:
         """A client; for a commit, one that waits as long as publishing a batch may take
         (giving up early would make Spark retry a batch the node is still applying)."""
-        return Client(self.broker, timeout=self.commit_timeout if commit else self.timeout)
+        return Client(
+            self.broker,
+            timeout=self.commit_timeout if commit else self.timeout,
+            keys=self.keys,
+            server_key=self.server_key,
+        )
 
 
 @dataclass(frozen=True)
