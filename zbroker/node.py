@@ -2110,25 +2110,24 @@ class Node:
             return topic_match(pattern, topic)
 
         rows = store.read(start, end, limit, None if pattern == ">" else wanted)
-        out = [
-            [
-                seq,
-                topic,
-                payload,
-                fmt,
-                None if h is None else msgpack.unpackb(h, strict_map_key=False),
-                o,
-                i,
-                q,
-                ts,
-            ]
-            for seq, topic, payload, fmt, h, o, i, q, ts in rows
-        ]
         upper = end if end is not None else store.last_seq + 1
         if len(rows) >= limit:
             upper = rows[-1][0] + 1  # more may follow: resume from here
+        reply: dict[str, Any] = {}
+        unpack = msgpack.unpackb
+        if body.get("columns") is True:
+            # one array per field: a bulk reader (Spark) builds its columns from these
+            # without a Python object per row
+            cols: list[Any] = list(zip(*rows, strict=True)) if rows else [()] * 9
+            cols[4] = [None if h is None else unpack(h, strict_map_key=False) for h in cols[4]]
+            reply["columns"] = cols
+        else:
+            reply["rows"] = [
+                (*r[:4], unpack(r[4], strict_map_key=False), *r[5:]) if r[4] is not None else r
+                for r in rows
+            ]
         return wire.READ, {
-            "rows": out,
+            **reply,
             "first_seq": store.first_seq(),
             "last_seq": store.last_seq,
             "expired_upto": store.expired_upto(pattern),

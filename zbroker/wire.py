@@ -80,7 +80,9 @@ READ       7      request ``{pattern, start, end?, limit}``: the retention log r
                   ``start <= seq < end``; reply ``{rows: [[seq, topic, payload, fmt,
                   headers, origin, incarnation, origin_seq, ts]], first_seq, last_seq,
                   expired_upto, next}`` (``next``: where to continue; ``expired_upto``:
-                  the highest sequence a rule retaining ``pattern`` lost to its bounds)
+                  the highest sequence a rule retaining ``pattern`` lost to its bounds).
+                  With ``columns: true`` the reply has ``columns: [[seq...], [topic...],
+                  ...]`` (the same nine fields, one array each) instead of ``rows``
 DURABLE_OPEN 8    request ``{name, pattern, credit, max_msgs, max_bytes, max_age}``: create
                   (if new; bounds: 0 = unbounded, oldest dropped first) and attach
                   to a durable subscription; reply ``{name, pattern, stored, created}``

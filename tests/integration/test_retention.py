@@ -187,6 +187,19 @@ def test_read_pattern_filter(log40: Client) -> None:
     assert all(m.pattern == "RD.B.>" for m in log40.read("RD.B.>"))
 
 
+def test_read_in_columns_holds_the_same_fields_as_rows(log40: Client) -> None:
+    """``columns: true`` (the Spark reader's form): one array per field, same values."""
+    body = {"pattern": "RD.A", "start": 5, "end": 20, "limit": 4}
+    rows = log40.request(wire.READ, body)
+    cols = log40.request(wire.READ, {**body, "columns": True})
+    assert "rows" not in cols and "columns" not in rows
+    assert [list(c) for c in cols["columns"]] == [list(f) for f in zip(*rows["rows"], strict=True)]
+    assert [s for s in cols["columns"][0]] == [5, 7, 9, 11]
+    assert (cols["next"], cols["last_seq"]) == (rows["next"], rows["last_seq"]) == (12, 40)
+    empty = log40.request(wire.READ, {"pattern": "NOPE", "start": 1, "columns": True})
+    assert empty["columns"] == [[]] * 9
+
+
 def test_read_limit(log40: Client) -> None:
     assert [m.log_seq for m in log40.read(">", 1, None, 3)] == [1, 2, 3]
     assert [m.log_seq for m in log40.read("RD.B.>", 7, None, 4)] == [8, 10, 12, 14]

@@ -325,8 +325,11 @@ def _decode_values(
     return out
 
 
-def _to_batch(rows: list[Any], schema: pa.Schema, value_format: str | None) -> pa.RecordBatch:
-    seqs, topics, payloads, _fmts, headers, origins, incs, oseqs, tss = zip(*rows, strict=True)
+def _to_batch(
+    columns_in: list[Any], schema: pa.Schema, value_format: str | None
+) -> pa.RecordBatch:
+    """An Arrow batch from a columnar READ reply (one array per field)."""
+    seqs, topics, payloads, _fmts, headers, origins, incs, oseqs, tss = columns_in
     ts_type = schema.field(5).type
     columns = [
         pa.array(topics, pa.string()),
@@ -355,7 +358,13 @@ def _read_range(
         while nxt < end:
             reply = client.request(
                 wire.READ,
-                {"pattern": opts.pattern, "start": nxt, "end": end, "limit": _READ_CHUNK},
+                {
+                    "pattern": opts.pattern,
+                    "start": nxt,
+                    "end": end,
+                    "limit": _READ_CHUNK,
+                    "columns": True,
+                },
             )
             expired = int(reply.get("expired_upto", 0))
             if expired >= nxt:
@@ -368,9 +377,9 @@ def _read_range(
                     min(expired, end - 1),
                     opts.pattern,
                 )
-            rows = reply["rows"]
-            if rows:
-                yield _to_batch(rows, arrow, opts.value_format)
+            columns = reply["columns"]
+            if columns[0]:
+                yield _to_batch(columns, arrow, opts.value_format)
             following = int(reply["next"])
             if following <= nxt:
                 break  # the node has nothing further in this range
