@@ -16,34 +16,14 @@ from typing import Any
 import pytest
 from zbroker.cli.format import format_status
 
-from zbroker import Broker, Client, Message, RequestError, wire
+from tests.helpers import Inbox
+from zbroker import Broker, Client, RequestError, wire
 from zbroker.config import RetainRule
 from zbroker.writer import StagedWriter, abort_staged, commit_staged
 
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
 GRACE = 0.3  # seconds granted to a message that must not arrive
-
-
-class Inbox:
-    """Messages a subscription received, with a bounded wait for a count."""
-
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, msg: Message) -> None:
-        with self._cond:
-            self.messages.append(msg)
-            self._cond.notify_all()
-
-    def wait_count(self, n: int, timeout: float = 20.0) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: len(self.messages) >= n, timeout)
-
-    def payloads(self) -> list[Any]:
-        with self._cond:
-            return [m.payload for m in self.messages]
 
 
 def staged(client: Client, payloads: list[bytes], topic: str = "OUT.A") -> tuple[str, int]:

@@ -11,14 +11,11 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from zbroker import Message
 
 SKIP_REASON: str | None = None
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
@@ -73,24 +70,3 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
-
-
-class Inbox:
-    """A subscription callback that keeps what arrived and waits for a count."""
-
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, msg: Message) -> None:
-        with self._cond:
-            self.messages.append(msg)
-            self._cond.notify_all()
-
-    def wait_count(self, n: int, timeout: float = 30.0) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: len(self.messages) >= n, timeout)
-
-    def snapshot(self) -> list[Message]:
-        with self._cond:
-            return list(self.messages)

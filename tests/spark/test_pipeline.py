@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.spark.conftest import Inbox
+from tests.helpers import Inbox
 from zbroker import Broker, Client
 from zbroker.config import RetainRule
 

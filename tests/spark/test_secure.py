@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import Inbox
 from tests.integration.test_security import Keys
-from tests.spark.conftest import Inbox
 from zbroker import Broker, Client
 from zbroker.config import RetainRule
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.spark.conftest import Inbox
+from tests.helpers import Inbox
 from zbroker import Broker, Client, wire
 from zbroker.config import RetainRule
 
