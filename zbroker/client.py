@@ -770,6 +770,7 @@ class Client:
         max_msgs: int = 0,
         max_bytes: int = 0,
         max_age: float = 0.0,
+        overflow: str = "drop-oldest",
     ) -> Subscription:
         """Call ``callback(message)`` for every message matching ``pattern``.
 
@@ -783,13 +784,21 @@ class Client:
         acknowledged after ``callback`` returns, and one not acknowledged before a
         disconnect is delivered again with ``message.redelivered`` set. ``max_msgs``,
         ``max_bytes`` (topic + payload) and ``max_age`` (seconds) bound what is stored
-        (oldest dropped first; 0 = unbounded). ``unsubscribe()`` on the
+        (0 = unbounded): ``overflow="drop-oldest"`` (default) drops the oldest to make
+        room, ``"reject-new"`` keeps what is stored and refuses more — a persistent
+        publish that a full durable would have to store fails with an error to its
+        publisher; other messages are not queued (counted). ``unsubscribe()`` on the
         handle detaches; :meth:`delete_durable` deletes it and its stored messages.
         """
         validate_pattern(pattern)
         self._check("subscribe", pattern)
         if durable is not None:
-            bounds = {"max_msgs": max_msgs, "max_bytes": max_bytes, "max_age": max_age}
+            bounds = {
+                "max_msgs": max_msgs,
+                "max_bytes": max_bytes,
+                "max_age": max_age,
+                "overflow": overflow,
+            }
             return self._subscribe_durable(pattern, callback, durable, credit, bounds)
         sub = Subscription(self, pattern, callback)
         with self._subs_lock:

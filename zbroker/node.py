@@ -66,7 +66,7 @@ from .routing import (
 )
 from .security import Security
 from .staging import Staging, StagingError
-from .store import Store
+from .store import OVERFLOW_POLICIES, Store
 from .sublist import Sublist
 from .topics import patterns_overlap, validate_pattern, validate_publish_topic, validate_topic
 
@@ -1745,11 +1745,35 @@ class Node:
         assert store is not None
         for name in self._durable_match.match(topic):
             d = self._durables[name]
+            if store.durable_rejects(name, 1, len(payload) + len(topic)):
+                # reject-new and full: what is stored stays; this one is not queued
+                self._drop("durable_reject_new")
+                continue
             store.enqueue(name, d.next_q, (topic, payload, fmt, headers, origin, inc, seq, ts))
             d.next_q += 1
             self.durable_stored += 1
             if d.consumer is not None:
                 self._pump.add(name)
+
+    def _durable_refusal(self, topics: dict[str, list[int]]) -> str | None:
+        """Why messages on ``topics`` (topic -> [messages, bytes]) cannot be stored, if a
+        matching durable subscription is full under ``reject-new``; None if they can."""
+        if not self._durables or self.store is None:
+            return None
+        store = self.store
+        adds: dict[str, list[int]] = {}
+        for topic, (n, size) in topics.items():
+            for name in self._durable_match.match(topic):
+                a = adds.setdefault(name, [0, 0])
+                a[0] += n
+                a[1] += size
+        for name, (n, size) in adds.items():
+            if store.durable_rejects(name, n, size):
+                return (
+                    f"refused: durable subscription {name!r} is full (overflow policy "
+                    "reject-new): it must be drained or deleted first"
+                )
+        return None
 
     def _durable_op(
         self, ident: bytes, op: int, req: dict[str, Any]
@@ -1768,6 +1792,11 @@ class Node:
             max_msgs = req.get("max_msgs", 0)
             max_bytes = req.get("max_bytes", 0)
             max_age = req.get("max_age", 0.0)
+            overflow = req.get("overflow", "drop-oldest")
+            if overflow not in OVERFLOW_POLICIES:
+                return wire.ERROR, {
+                    "message": f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}"
+                }
             try:
                 validate_pattern(pattern)
             except InvalidTopic as exc:
@@ -1783,7 +1812,9 @@ class Node:
                 return wire.ERROR, {"message": "max_age must be a non-negative number of seconds"}
             created = d is None
             if d is None:
-                store.create_durable(name, pattern, max_msgs, max_bytes, float(max_age))
+                store.create_durable(
+                    name, pattern, max_msgs, max_bytes, float(max_age), str(overflow)
+                )
                 d = self._durables[name] = Durable(name, pattern, 1, max_msgs)
                 self._durable_match.insert(pattern, name)
                 self._add_interest(pattern, "durable:" + name)
@@ -1926,6 +1957,11 @@ class Node:
             and store.rejects(rule, len(payload) + len(topic))
         ):
             full = store.rules[rule]
+        refusal = self._durable_refusal({topic: [1, len(payload) + len(topic)]})
+        if full is None and refusal is not None:
+            self._drop("rejected_persistent")
+            self._send_control(ident, wire.ERROR, req_id, {"message": refusal})
+            return
         if full is not None:
             # a persistent message that cannot be stored is refused, not half-accepted
             self._drop("rejected_persistent")
@@ -2036,6 +2072,15 @@ class Node:
                 a[0] += 1
                 a[1] += len(row[0]) + len(row[1])
         full = store.overflowing_rule(adds)
+        topics: dict[str, list[int]] = {}
+        for row in staged:
+            t = topics.setdefault(row[0], [0, 0])
+            t[0] += 1
+            t[1] += len(row[0]) + len(row[1])
+        refusal = self._durable_refusal(topics)
+        if full is None and refusal is not None:
+            self._drop("rejected_persistent", len(staged))
+            raise StagingError(refusal + "; the rows stay staged until aborted")
         if full is not None:
             self._drop("rejected_persistent", sum(n for n, _ in adds.values()))
             raise StagingError(

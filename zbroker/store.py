@@ -128,6 +128,7 @@ class Store:
         for column, decl in (
             ("max_bytes", "INTEGER NOT NULL DEFAULT 0"),
             ("max_age", "REAL NOT NULL DEFAULT 0"),
+            ("overflow", "TEXT NOT NULL DEFAULT 'drop-oldest'"),
         ):
             if column not in columns:  # a store written before durable byte/age bounds
                 self._db.execute(f"ALTER TABLE durables ADD COLUMN {column} {decl}")
@@ -160,6 +161,21 @@ class Store:
             )
         }
         self._wpending: list[tuple[str, int, int, float]] = []
+        # durable -> [messages, bytes] held (committed + queued), exact through acks and
+        # trims, and its (max_msgs, max_bytes) when its overflow policy is reject-new
+        self._dheld: dict[str, list[int]] = {
+            name: [n, size]
+            for name, n, size in self._db.execute(
+                "SELECT name, COUNT(*), COALESCE(SUM(length(payload) + length(topic)), 0) "
+                "FROM dqueue GROUP BY name"
+            )
+        }
+        self._dreject: dict[str, tuple[int, int]] = {
+            name: (max_msgs, max_bytes)
+            for name, max_msgs, max_bytes in self._db.execute(
+                "SELECT name, max_msgs, max_bytes FROM durables WHERE overflow='reject-new'"
+            )
+        }
 
     def close(self) -> None:
         self.commit()
@@ -269,7 +285,14 @@ class Store:
             if marks:
                 db.executemany("UPDATE dqueue SET delivered=1 WHERE name=? AND q=?", marks)
             for name, upto in acks:
-                db.execute("DELETE FROM dqueue WHERE name=? AND q<=?", (name, upto))
+                self._dforget(
+                    name,
+                    db.execute(
+                        "DELETE FROM dqueue WHERE name=? AND q<=? "
+                        "RETURNING length(payload) + length(topic)",
+                        (name, upto),
+                    ).fetchall(),
+                )
             if self._wpending:
                 self._write_batches()
             if not rows:
@@ -360,17 +383,28 @@ class Store:
         max_msgs, max_bytes, max_age = row
         dropped = 0
         if max_age:
-            n = db.execute(
-                "DELETE FROM dqueue WHERE name=? AND ts < ?", (name, time.time() - max_age)
-            ).rowcount
+            n = self._dforget(
+                name,
+                db.execute(
+                    "DELETE FROM dqueue WHERE name=? AND ts < ? "
+                    "RETURNING length(payload) + length(topic)",
+                    (name, time.time() - max_age),
+                ).fetchall(),
+            )
             self._count_drop("durable_max_age", n)
             dropped += n
+        if name in self._dreject:
+            max_msgs = max_bytes = 0  # nothing past the bounds was accepted
         if max_msgs:
-            n = db.execute(
-                "DELETE FROM dqueue WHERE name=? AND q <= (SELECT q FROM dqueue WHERE name=? "
-                "ORDER BY q DESC LIMIT 1 OFFSET ?)",
-                (name, name, max_msgs),
-            ).rowcount
+            n = self._dforget(
+                name,
+                db.execute(
+                    "DELETE FROM dqueue WHERE name=? AND q <= (SELECT q FROM dqueue WHERE "
+                    "name=? ORDER BY q DESC LIMIT 1 OFFSET ?) "
+                    "RETURNING length(payload) + length(topic)",
+                    (name, name, max_msgs),
+                ).fetchall(),
+            )
             self._count_drop("durable_max_msgs", n)
             dropped += n
         if max_bytes:
@@ -388,11 +422,37 @@ class Store:
                     cut = q
                     if total <= max_bytes:
                         break
-                n = db.execute("DELETE FROM dqueue WHERE name=? AND q <= ?", (name, cut)).rowcount
+                n = self._dforget(
+                    name,
+                    db.execute(
+                        "DELETE FROM dqueue WHERE name=? AND q <= ? "
+                        "RETURNING length(payload) + length(topic)",
+                        (name, cut),
+                    ).fetchall(),
+                )
                 self._count_drop("durable_max_bytes", n)
                 dropped += n
         if dropped:
             db.execute("UPDATE durables SET dropped = dropped + ? WHERE name=?", (dropped, name))
+
+    def _dforget(self, name: str, deleted: list[tuple[int]]) -> int:
+        """Take deleted queue rows (their sizes) off a durable's held counts."""
+        held = self._dheld.get(name)
+        if held is not None and deleted:
+            held[0] -= len(deleted)
+            held[1] -= sum(size for (size,) in deleted)
+        return len(deleted)
+
+    def durable_rejects(self, name: str, n: int = 1, size: int = 0) -> bool:
+        """Would ``n`` more messages of ``size`` bytes overflow durable ``name`` under its
+        ``reject-new`` policy?"""
+        bounds = self._dreject.get(name)
+        if bounds is None:
+            return False
+        held = self._dheld.get(name, [0, 0])
+        return bool(
+            (bounds[0] and held[0] + n > bounds[0]) or (bounds[1] and held[1] + size > bounds[1])
+        )
 
     def _count_drop(self, why: str, n: int) -> None:
         if n > 0:
@@ -410,13 +470,22 @@ class Store:
         }
 
     def create_durable(
-        self, name: str, pattern: str, max_msgs: int, max_bytes: int = 0, max_age: float = 0.0
+        self,
+        name: str,
+        pattern: str,
+        max_msgs: int,
+        max_bytes: int = 0,
+        max_age: float = 0.0,
+        overflow: str = "drop-oldest",
     ) -> None:
         self._db.execute(
-            "INSERT INTO durables(name, pattern, created, next_q, max_msgs, max_bytes, max_age) "
-            "VALUES (?,?,?,?,?,?,?)",
-            (name, pattern, time.time(), 1, max_msgs, max_bytes, max_age),
+            "INSERT INTO durables(name, pattern, created, next_q, max_msgs, max_bytes, max_age, "
+            "overflow) VALUES (?,?,?,?,?,?,?,?)",
+            (name, pattern, time.time(), 1, max_msgs, max_bytes, max_age, overflow),
         )
+        self._dheld[name] = [0, 0]
+        if overflow == "reject-new":
+            self._dreject[name] = (max_msgs, max_bytes)
 
     def delete_durable(self, name: str) -> int:
         """Delete a durable subscription and its stored messages; return how many."""
@@ -426,12 +495,17 @@ class Store:
         n = db.execute("DELETE FROM dqueue WHERE name=?", (name,)).rowcount
         db.execute("DELETE FROM durables WHERE name=?", (name,))
         db.execute("COMMIT")
+        self._dheld.pop(name, None)
+        self._dreject.pop(name, None)
         return int(n)
 
     def enqueue(self, name: str, q: int, row: tuple[Any, ...]) -> None:
         """Queue a message for durable ``name`` under queue sequence ``q`` (committed with
         the pass). ``row``: topic, payload, fmt, headers, origin, inc, oseq, ts."""
         topic, payload, fmt, headers, origin, inc, oseq, ts = row
+        held = self._dheld.setdefault(name, [0, 0])
+        held[0] += 1
+        held[1] += len(payload) + len(topic)
         self._dpending.append(
             (
                 name,

@@ -83,8 +83,9 @@ READ       7      request ``{pattern, start, end?, limit}``: the retention log r
                   the highest sequence a rule retaining ``pattern`` lost to its bounds).
                   With ``columns: true`` the reply has ``columns: [[seq...], [topic...],
                   ...]`` (the same nine fields, one array each) instead of ``rows``
-DURABLE_OPEN 8    request ``{name, pattern, credit, max_msgs, max_bytes, max_age}``: create
-                  (if new; bounds: 0 = unbounded, oldest dropped first) and attach
+DURABLE_OPEN 8    request ``{name, pattern, credit, max_msgs, max_bytes, max_age, overflow?}``:
+                  create (if new; bounds: 0 = unbounded; overflow ``drop-oldest``
+                  (default) or ``reject-new``) and attach
                   to a durable subscription; reply ``{name, pattern, stored, created}``
 DURABLE_ACK 9     one-way ``{name, upto}``: messages with q <= upto are processed
 DURABLE_CLOSE 10  one-way ``{name}``: detach (the subscription and its store remain)

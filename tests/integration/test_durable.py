@@ -529,6 +529,62 @@ def test_max_msgs_keeps_only_the_newest(
     )
 
 
+def test_reject_new_keeps_the_oldest_and_refuses_persistent_publishes(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    wait_until: WaitUntil,
+    tmp_path: Path,
+) -> None:
+    from zbroker.writer import StagedWriter, commit_staged
+
+    data = tmp_path / "node"
+    broker = broker_factory(data_dir=data)
+    client = client_factory(broker.endpoint)
+    detach_and_sync(
+        client,
+        client.subscribe("RJ.>", lambda m: None, durable="rj", max_msgs=5, overflow="reject-new"),
+    )
+    for p in numbers(5):
+        client.publish("RJ.X", p, persistent=True, confirm=True)
+    with pytest.raises(RequestError, match=r"durable subscription 'rj' is full .*reject-new"):
+        client.publish("RJ.X", b"refused", persistent=True, confirm=True)
+    publish_all(client, "RJ.X", [b"n1", b"n2"])  # non-persistent: not queued, counted
+    client.publish("OTHER.X", b"fine", persistent=True, confirm=True)  # other topics go on
+    w = StagedWriter(client)
+    w.add("RJ.X", b"staged")
+    with pytest.raises(RequestError, match="durable subscription 'rj' is full"):
+        commit_staged(client, [w.finish()])
+    assert wait_until(
+        lambda: broker.status()["counters"]["dropped"].get("durable_reject_new") == 2, WAIT
+    )
+    assert broker.status()["counters"]["dropped"]["rejected_persistent"] == 2
+    assert durable_is(broker, "rj", stored=5, dropped=0)
+    client.close()
+
+    # the held counts are exact after a restart: still full
+    port = broker.ports["control"]
+    broker.stop()
+    broker = broker_factory(data_dir=data, port=port)
+    client = client_factory(broker.endpoint)
+    with pytest.raises(RequestError, match="durable subscription 'rj' is full"):
+        client.publish("RJ.X", b"refused-again", persistent=True, confirm=True)
+    got = Collector()
+    back = client_factory(broker.endpoint)
+    back.subscribe("RJ.>", got, durable="rj")
+    assert got.wait_for(5)
+    # drained and acknowledged: room again
+    assert wait_until(lambda: durable_is(broker, "rj", stored=0, in_flight=0), WAIT)
+    client.publish("RJ.X", b"after", persistent=True, confirm=True)
+    assert got.wait_payload(b"after")
+    assert got.payloads() == [*numbers(5), b"after"]
+
+
+def test_bad_overflow_policy_is_refused(broker: Broker, client_factory: ClientFactory) -> None:
+    client = client_factory(broker.endpoint)
+    with pytest.raises(RequestError, match="overflow must be one of drop-oldest, reject-new"):
+        client.subscribe("RJ.>", lambda m: None, durable="bad", overflow="drop-newest")
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="KNOWN LIMITATION (documented): max_msgs also drops messages for an ATTACHED "
