@@ -2154,9 +2154,12 @@ class Node:
         def wanted(topic: str) -> bool:
             return topic_match(pattern, topic)
 
-        rows = store.read(start, end, limit, None if pattern == ">" else wanted)
+        # bounded by bytes too: a page of large payloads stays a frame of sane size
+        rows, more = store.read_page(
+            start, end, limit, READ_PAGE_BYTES, None if pattern == ">" else wanted
+        )
         upper = end if end is not None else store.last_seq + 1
-        if len(rows) >= limit:
+        if more:
             upper = rows[-1][0] + 1  # more may follow: resume from here
         reply: dict[str, Any] = {}
         unpack = msgpack.unpackb
@@ -2241,6 +2244,8 @@ class Node:
 
 #: committed staged rows published per poll pass
 APPLY_SLICE = 2000
+#: a READ reply stops adding rows once they hold this many bytes (at least one row)
+READ_PAGE_BYTES = 8 * 1024 * 1024
 
 
 @dataclasses.dataclass(slots=True)

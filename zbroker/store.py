@@ -596,7 +596,15 @@ class Store:
     ) -> list[tuple[Any, ...]]:
         """Retained rows with ``start <= seq < end`` (end None: to the newest), oldest
         first, at most ``limit``; ``topic_filter(topic) -> bool`` selects rows."""
+        return self.read_page(start, end, limit, 0, topic_filter)[0]
+
+    def read_page(
+        self, start: int, end: int | None, limit: int, max_bytes: int, topic_filter: Any = None
+    ) -> tuple[list[tuple[Any, ...]], bool]:
+        """:meth:`read`, also stopping once the rows hold ``max_bytes`` (topic + payload;
+        0: no bound; at least one row is returned). Returns (rows, more may follow)."""
         out: list[tuple[Any, ...]] = []
+        size = 0
         cur = self._db.execute(
             "SELECT seq, topic, payload, fmt, headers, origin, inc, oseq, ts FROM retained "
             "WHERE seq >= ? AND seq < ? ORDER BY seq",
@@ -605,9 +613,10 @@ class Store:
         for row in cur:
             if topic_filter is None or topic_filter(row[1]):
                 out.append(row)
-                if len(out) >= limit:
-                    break
-        return out
+                size += len(row[1]) + len(row[2])
+                if len(out) >= limit or (max_bytes and size >= max_bytes):
+                    return out, True
+        return out, False
 
     def stats(self) -> dict[str, Any]:
         first = self.first_seq()

@@ -79,7 +79,8 @@ PUBLISH    6      request ``{topic, payload, fmt, headers}``: a persistent publi
 READ       7      request ``{pattern, start, end?, limit}``: the retention log range
                   ``start <= seq < end``; reply ``{rows: [[seq, topic, payload, fmt,
                   headers, origin, incarnation, origin_seq, ts]], first_seq, last_seq,
-                  expired_upto, next}`` (``next``: where to continue; ``expired_upto``:
+                  expired_upto, next}`` (at most ``limit`` rows and about 8 MB of topics
+                  and payloads; ``next``: where to continue; ``expired_upto``:
                   the highest sequence a rule retaining ``pattern`` lost to its bounds).
                   With ``columns: true`` the reply has ``columns: [[seq...], [topic...],
                   ...]`` (the same nine fields, one array each) instead of ``rows``

@@ -200,6 +200,28 @@ def test_read_in_columns_holds_the_same_fields_as_rows(log40: Client) -> None:
     assert empty["columns"] == [[]] * 9
 
 
+def test_a_read_page_is_bounded_by_bytes_too(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    """Large payloads: a READ reply stops at about 8 MB (READ_PAGE_BYTES) and says where
+    to continue; Client.read pages on and returns every message once."""
+    from zbroker.node import READ_PAGE_BYTES
+
+    broker = retaining(broker_factory, RetainRule("BIG.>"))
+    client = client_factory(broker.endpoint)
+    payload = b"x" * 600_000
+    for i in range(20):
+        client.publish("BIG.X", payload + str(i).encode(), persistent=True, confirm=True)
+    reply = client.request(wire.READ, {"pattern": "BIG.>", "start": 1, "limit": 100})
+    per_row = len(payload) + 2 + len("BIG.X")  # payloads end in 1 or 2 digits
+    expected = -(-READ_PAGE_BYTES // per_row)  # rows until the bound is reached
+    assert len(reply["rows"]) == expected == 14
+    assert reply["next"] == expected + 1
+    msgs = client.read("BIG.>", 1, None, limit=100)
+    assert [m.log_seq for m in msgs] == list(range(1, 21))
+    assert [m.payload[len(payload) :] for m in msgs] == [str(i).encode() for i in range(20)]
+
+
 def test_read_limit(log40: Client) -> None:
     assert [m.log_seq for m in log40.read(">", 1, None, 3)] == [1, 2, 3]
     assert [m.log_seq for m in log40.read("RD.B.>", 7, None, 4)] == [8, 10, 12, 14]
