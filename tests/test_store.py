@@ -765,3 +765,30 @@ def test_replace_names_its_source_for_retain_errors() -> None:
     assert cfg.replace(fsync=True).fsync is True
     with pytest.raises(ConfigError, match=r"node\.fsync"):
         NodeConfig(fsync=1)  # type: ignore[arg-type]
+
+
+def test_drop_counts_and_expired_watermarks_survive_a_reopen(
+    open_store: StoreFactory, db_path: Path
+) -> None:
+    """What the bounds dropped (by reason) and the highest sequence each rule lost are
+    stored with the data, so status and the Spark reader's failOnDataLoss see them after a
+    restart."""
+    rules = (RetainRule("A.>", max_msgs=3), RetainRule("B.>", max_msgs=2, overflow="reject-new"))
+    store = open_store(*rules)
+    for _ in range(5):
+        put(store, "A.X")
+    store.commit()
+    assert put(store, "B.X") and put(store, "B.X")
+    assert store.retain("B.>", "B.X", b"p", 0, None, ORIGIN, INC, 1, time.time()) is None
+    store.commit()
+    assert store.dropped == {"max_msgs": 2, "reject_new": 1}
+    assert (store.expired_upto("A.>"), store.expired_upto(">"), store.expired_upto("B.>")) == (
+        2,
+        2,
+        0,
+    )
+    store.close()
+    again = open_store(*rules, path=db_path)
+    assert again.dropped == {"max_msgs": 2, "reject_new": 1}
+    assert again.expired_upto("A.X") == 2 and again.expired_upto("B.*") == 0
+    assert again.stats()["dropped"] == {"max_msgs": 2, "reject_new": 1}

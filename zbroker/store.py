@@ -151,7 +151,14 @@ class Store:
         self._dmarks: list[tuple[str, int]] = []
         self._dacks: list[tuple[str, int]] = []
         self._sizes: dict[str, list[int]] = {}  # rule -> [count, bytes] (lazy)
-        self.dropped: dict[str, int] = {}
+        # what the bounds dropped, by reason: kept in meta, so status survives a restart
+        self.dropped: dict[str, int] = {
+            key[len("dropped:") :]: value
+            for key, value in self._db.execute(
+                "SELECT key, value FROM meta WHERE key LIKE 'dropped:%'"
+            )
+        }
+        self._drops_dirty: set[str] = set()
         self.retained = 0
         # rule -> highest sequence its bounds deleted (0: nothing lost yet)
         self._expired: dict[str, int] = {
@@ -260,7 +267,14 @@ class Store:
     def commit(self) -> int:
         """Write everything queued in one transaction, then apply the bounds. Returns the
         number of rows written."""
-        if not (self._pending or self._dpending or self._dmarks or self._dacks or self._wpending):
+        if not (
+            self._pending
+            or self._dpending
+            or self._dmarks
+            or self._dacks
+            or self._wpending
+            or self._drops_dirty
+        ):
             return 0
         rows = self._pending
         self._pending = []
@@ -296,6 +310,7 @@ class Store:
             if self._wpending:
                 self._write_batches()
             if not rows:
+                self._write_drops()
                 db.execute("COMMIT")
                 return len(drows)
             db.executemany("INSERT INTO retained VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
@@ -307,6 +322,7 @@ class Store:
             touched = {r[1] for r in rows}
             for rule in touched:
                 self._trim(rule)
+            self._write_drops()
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -457,6 +473,16 @@ class Store:
     def _count_drop(self, why: str, n: int) -> None:
         if n > 0:
             self.dropped[why] = self.dropped.get(why, 0) + n
+            self._drops_dirty.add(why)
+
+    def _write_drops(self) -> None:
+        if self._drops_dirty:
+            self._db.executemany(
+                "INSERT INTO meta(key, value) VALUES(?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                [(f"dropped:{why}", self.dropped[why]) for why in self._drops_dirty],
+            )
+            self._drops_dirty.clear()
 
     # -- durable subscriptions -----------------------------------------------------------------
 
