@@ -211,6 +211,11 @@ class NodeConfig:
     retain: tuple[RetainRule, ...] = ()
     #: fsync every store commit (survives power loss, not only a killed process)
     fsync: bool = False
+    #: store-and-forward link queues: bounds per link (0 = unbounded; oldest dropped first)
+    forward_max_msgs: int = 1_000_000
+    forward_max_bytes: int = 1 << 30
+    #: seconds sticky (durable-backed) routes over a down link are kept, and its queue
+    sticky_ttl: float = 86_400.0
     #: where the values came from, for error messages ("file.toml", "keyword", ...)
     source: str = field(default="keyword", compare=False)
 
@@ -277,6 +282,9 @@ class NodeConfig:
         object.__setattr__(self, "retain", retain)
         if type(self.fsync) is not bool:
             raise ConfigError(f"{src}: node.fsync must be true or false")
+        _check_int(self.forward_max_msgs, f"{src}: forward.max_msgs", 0, 1 << 40)
+        _check_int(self.forward_max_bytes, f"{src}: forward.max_bytes", 0, 1 << 50)
+        _check_float(self.sticky_ttl, f"{src}: forward.sticky_ttl", 0.1, 10 * 365 * 86400)
 
     def discovered_link(self, name: str, uri: str) -> LinkConfig:
         """A LinkConfig for a link to a discovered peer: the discovery defaults applied."""
@@ -321,6 +329,11 @@ _SCHEMA: dict[str, dict[str, str]] = {
         "fsync": "fsync",
     },
     "limits": {"max_frame_bytes": "max_frame_bytes", "hwm": "hwm"},
+    "forward": {
+        "max_msgs": "forward_max_msgs",
+        "max_bytes": "forward_max_bytes",
+        "sticky_ttl": "sticky_ttl",
+    },
 }
 
 
