@@ -312,7 +312,8 @@ class Forwarder:
         last = state[1]
         if last < base - 1:
             # the sender dropped entries we never had (its queue bounds): stop waiting
-            self.lost += base - 1 - last
+            # (the count is capped per frame: a lying sender cannot overflow it)
+            self.lost += min(base - 1 - last, 1 << 32)
             last = state[1] = base - 1
         if lseq <= last:
             self.duplicates += 1

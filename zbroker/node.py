@@ -1656,7 +1656,6 @@ class Node:
                 continue
             if self.pdedupe.seen(origin, inc, pseq):
                 continue  # the same message by another path
-            self.received += 1
             if store is not None and store.rules:
                 rule = store.retain_rule(topic)
                 if rule is not None:

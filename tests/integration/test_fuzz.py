@@ -12,7 +12,8 @@ What is sent where (every socket on 127.0.0.1, the node is an in-thread Broker s
     every op, mutated link frames of types 17-22, random type numbers, multi-part messages;
   - ``hello``: mutated LINK_HELLO frames (some stay valid and make short-lived links);
   - ``link``: routing id ``fuzzpeer/fz``; does a real LINK_HELLO, heartbeats all along, and
-    sends mutated ADVERT / MSGS / HEARTBEAT / WELCOME frames and control requests. It never
+    sends mutated ADVERT / MSGS / PMSGS / PACK / HEARTBEAT / WELCOME frames and control
+    requests. It never
     sends a BYE, a well-formed LINK_REFUSE or a well-formed LINK_HELLO: those end or replace
     the link by design.
 
@@ -71,6 +72,7 @@ from zbroker import Broker, Client, Message, PublishTimeout, wire
 from zbroker.config import validate_broker_id
 from zbroker.const import PROTOCOL_VERSION
 from zbroker.errors import ConfigError, InvalidTopic, ProtocolError
+from zbroker.staging import Staging, StagingError
 from zbroker.store import RetainRule
 from zbroker.topics import validate_pattern, validate_publish_topic, validate_topic
 
@@ -146,6 +148,44 @@ def ends_link(value: list[Any] | None) -> bool:
     return op == wire.BYE or (op in (wire.LINK_REFUSE, wire.LINK_HELLO) and _is_map_frame(value))
 
 
+#: the oracle's own staging area, fed the same STAGE / STAGE_COMMIT / STAGE_ABORT requests
+#: as the node's (zbroker.staging is sans-IO: the oracle runs the documented rules)
+_STAGING: list[Staging] = [Staging()]
+
+
+def _staging_outcome(op: int, req: dict[str, Any]) -> str | None:
+    """The bad-input reason of a staging request, as the node's _staging_op decides."""
+    staging = _STAGING[0]
+    try:
+        if op == wire.STAGE:
+            staging.stage(
+                req.get("token"), req.get("part"), req.get("rows"), group=req.get("group")
+            )
+        elif op == wire.STAGE_ABORT:
+            staging.discard(req.get("tokens", []))
+            if req.get("group") is not None:
+                staging.discard_group(req["group"])
+        else:
+            tokens, writer, batch = req.get("tokens"), req.get("writer"), req.get("batch")
+            if writer is not None and (
+                type(writer) is not str
+                or not 0 < len(writer) <= 256
+                or type(batch) is not int
+                or not 0 <= batch < _INT64_END
+            ):
+                raise StagingError("bad writer")
+            if writer is None and staging.was_applied(tokens):
+                return None
+            names = staging.check_commit(tokens)
+            if names or writer is not None:
+                staging.take(tokens)
+            if req.get("group") is not None:
+                staging.discard_group(req["group"])
+    except StagingError:
+        return "bad_staging"
+    return None
+
+
 def _publish_request_outcome(body: dict[str, Any]) -> str | None:
     topic, payload, fmt, headers = (
         body.get("topic"),
@@ -198,10 +238,59 @@ def msgs_entry_outcome(m: Any) -> str | None:
     return None
 
 
+def pmsgs_entry_outcome(m: Any) -> str | None:
+    """The bad-input reason of a PMSGS entry the node takes under its link sequence."""
+    try:
+        wire.check_pmsgs_entry(m)
+    except ProtocolError as exc:
+        return exc.reason
+    return msgs_entry_outcome(m[1:11])
+
+
+#: the fuzz link's inbound position as the node keeps it: [epoch, last lseq taken]
+_PMSGS_POSITION: list[int] = [-1, 0]
+
+
+def _pmsgs_outcome(value: list[Any], bad: Counter[str]) -> None:
+    """PMSGS on an established link: entries are taken strictly in link-sequence order
+    (zbroker.forward); only those taken are checked further."""
+    try:
+        epoch, base, entries = wire.decode_pmsgs(value)
+    except ProtocolError as exc:
+        bad[exc.reason] += 1
+        return
+    pos = _PMSGS_POSITION
+    if pos[0] != epoch:
+        pos[:] = [epoch, 0]
+    pos[1] = max(pos[1], base - 1)
+    for m in entries:
+        try:
+            lseq = wire.pmsgs_lseq(m)
+        except ProtocolError as exc:
+            bad[exc.reason] += 1
+            continue
+        if lseq != pos[1] + 1:
+            continue  # a resend (taken before) or past a gap: waits, not bad input
+        pos[1] = lseq
+        reason = pmsgs_entry_outcome(m)
+        if reason is not None:
+            bad[reason] += 1
+
+
 def _link_frame_outcome(value: list[Any], bad: Counter[str]) -> None:
-    """A frame of type 17-22 on an established link (BYE and well-formed REFUSE excluded)."""
+    """A frame of a link type on an established link (BYE and well-formed REFUSE
+    excluded)."""
     op = value[0]
     if op == wire.HEARTBEAT:
+        return
+    if op == wire.PMSGS:
+        _pmsgs_outcome(value, bad)
+        return
+    if op == wire.PACK:
+        try:
+            wire.decode_pack(value)
+        except ProtocolError as exc:
+            bad[exc.reason] += 1
         return
     if op == wire.MSGS:
         if len(value) != 2 or type(value[1]) is not list:
@@ -259,6 +348,10 @@ def control_outcome(frame: bytes, linked: bool) -> tuple[Counter[str], int]:
         if reason is None:
             return bad, 1
         bad[reason] += 1
+    elif op in (wire.STAGE, wire.STAGE_COMMIT, wire.STAGE_ABORT):
+        reason = _staging_outcome(op, value[2])
+        if reason is not None:
+            bad[reason] += 1
     elif op not in _REQUEST_OPS:
         bad["unknown_op"] += 1
     return bad, 0
@@ -344,6 +437,7 @@ class FrameGen:
         self.rng = rng
         self.broker_id = broker_id
         self.seq = itertools.count(1)
+        self.lseq = itertools.count(1)  # PMSGS link sequence (mostly in order)
 
     # -- values ---------------------------------------------------------------------------
 
@@ -500,9 +594,20 @@ class FrameGen:
 
     def link(self) -> list[Any]:
         rng = self.rng
-        kind = rng.choices(("msgs", "advert", "hb", "welcome", "other"), (40, 30, 12, 8, 10))[0]
+        kind = rng.choices(
+            ("msgs", "advert", "hb", "welcome", "other", "pmsgs", "pack"),
+            (40, 30, 12, 8, 10, 15, 4),
+        )[0]
         if kind == "msgs":
             return [wire.MSGS, [self.msgs_entry() for _ in range(rng.randint(1, 6))]]
+        if kind == "pmsgs":
+            entries = []
+            for _ in range(rng.randint(1, 6)):
+                lseq = next(self.lseq) if rng.random() < 0.9 else rng.randrange(1, 1000)
+                entries.append([lseq, *self.msgs_entry(), rng.randrange(1, 1 << 20)])
+            return [wire.PMSGS, rng.choice((7, 7, 7, 8)), rng.choice((1, 1, 1, 50)), entries]
+        if kind == "pack":
+            return [wire.PACK, rng.randrange(0, 9), rng.randrange(0, 1000)]
         if kind == "advert":
             entries = [
                 [self.pattern(), self.broker(), rng.choice((None, ["fzo2"], [self.broker()]))]
@@ -1060,6 +1165,8 @@ def test_fuzz_every_socket(
     seed = int(os.environ.get("ZBROKER_FUZZ_SEED", random.SystemRandom().randrange(2**32)))
     print(f"fuzz seed {seed} (replay: ZBROKER_FUZZ_SEED={seed})")
     started = time.monotonic()
+    _PMSGS_POSITION[:] = [-1, 0]  # a fresh node: no inbound link position yet
+    _STAGING[0] = Staging()
     b = broker_factory(max_frame_bytes=LIMIT, retain=(RetainRule("FZ.r.>", max_msgs=500),))
     # Normal clients, with a heartbeat timeout that a busy machine's scheduling cannot
     # trip (a failover drops what is in flight; this test is about the node).
