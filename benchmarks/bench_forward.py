@@ -203,8 +203,8 @@ def setup(chain: Chain) -> None:
         assert wait(lambda: any(r["origin"] == "C" for r in a.routes()), 30)
 
 
-def durable_stored(chain: Chain) -> int:
-    for d in chain.status("C")["durables"]:
+def durable_stored(client: Any) -> int:
+    for d in client.status()["durables"]:
         if d["name"] == "saf":
             return int(d["stored"])
     return 0
@@ -218,7 +218,7 @@ def run_throughput(n: int, window: int) -> dict[str, Any]:
         try:
             setup(chain)
             payload = b"x" * 100
-            with Client(chain.ep("A"), timeout=60.0) as pub:
+            with Client(chain.ep("A"), timeout=60.0) as pub, Client(chain.ep("C")) as c:
                 outstanding: list[Any] = []
                 t0 = time.monotonic()
                 for _ in range(n):
@@ -228,8 +228,9 @@ def run_throughput(n: int, window: int) -> dict[str, Any]:
                 for f in outstanding:
                     f.result(60)
                 t_confirmed = time.monotonic() - t0
-                assert wait(lambda: durable_stored(chain) >= n, 300, 0.02)
+                assert wait(lambda: durable_stored(c) >= n, 300, 0.01)
                 t_end = time.monotonic() - t0
+                stored = durable_stored(c)
             held = [chain.status(x)["forward"]["held"] for x in "AB"]
             return {
                 "n": n,
@@ -238,7 +239,7 @@ def run_throughput(n: int, window: int) -> dict[str, Any]:
                 "end_to_end_s": t_end,
                 "confirm_rate": n / t_confirmed,
                 "chain_rate": n / t_end,
-                "stored_at_c": durable_stored(chain),
+                "stored_at_c": stored,
                 "held_after": held,
             }
         finally:
@@ -273,6 +274,7 @@ def run_fault(fault: str, rate: float, total_s: float) -> dict[str, Any]:
             th = threading.Thread(target=publish, daemon=True)
             th.start()
             time.sleep(3.0)  # steady state before the fault (a benchmark, not a test)
+            t_fault = time.time()
             if fault == "subscriber":
                 sub.kill()
                 sub.wait()
@@ -315,6 +317,16 @@ def run_fault(fault: str, rate: float, total_s: float) -> dict[str, Any]:
             arrival: dict[int, float] = {}
             for p, t, _ in everything:
                 arrival.setdefault(p, t)
+            # delay of each message: arrival minus its confirmation to the publisher
+            delay = {p: arrival[p] - confirmed[p] for p in range(n)}
+            steady = sorted(delay[p] for p in range(n) if confirmed[p] < t_fault)
+            # caught up: the first message confirmed after the restart that arrives
+            # within 50 ms of its confirmation, every earlier one having arrived
+            caught = float("nan")
+            for p in range(backlog, n):
+                if delay[p] < 0.05:
+                    caught = max(arrival[q] for q in range(p + 1)) - t_restart
+                    break
             drained = max(arrival[p] for p in range(backlog)) - t_restart if backlog else 0.0
             return {
                 "fault": fault,
@@ -323,6 +335,10 @@ def run_fault(fault: str, rate: float, total_s: float) -> dict[str, Any]:
                 "backlog_at_restart": backlog,
                 "first_after_restart_s": first,
                 "backlog_drained_s": max(0.0, drained),
+                "outage_s": t_restart - t_fault,
+                "caught_up_s": caught,
+                "steady_median_delay_ms": 1000 * steady[len(steady) // 2],
+                "missed_while_down": sum(1 for t in confirmed if t_fault <= t <= t_restart),
                 "exactly_once_in_order": order == list(range(n)) and unflagged_dups == 0,
                 "redelivered": sum(1 for _, _, r in everything if r),
             }
@@ -358,10 +374,12 @@ def main(argv: list[str] | None = None) -> int:
     for fault in [f for f in args.faults.split(",") if f]:
         r = run_fault(fault, args.rate, args.seconds)
         print(
-            f"fault {fault}: {r['n']} messages at {r['rate']:.0f} msg/s; backlog at restart "
-            f"{r['backlog_at_restart']}; first message {r['first_after_restart_s']:.2f} s "
-            f"after the restart, backlog drained {r['backlog_drained_s']:.2f} s after it; "
-            f"exactly once in order: {r['exactly_once_in_order']}; "
+            f"fault {fault}: {r['n']} messages at {r['rate']:.0f} msg/s (steady delay "
+            f"{r['steady_median_delay_ms']:.1f} ms median); down {r['outage_s']:.2f} s, "
+            f"{r['missed_while_down']} confirmed meanwhile; after the restart: first message "
+            f"{r['first_after_restart_s']:.2f} s, all confirmed before it "
+            f"{r['backlog_drained_s']:.2f} s, caught up (delay < 50 ms) "
+            f"{r['caught_up_s']:.2f} s; exactly once in order: {r['exactly_once_in_order']}; "
             f"redelivered (flagged) {r['redelivered']}"
         )
     with open("/proc/loadavg") as f:
