@@ -341,6 +341,11 @@ def run_fault(fault: str, rate: float, total_s: float) -> dict[str, Any]:
                 "missed_while_down": sum(1 for t in confirmed if t_fault <= t <= t_restart),
                 "exactly_once_in_order": order == list(range(n)) and unflagged_dups == 0,
                 "redelivered": sum(1 for _, _, r in everything if r),
+                "problems": {
+                    "missing": sorted(set(range(n)) - seen)[:10],
+                    "unflagged_duplicates": unflagged_dups,
+                    "out_of_order_at": [i for i, p in enumerate(order) if p != i][:10],
+                },
             }
         finally:
             chain.stop_all()
@@ -381,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['backlog_drained_s']:.2f} s, caught up (delay < 50 ms) "
             f"{r['caught_up_s']:.2f} s; exactly once in order: {r['exactly_once_in_order']}; "
             f"redelivered (flagged) {r['redelivered']}"
+            + ("" if r["exactly_once_in_order"] else f"; PROBLEMS {r['problems']}")
         )
     with open("/proc/loadavg") as f:
         print(f"load average after: {' '.join(f.read().split()[:3])}")

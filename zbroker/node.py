@@ -1518,11 +1518,18 @@ class Node:
         return None
 
     def _pump_durables(self) -> None:
-        """Send attached durable subscribers what they have credit for."""
+        """Send attached durable subscribers what they have credit for.
+
+        The messages are marked delivered and that is committed *before* they are sent:
+        a node killed right after sending must flag them ``redelivered`` when it sends
+        them again (a mark committed after the send could die with the node, and the
+        repeat would look new). A message marked but not sent (its subscriber went away)
+        is flagged when it comes: "may have been delivered"."""
         store = self.store
         assert store is not None
         names = self._pump
         self._pump = set()
+        batches: list[tuple[Durable, list[tuple[int, bytes]]]] = []
         for name in names:
             d = self._durables.get(name)
             if d is None or d.consumer is None:
@@ -1531,7 +1538,7 @@ class Node:
             if room <= 0:
                 continue
             rows = store.pending_durable(name, d.sent_upto, room)
-            sent: list[int] = []
+            frames: list[tuple[int, bytes]] = []
             for q, topic, payload, fmt, h, origin, inc, oseq, ts, delivered in rows:
                 body = {
                     "name": name,
@@ -1548,19 +1555,25 @@ class Node:
                         ts,
                     ],
                 }
+                frames.append((q, wire.encode_control(wire.DELIVER, 0, body)))
+            if frames:
+                store.mark_delivered(name, [q for q, _ in frames])
+                batches.append((d, frames))
+        if not batches:
+            return
+        store.commit()
+        for d, frames in batches:
+            for q, frame in frames:
+                if d.consumer is None:
+                    break
                 try:
-                    self.control.send_multipart(
-                        [d.consumer, wire.encode_control(wire.DELIVER, 0, body)], zmq.NOBLOCK
-                    )
+                    self.control.send_multipart([d.consumer, frame], zmq.NOBLOCK)
                 except zmq.ZMQError:
                     d.consumer = None  # gone (or not reading): keep the rest for its return
                     break
                 d.sent.append(q)
                 d.sent_upto = q
-                sent.append(q)
-            if sent:
-                store.mark_delivered(name, sent)
-                self.durable_delivered += len(sent)
+                self.durable_delivered += 1
 
     def durable_status(self) -> list[dict[str, Any]]:
         store = self.store
