@@ -246,7 +246,7 @@ def run_throughput(n: int, window: int) -> dict[str, Any]:
             chain.stop_all()
 
 
-def run_fault(fault: str, rate: float, total_s: float) -> dict[str, Any]:
+def run_fault(fault: str, rate: float, total_s: float, down: float = 0.0) -> dict[str, Any]:
     from zbroker import Client
 
     with tempfile.TemporaryDirectory(prefix="zb-fwd-") as tmp:
@@ -284,6 +284,8 @@ def run_fault(fault: str, rate: float, total_s: float) -> dict[str, Any]:
                 name = "B" if fault == "b_kill" else "C"
                 chain.procs[name].kill()
                 chain.procs[name].wait()
+                if down:
+                    time.sleep(down)  # the node stays dead this long
                 t_restart = time.time()
                 chain.start(name)
                 more = events
@@ -361,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=12.0, help="length of a fault run")
     ap.add_argument("--faults", default="subscriber,b_kill,b_stop,c_kill")
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument(
+        "--down", type=float, default=0.0, help="b_kill/c_kill: seconds before the restart"
+    )
     args = ap.parse_args(argv)
     src = snapshot_sources()
     print(f"sources: {src}")
@@ -377,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             f"C holds {r['stored_at_c']}; link queues left {r['held_after']}"
         )
     for fault in [f for f in args.faults.split(",") if f]:
-        r = run_fault(fault, args.rate, args.seconds)
+        r = run_fault(fault, args.rate, args.seconds, args.down)
         print(
             f"fault {fault}: {r['n']} messages at {r['rate']:.0f} msg/s (steady delay "
             f"{r['steady_median_delay_ms']:.1f} ms median); down {r['outage_s']:.2f} s, "
