@@ -424,10 +424,10 @@ def test_forward_table(tmp_path: Path) -> None:
     assert (cfg.forward_max_msgs, cfg.forward_max_bytes, cfg.sticky_ttl) == (10, 0, 60)
     assert NodeConfig().sticky_ttl == 86_400.0
     path.write_text("[forward]\nsticky_ttl = 0\n")
-    with pytest.raises(ConfigError, match="forward.sticky_ttl"):
+    with pytest.raises(ConfigError, match=r"forward\.sticky_ttl"):
         load_config(path)
     path.write_text("[forward]\nmax_msgs = -1\n")
-    with pytest.raises(ConfigError, match="forward.max_msgs"):
+    with pytest.raises(ConfigError, match=r"forward\.max_msgs"):
         load_config(path)
     path.write_text("[forward]\nmax_mesages = 1\n")
     with pytest.raises(ConfigError, match="max_mesages"):

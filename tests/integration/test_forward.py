@@ -10,7 +10,9 @@ in publish order, and the link queues empty at the end.
   routes toward C from its stored sticky routes before C's link is back;
 * the last node stopped and started again: B queues for it, then resumes;
 * non-persistent messages are not queued (at-most-once, as before);
-* deleting the durable withdraws the sticky interest.
+* deleting the durable withdraws the sticky interest;
+* sticky routes over a link down longer than ``sticky_ttl`` expire, and the messages queued
+  for it are dropped, counted.
 
 The fault tests with real ``zbroker start`` processes and SIGKILL are in
 ``test_forward_faults.py``.
@@ -21,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from zbroker.cli.format import format_status
 
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
@@ -221,3 +225,36 @@ def test_deleting_the_durable_withdraws_the_sticky_route(
     sub = setup_durable(nodes, client_factory, wait_until)
     sub.delete_durable("saf")
     assert wait_until(lambda: not routes_to(a, "SAF.>", "C"), WAIT)
+
+
+def test_sticky_routes_expire_and_their_queue_is_dropped_counted(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    free_port: Callable[[], int],
+    wait_until: WaitUntil,
+    tmp_path: Path,
+) -> None:
+    ports = {n: free_port() for n in "ABC"}
+    a = broker_factory(broker_id="A", port=ports["A"], data_dir=tmp_path / "A")
+    b = broker_factory(
+        broker_id="B",
+        port=ports["B"],
+        data_dir=tmp_path / "B",
+        links=b_links(ports),
+        sticky_ttl=2.0,
+    )
+    c = start(broker_factory, "C", ports, tmp_path)
+    setup_durable({"A": a, "B": b, "C": c}, client_factory, wait_until)
+    c.stop()
+    assert wait_until(lambda: links_up(b, 1), WAIT)
+    pub = client_factory(a.endpoint)
+    publish(pub, numbers(5))
+    assert wait_until(lambda: held(b) == 5, WAIT)
+    text = format_status(b.status())
+    assert "link queue" in text and "C/cb" in text
+    # after sticky_ttl the route is withdrawn everywhere and the 5 queued are dropped
+    assert wait_until(lambda: not routes_to(a, "SAF.>", "C"), WAIT)
+    dropped = b.status()["counters"]["dropped"]
+    assert dropped["sticky_route_expired"] == 1
+    assert dropped["forward_expired"] == 5
+    assert held(b) == 0 and b.status()["forward"]["sticky_ghost_links"] == []
