@@ -159,3 +159,23 @@ def test_stale_ack_and_unknown_link(tmp_path: Path) -> None:
     assert s.on_ack("l", q.epoch + 1, 1, 0.0) == 0
     assert s.stale_acks == 1
     assert s.on_ack("l", q.epoch, 1, 0.0) == 1
+
+
+def test_the_window_bounds_what_is_in_flight(tmp_path: Path) -> None:
+    from zbroker.forward import WINDOW
+
+    _, s = make(tmp_path / "s.db")
+    q = s.attach("l", "B", "l", 0.0)
+    for i in range(WINDOW + 300):
+        s.put("l", fields(i))
+    sent = 0
+    while True:
+        _, upto, n = s.next_frame(q, 512)
+        if n == 0:
+            break
+        s.sent(q, upto, n)
+        sent += n
+    assert sent == WINDOW and list(s.ready()) == []
+    s.on_ack("l", q.epoch, 100, 0.0)  # room again for 100 of the 300 waiting
+    assert list(s.ready()) == [q]
+    assert s.next_frame(q, 512)[2] == 100

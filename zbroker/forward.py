@@ -254,6 +254,8 @@ class Forwarder:
         first = q.sent_upto + 1
         start = max(0, first - entries[0][0])
         room = min(limit, WINDOW - max(0, q.sent_upto - q.base + 1))
+        if room <= 0 or start >= len(entries):
+            return b"", q.sent_upto, 0  # the window is full (or nothing is left)
         chunk = [blob for _, blob in _islice(entries, start, start + room)]
         upto = entries[start + len(chunk) - 1][0]
         return wire.encode_pmsgs(q.epoch, q.base, chunk), upto, len(chunk)
