@@ -61,13 +61,13 @@ def ack(sender: Forwarder, receiver: Forwarder, sender_store: Store, rstore: Sto
 def test_exactly_once_in_order_across_resends_and_restarts(tmp_path: Path) -> None:
     sstore, s = make(tmp_path / "s.db")
     rstore, r = make(tmp_path / "r.db")
-    s.attach("l", "B", "l", 0.0)
+    s.attach("l", "B", "B/l", 0.0)
     for i in range(20):
         assert s.put("l", fields(i))
     sstore.commit()
     assert carry(s, r) == list(range(20))
     # a resend of everything (the link came up again before the ack) is taken by nobody
-    s.attach("l", "B", "l", 0.0)
+    s.attach("l", "B", "B/l", 0.0)
     assert carry(s, r) == []
     assert r.duplicates == 20
     assert ack(s, r, sstore, rstore) == 20
@@ -80,7 +80,7 @@ def test_exactly_once_in_order_across_resends_and_restarts(tmp_path: Path) -> No
     rstore.commit()
     rstore.close()
     rstore, r = make(tmp_path / "r.db")
-    s.attach("l", "B", "l", 0.0)
+    s.attach("l", "B", "B/l", 0.0)
     assert carry(s, r) == []
     assert ack(s, r, sstore, rstore) == 10
     # the sender restarts with unacknowledged entries: they come again, once
@@ -90,13 +90,13 @@ def test_exactly_once_in_order_across_resends_and_restarts(tmp_path: Path) -> No
     sstore.close()
     sstore, s = make(tmp_path / "s.db")
     assert s.stats()["held"] == 5
-    s.attach("l", "B", "l", 0.0)
+    s.attach("l", "B", "B/l", 0.0)
     assert carry(s, r) == list(range(30, 35))
     assert ack(s, r, sstore, rstore) == 5
     # the sequence never goes back after everything was acknowledged and a restart
     sstore.close()
     sstore, s = make(tmp_path / "s.db")
-    s.attach("l", "B", "l", 0.0)
+    s.attach("l", "B", "B/l", 0.0)
     s.put("l", fields(35))
     sstore.commit()
     assert carry(s, r) == [35]
@@ -117,7 +117,7 @@ def test_a_gap_waits_for_the_resend(tmp_path: Path) -> None:
 
 def test_retransmit_after_silence(tmp_path: Path) -> None:
     sstore, s = make(tmp_path / "s.db")
-    q = s.attach("l", "B", "l", 0.0)
+    q = s.attach("l", "B", "B/l", 0.0)
     s.put("l", fields(0))
     sstore.commit()
     _, upto, n = s.next_frame(q, 10)
@@ -133,14 +133,14 @@ def test_retransmit_after_silence(tmp_path: Path) -> None:
 def test_bounds_drop_the_oldest_and_the_receiver_skips_them(tmp_path: Path) -> None:
     sstore, s = make(tmp_path / "s.db", max_msgs=5)
     _, r = make(tmp_path / "r.db")
-    s.attach("l", "B", "l", 0.0)
+    s.attach("l", "B", "B/l", 0.0)
     s.detach("l", 1.0)
     for i in range(12):
         s.put("l", fields(i))
     sstore.commit()
     assert s.stats()["held"] == 5
     assert s.stats()["dropped_full"] == 7
-    s.attach("l", "B", "l", 2.0)
+    s.attach("l", "B", "B/l", 2.0)
     assert carry(s, r) == list(range(7, 12))
     assert r.lost == 7
     # what the store holds matches memory
@@ -154,7 +154,7 @@ def test_bounds_drop_the_oldest_and_the_receiver_skips_them(tmp_path: Path) -> N
 def test_stale_ack_and_unknown_link(tmp_path: Path) -> None:
     _, s = make(tmp_path / "s.db")
     assert not s.put("nowhere", fields(0))  # no queue: the link never came up
-    q = s.attach("l", "B", "l", 0.0)
+    q = s.attach("l", "B", "B/l", 0.0)
     s.put("l", fields(0))
     assert s.on_ack("l", q.epoch + 1, 1, 0.0) == 0
     assert s.stale_acks == 1
@@ -165,7 +165,7 @@ def test_the_window_bounds_what_is_in_flight(tmp_path: Path) -> None:
     from zbroker.forward import WINDOW
 
     _, s = make(tmp_path / "s.db")
-    q = s.attach("l", "B", "l", 0.0)
+    q = s.attach("l", "B", "B/l", 0.0)
     for i in range(WINDOW + 300):
         s.put("l", fields(i))
     sent = 0

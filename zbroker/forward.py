@@ -82,7 +82,7 @@ class ForwardStore(Protocol):
 
 @dataclass(eq=False, slots=True)
 class OutQueue:
-    """The outbound queue of one directed link (this node -> ``peer`` over link ``name``)."""
+    """The outbound queue of one directed link (this node -> ``peer`` over one link)."""
 
     qkey: str
     engine_id: str
@@ -163,10 +163,9 @@ class Forwarder:
 
     # -- outbound ---------------------------------------------------------------------------
 
-    def attach(self, engine_id: str, peer: str, name: str, now: float) -> OutQueue:
-        """The link came up (after its handshake): make its queue if new, and send
-        everything unacknowledged again, in order."""
-        qkey = f"{peer}/{name}"
+    def attach(self, engine_id: str, peer: str, qkey: str, now: float) -> OutQueue:
+        """The link came up (after its handshake): make its queue (named ``qkey``, stable
+        across restarts) if new, and send everything unacknowledged again, in order."""
         q = self.queues.get(qkey)
         if q is None:
             q = OutQueue(qkey, engine_id, peer, self._new_epoch(), 1)

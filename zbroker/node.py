@@ -1148,7 +1148,7 @@ class Node:
         )
         if self.forward is not None:
             # resume: everything unacknowledged on this link goes again, in order
-            self.forward.attach(link.engine_id, link.peer, link.name, now)
+            self.forward.attach(link.engine_id, link.peer, _link_key(link), now)
             self._save_sticky_routes(link)
         log.info(
             "link %s %s %s (incarnation %d) is up",
@@ -1633,7 +1633,7 @@ class Node:
         committed with what they produce here), then like MSGS: loop check, persistent
         dedupe, retention, durables, store-and-forward onward, local delivery."""
         me = self.broker_id
-        ikey = f"{link.peer}/{link.name}"
+        ikey = _link_key(link)
         store = self.store
         link.msgs_in += len(entries)
         for m in entries:
@@ -1694,7 +1694,7 @@ class Node:
             due = self._pack_due
             self._pack_due = {}
             for inbound in due:
-                pos = fw.position(f"{inbound.peer}/{inbound.name}")
+                pos = fw.position(_link_key(inbound))
                 if pos is not None and inbound.state is LinkState.UP:
                     self._send_link(inbound, wire.encode_link(wire.PACK, pos[0], pos[1]), now)
         for q in list(fw.ready()):
@@ -2117,6 +2117,12 @@ _U64 = struct.Struct(">Q")
 #: bounds of numbers that reach SQLite (INTEGER is signed 64-bit; ts must be finite)
 _I64 = 1 << 63
 _TS_MAX = 1e15
+
+
+def _link_key(link: Link) -> str:
+    """A link's name in the store's link queues and positions, stable across restarts:
+    peer, link name and which side dialled (A may dial B as "x" while B dials A as "x")."""
+    return f"{link.peer}/{link.name}/{'dialed' if link.dialer else 'accepted'}"
 
 
 def _sticky(sources: set[str]) -> bool:
