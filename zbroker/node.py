@@ -51,7 +51,7 @@ from .const import (
 )
 from .discovery import Discovery
 from .errors import AddressInUse, ConfigError, InvalidTopic, ProtocolError
-from .forward import Forwarder
+from .forward import Forwarder, PersistentDedupe
 from .identity import Identity
 from .links import Link, LinkKind, LinkState
 from .routing import (
@@ -201,7 +201,7 @@ class Node:
         self.staging = Staging()  # rows of write tasks waiting for their commit
         # store-and-forward of persistent messages (zbroker.forward): made with the store
         self.forward: Forwarder | None = None
-        self.pdedupe = DedupeWindow()  # persistent messages: by (origin, inc, pseq)
+        self.pdedupe = PersistentDedupe()  # persistent messages: by (origin, inc, pseq)
         self.pseq = 0  # persistent messages originated in this incarnation
         self._pack_due: dict[Link, None] = {}  # inbound links to acknowledge after commit
         # committed staged rows being published, a slice per poll pass (see _apply_staged)
