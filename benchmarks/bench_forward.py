@@ -48,8 +48,8 @@ from zbroker import Client
 def on_message(msg):
     print(json.dumps([int(msg.payload), time.time(), msg.redelivered]), flush=True)
 client = Client(sys.argv[1], timeout=10.0)
+print(json.dumps("ready"), flush=True)  # before: messages may come at once on a restart
 client.subscribe("SAF.>", on_message, durable="saf", credit=100)
-print(json.dumps("ready"), flush=True)
 threading.Event().wait()
 """
 

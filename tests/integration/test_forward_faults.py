@@ -50,8 +50,10 @@ def on_message(msg):
     print(json.dumps({"p": int(msg.payload), "r": msg.redelivered}), flush=True)
 
 client = Client(endpoint, timeout=10.0)
-client.subscribe("SAF.>", on_message, durable="saf", credit=20)
+# "ready" before subscribing: a restarted subscriber gets messages at once, and they must
+# not come before this line (the route check in the test is what waits for the durable)
 print(json.dumps({"ready": True}), flush=True)
+client.subscribe("SAF.>", on_message, durable="saf", credit=20)
 import threading
 threading.Event().wait()
 """
