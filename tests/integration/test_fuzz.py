@@ -867,7 +867,8 @@ class Fuzz:
         ports = b.ports
         self.push = self._connect(zmq.PUSH, ports["publish"], "push")
         self.pre = [
-            self._connect(zmq.DEALER, ports["control"], f"fz-pre-{i}", ident=True) for i in range(2)
+            self._connect(zmq.DEALER, ports["control"], f"fz-pre-{i}", ident=True)
+            for i in range(2)
         ]
         self.hello = self._connect(zmq.DEALER, ports["control"], "fz-hello", ident=True)
         self.link = self._connect(zmq.DEALER, ports["control"], LINK_IDENT.decode(), ident=True)
@@ -895,7 +896,9 @@ class Fuzz:
     def _pre_base(self) -> list[Any]:
         return self.gen.control() if self.rng.random() < 0.6 else self.gen.link()
 
-    def _connect(self, kind: int, port: int, name: str, ident: bool = False) -> zmq.Socket[bytes]:
+    def _connect(
+        self, kind: int, port: int, name: str, ident: bool = False
+    ) -> zmq.Socket[bytes]:
         s = self.ctx.socket(kind)
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.SNDHWM, 2000)
