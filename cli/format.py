@@ -151,6 +151,37 @@ def format_status(status: dict[str, Any]) -> str:
                 for ln in links
             ],
         )
+    fwd = status.get("forward") or {}
+    queues = fwd.get("queues") or []
+    if queues:
+        # store-and-forward: persistent messages held per link until the next node has them
+        text += "\n\n" + format_table(
+            [
+                "link queue",
+                "peer",
+                "up",
+                "queued",
+                "bytes",
+                "in flight",
+                "sent",
+                "acked",
+                "dropped",
+            ],
+            [
+                [
+                    q["link"],
+                    q["peer"],
+                    "yes" if q["up"] else "no",
+                    q["queued"],
+                    q["queued_bytes"],
+                    q["in_flight"],
+                    q["sent"],
+                    q["acked"],
+                    q["dropped"],
+                ]
+                for q in queues
+            ],
+        )
     return text
 
 

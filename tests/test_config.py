@@ -414,3 +414,21 @@ def test_replace_error_does_not_blame_the_file(tmp_path: Path) -> None:
     assert "node.port" in str(info.value)
     assert "70000" in str(info.value)
     assert str(path) not in str(info.value)
+
+
+def test_forward_table(tmp_path: Path) -> None:
+    """[forward]: store-and-forward bounds per link and the sticky-route lifetime."""
+    path = tmp_path / "f.toml"
+    path.write_text("[forward]\nmax_msgs = 10\nmax_bytes = 0\nsticky_ttl = 60\n")
+    cfg = load_config(path)
+    assert (cfg.forward_max_msgs, cfg.forward_max_bytes, cfg.sticky_ttl) == (10, 0, 60)
+    assert NodeConfig().sticky_ttl == 86_400.0
+    path.write_text("[forward]\nsticky_ttl = 0\n")
+    with pytest.raises(ConfigError, match=r"forward\.sticky_ttl"):
+        load_config(path)
+    path.write_text("[forward]\nmax_msgs = -1\n")
+    with pytest.raises(ConfigError, match=r"forward\.max_msgs"):
+        load_config(path)
+    path.write_text("[forward]\nmax_mesages = 1\n")
+    with pytest.raises(ConfigError, match="max_mesages"):
+        load_config(path)

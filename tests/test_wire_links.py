@@ -1,4 +1,4 @@
-"""Property tests of the link frames' codec in zbroker.wire (types 16-22).
+"""Property tests of the link frames' codec in zbroker.wire (types 16-22, 25-26).
 
 * Valid values of every link frame type round-trip through ``encode_link`` and
   ``decode_frame``, and the per-type checkers (``check_link_map`` for LINK_HELLO,
@@ -291,3 +291,86 @@ def test_check_link_msg_refuses_any_fmt_but_the_integers_0_and_1(fmt: Any) -> No
     with pytest.raises(ProtocolError) as info:
         wire.check_link_msg(m)
     assert info.value.reason == "bad_type"
+
+
+# ---------------------------------------------------------------------------------------
+# store-and-forward frames (types 25-26) and sticky ADVERT entries
+# ---------------------------------------------------------------------------------------
+
+_U63 = st.integers(min_value=0, max_value=2**63 - 1)
+_PENTRY = st.tuples(st.integers(1, 2**63 - 1), _MSG, _U63).map(lambda t: [t[0], *t[1], t[2]])
+
+
+@settings(max_examples=200, deadline=None)
+@given(epoch=_U63, base=st.integers(1, 2**63 - 1), entries=st.lists(_PENTRY, max_size=20))
+def test_pmsgs_round_trip(epoch: int, base: int, entries: list[list[Any]]) -> None:
+    """encode_pmsgs splices pre-encoded entries into the frame; it must equal what
+    msgpack would encode, for every array length."""
+    frame = wire.encode_pmsgs(epoch, base, [pack(e) for e in entries])
+    assert frame == pack([wire.PMSGS, epoch, base, entries])
+    value = wire.decode_frame(frame)
+    assert wire.decode_pmsgs(value) == (epoch, base, entries)
+    for e in entries:
+        assert wire.check_pmsgs_entry(e) == e[0]
+
+
+def test_pmsgs_long_arrays() -> None:
+    for n in (15, 16, 65_535, 65_536):
+        frame = wire.encode_pmsgs(1, 1, [b"\x01"] * n)
+        assert wire.decode_frame(frame) == [wire.PMSGS, 1, 1, [1] * n]
+
+
+@settings(max_examples=200, deadline=None)
+@given(epoch=_U63, upto=_U63)
+def test_pack_round_trip(epoch: int, upto: int) -> None:
+    value = wire.decode_frame(wire.encode_link(wire.PACK, epoch, upto))
+    assert wire.decode_pack(value) == (epoch, upto)
+
+
+@settings(max_examples=200, deadline=None)
+@given(full=st.booleans(), entries=st.lists(_ADVERT_ENTRY, max_size=6), flags=st.data())
+def test_sticky_advert_round_trip(full: bool, entries: list[list[Any]], flags: Any) -> None:
+    sent = [[*e, True] if e[2] is not None and flags.draw(st.booleans()) else e for e in entries]
+    value = wire.decode_frame(wire.encode_link(wire.ADVERT, full, sent))
+    got_full, got, sticky = wire.decode_advert_sticky(value)
+    assert got_full == full
+    assert got == tuple((p, o, None if path is None else tuple(path)) for p, o, path, *_ in sent)
+    assert sticky == frozenset((e[0], e[1]) for e in sent if len(e) == 4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kind=st.sampled_from([wire.PMSGS, wire.PACK, wire.ADVERT]),
+    rest=st.lists(
+        st.one_of(
+            _ANY,
+            st.lists(
+                st.one_of(
+                    _ANY,
+                    st.tuples(_PENTRY, st.integers(0, 11), _ANY).map(
+                        lambda t: [*t[0][: t[1]], t[2], *t[0][t[1] + 1 :]]
+                    ),
+                ),
+                max_size=3,
+            ),
+        ),
+        max_size=4,
+    ),
+)
+def test_forward_frames_with_wrong_fields_raise_only_protocol_error(
+    kind: int, rest: list[Any]
+) -> None:
+    value = [kind, *rest]
+    reasons = {"bad_shape", "bad_type", "bad_value"}
+    if _protocol_error_only(lambda: wire.decode_pmsgs(value), reasons):
+        epoch, base, entries = wire.decode_pmsgs(value)
+        assert type(epoch) is int and type(base) is int and type(entries) is list
+        for m in entries:
+            if _protocol_error_only(lambda m=m: wire.check_pmsgs_entry(m), reasons):
+                assert type(m[0]) is int and m[0] >= 1 and type(m[11]) is int
+    if _protocol_error_only(lambda: wire.decode_pack(value), reasons):
+        epoch, upto = wire.decode_pack(value)
+        assert 0 <= epoch < 2**63 and 0 <= upto < 2**63
+    if _protocol_error_only(lambda: wire.decode_advert_sticky(value), reasons):
+        _, _, sticky = wire.decode_advert_sticky(value)
+        assert all(type(k[0]) is str and type(k[1]) is str for k in sticky)

@@ -235,6 +235,11 @@ class NodeConfig:
     allowlist: Path | None = None
     #: client keys and permissions: a TOML file, or the parsed table itself
     clients: Path | dict[str, Any] | None = None
+    #: store-and-forward link queues: bounds per link (0 = unbounded; oldest dropped first)
+    forward_max_msgs: int = 1_000_000
+    forward_max_bytes: int = 1 << 30
+    #: seconds sticky (durable-backed) routes over a down link are kept, and its queue
+    sticky_ttl: float = 86_400.0
     #: where the values came from, for error messages ("file.toml", "keyword", ...)
     source: str = field(default="keyword", compare=False)
 
@@ -320,6 +325,9 @@ class NodeConfig:
                         '"BROKER_ID" (or --peer ID@URI): the node must know whose public key '
                         "to expect there"
                     )
+        _check_int(self.forward_max_msgs, f"{src}: forward.max_msgs", 0, 1 << 40)
+        _check_int(self.forward_max_bytes, f"{src}: forward.max_bytes", 0, 1 << 50)
+        _check_float(self.sticky_ttl, f"{src}: forward.sticky_ttl", 0.1, 10 * 365 * 86400)
 
     def discovered_link(self, name: str, uri: str) -> LinkConfig:
         """A LinkConfig for a link to a discovered peer: the discovery defaults applied."""
@@ -364,6 +372,11 @@ _SCHEMA: dict[str, dict[str, str]] = {
         "fsync": "fsync",
     },
     "limits": {"max_frame_bytes": "max_frame_bytes", "hwm": "hwm"},
+    "forward": {
+        "max_msgs": "forward_max_msgs",
+        "max_bytes": "forward_max_bytes",
+        "sticky_ttl": "sticky_ttl",
+    },
 }
 
 

@@ -52,6 +52,7 @@ from .const import (
 )
 from .discovery import Discovery
 from .errors import AddressInUse, ConfigError, InvalidTopic, ProtocolError
+from .forward import Forwarder, PersistentDedupe
 from .identity import Identity
 from .links import Link, LinkKind, LinkState
 from .routing import (
@@ -207,6 +208,11 @@ class Node:
         self.store: Store | None = None
         self._confirms: list[tuple[bytes, int, dict[str, Any]]] = []  # after the next commit
         self.staging = Staging()  # rows of write tasks waiting for their commit
+        # store-and-forward of persistent messages (zbroker.forward): made with the store
+        self.forward: Forwarder | None = None
+        self.pdedupe = PersistentDedupe()  # persistent messages: by (origin, inc, pseq)
+        self.pseq = 0  # persistent messages originated in this incarnation
+        self._pack_due: dict[Link, None] = {}  # inbound links to acknowledge after commit
         # committed staged rows being published, a slice per poll pass (see _apply_staged)
         self._applying: collections.deque[_Applying] = collections.deque()
         self._pump: set[str] = set()  # durables with something to send
@@ -286,6 +292,10 @@ class Node:
             self._durables[name] = Durable(name, pattern, next_q, max_msgs)
             self._durable_match.insert(pattern, name)
             self._add_interest(pattern, "durable:" + name)
+        self.forward = Forwarder(
+            self.store, max_msgs=cfg.forward_max_msgs, max_bytes=cfg.forward_max_bytes
+        )
+        self._restore_sticky_routes()
 
     def _bind_ports(self, host: str, port: int) -> None:
         if port:
@@ -399,6 +409,9 @@ class Node:
             self._flush_adverts()
             if (self.store is not None and self.store.commit()) or self._confirms:
                 self._send_confirms()
+            if self.forward is not None:
+                # after the commit: what is acknowledged or sent under a sequence is stored
+                self._flush_forward()
             if self._pump:
                 self._pump_durables()
             now = time.monotonic()
@@ -987,8 +1000,12 @@ class Node:
             link = self._by_engine_id.get(action.link)
             if link is None or link.state is not LinkState.UP:
                 continue
+            sticky = action.sticky
             entries = [
-                [p, o, None if path is None else list(path)] for p, o, path in action.entries
+                [p, o, None if path is None else list(path)]
+                if (p, o) not in sticky
+                else [p, o, list(path or ()), True]  # durable-backed: kept while down
+                for p, o, path in action.entries
             ]
             if not self._send_link(link, wire.encode_link(wire.ADVERT, action.full, entries), now):
                 # losing an advertisement would leave the peer's table wrong: restart the link
@@ -1030,15 +1047,20 @@ class Node:
             return len(value[1])
         elif op == wire.HEARTBEAT:
             pass
+        elif op == wire.PMSGS or op == wire.PACK:
+            return self._on_forward_frame(link, value)
         elif op == wire.ADVERT:
-            full, entries = wire.decode_advert(value)
+            full, entries, sticky = wire.decode_advert_sticky(value)
             for pattern, origin, _ in entries:
                 try:
                     validate_pattern(pattern)
                     validate_broker_id(origin)
                 except (InvalidTopic, ConfigError) as exc:
                     raise ProtocolError("bad_advert", str(exc)) from exc
-            self.engine.handle(AdvertIn(link=link.engine_id, full=full, entries=entries))
+            self.engine.handle(
+                AdvertIn(link=link.engine_id, full=full, entries=entries, sticky=sticky)
+            )
+            self._save_sticky_routes(link)
         elif op == wire.BYE:
             reason = (
                 value[1].get("reason", "") if len(value) > 1 and isinstance(value[1], dict) else ""
@@ -1475,6 +1497,10 @@ class Node:
                 options=link.options,
             )
         )
+        if self.forward is not None:
+            # resume: everything unacknowledged on this link goes again, in order
+            self.forward.attach(link.engine_id, link.peer, _link_key(link), now)
+            self._save_sticky_routes(link)
         log.info(
             "link %s %s %s (incarnation %d) is up",
             link.name,
@@ -1487,8 +1513,13 @@ class Node:
         was_up = link.state is LinkState.UP
         if was_up:
             self.links_down += 1
-            self.engine.handle(LinkDown(link=link.engine_id))
+            # sticky (durable-backed) interest stays routed toward the down link, whose
+            # queue holds persistent messages until it returns (engine rule 6)
+            self.engine.handle(LinkDown(link=link.engine_id, keep_sticky=True))
             self._by_engine_id.pop(link.engine_id, None)
+            self._pack_due.pop(link, None)
+            if self.forward is not None:
+                self.forward.detach(link.engine_id, now)
             log.warning(
                 "link %s %s %s is down: %s",
                 link.name,
@@ -1522,6 +1553,9 @@ class Node:
             self._accepted.pop(link.ident, None)
 
     def _tick(self, now: float) -> None:
+        if self.forward is not None:
+            self.forward.retransmit(now)
+            self._expire_sticky_routes(now)
         if self.staging.nbytes:
             expired = self.staging.expire(now)
             if expired:
@@ -1717,18 +1751,24 @@ class Node:
 
     def _add_interest(self, pattern: str, source: str) -> None:
         sources = self._interest.setdefault(pattern, set())
-        if not sources:
-            self.engine.handle(LocalSubscribe(pattern=pattern))
+        was_sticky = _sticky(sources)
+        first = not sources
         sources.add(source)
+        if first or _sticky(sources) != was_sticky:
+            # durable interest is sticky: it stays routed while links to it are down
+            self.engine.handle(LocalSubscribe(pattern=pattern, sticky=_sticky(sources)))
 
     def _drop_interest(self, pattern: str, source: str) -> None:
         sources = self._interest.get(pattern)
         if sources is None or source not in sources:
             return
+        was_sticky = _sticky(sources)
         sources.discard(source)
         if not sources:
             del self._interest[pattern]
             self.engine.handle(LocalUnsubscribe(pattern=pattern))
+        elif was_sticky and not _sticky(sources):
+            self.engine.handle(LocalSubscribe(pattern=pattern, sticky=False))
 
     def _enqueue_durable(
         self,
@@ -1860,11 +1900,18 @@ class Node:
         return None
 
     def _pump_durables(self) -> None:
-        """Send attached durable subscribers what they have credit for."""
+        """Send attached durable subscribers what they have credit for.
+
+        The messages are marked delivered and that is committed *before* they are sent:
+        a node killed right after sending must flag them ``redelivered`` when it sends
+        them again (a mark committed after the send could die with the node, and the
+        repeat would look new). A message marked but not sent (its subscriber went away)
+        is flagged when it comes: "may have been delivered"."""
         store = self.store
         assert store is not None
         names = self._pump
         self._pump = set()
+        batches: list[tuple[Durable, list[tuple[int, bytes]]]] = []
         for name in names:
             d = self._durables.get(name)
             if d is None or d.consumer is None:
@@ -1873,7 +1920,7 @@ class Node:
             if room <= 0:
                 continue
             rows = store.pending_durable(name, d.sent_upto, room)
-            sent: list[int] = []
+            frames: list[tuple[int, bytes]] = []
             for q, topic, payload, fmt, h, origin, inc, oseq, ts, delivered in rows:
                 body = {
                     "name": name,
@@ -1890,19 +1937,25 @@ class Node:
                         ts,
                     ],
                 }
+                frames.append((q, wire.encode_control(wire.DELIVER, 0, body)))
+            if frames:
+                store.mark_delivered(name, [q for q, _ in frames])
+                batches.append((d, frames))
+        if not batches:
+            return
+        store.commit()
+        for d, frames in batches:
+            for q, frame in frames:
+                if d.consumer is None:
+                    break
                 try:
-                    self.control.send_multipart(
-                        [d.consumer, wire.encode_control(wire.DELIVER, 0, body)], zmq.NOBLOCK
-                    )
+                    self.control.send_multipart([d.consumer, frame], zmq.NOBLOCK)
                 except zmq.ZMQError:
                     d.consumer = None  # gone (or not reading): keep the rest for its return
                     break
                 d.sent.append(q)
                 d.sent_upto = q
-                sent.append(q)
-            if sent:
-                store.mark_delivered(name, sent)
-                self.durable_delivered += len(sent)
+                self.durable_delivered += 1
 
     def durable_status(self) -> list[dict[str, Any]]:
         store = self.store
@@ -1919,6 +1972,186 @@ class Node:
             }
             for d in self._durables.values()
         ]
+
+    # -- store-and-forward of persistent messages (zbroker.forward) ----------------------------
+
+    def _forward_persistent(
+        self, sends: list[tuple[str, tuple[str, ...] | None, int]], msg: list[Any], pseq: int
+    ) -> None:
+        """Queue a persistent message (``msg``: fields up to its path, which ends with us)
+        in the store-backed queue of each send's link, up or down (a sticky route)."""
+        fw = self.forward
+        assert fw is not None
+        for link_id, targets, _copies in sends:
+            # one copy per link even with conduit off: the receiver's dedupe would fold
+            # the others, and a stored copy is not free
+            fields = [*msg, None if targets is None else list(targets), pseq]
+            if not fw.put(link_id, fields):
+                self._drop("forward_no_queue")
+
+    def _on_forward_frame(self, link: Link, value: list[Any]) -> int:
+        """PMSGS or PACK from a link that is up. Returns the messages it held."""
+        fw = self.forward
+        if value[0] == wire.PACK:
+            epoch, upto = wire.decode_pack(value)
+            if fw is not None:
+                fw.on_ack(link.engine_id, epoch, upto, time.monotonic())
+            return 0
+        epoch, base, entries = wire.decode_pmsgs(value)
+        if not link.can_receive:
+            link.drops += len(entries)
+            self._drop("wrong_direction", len(entries))
+            return 0
+        if fw is None:
+            return 0
+        self._on_pmsgs(link, fw, epoch, base, entries)
+        self._pack_due[link] = None
+        return len(entries)
+
+    def _on_pmsgs(
+        self, link: Link, fw: Forwarder, epoch: int, base: int, entries: list[Any]
+    ) -> None:
+        """Persistent messages from a link: taken once per link sequence (the position is
+        committed with what they produce here), then like MSGS: loop check, persistent
+        dedupe, retention, durables, store-and-forward onward, local delivery."""
+        me = self.broker_id
+        ikey = _link_key(link)
+        store = self.store
+        link.msgs_in += len(entries)
+        for m in entries:
+            try:
+                lseq = wire.pmsgs_lseq(m)
+            except ProtocolError as exc:
+                self._bad(self._link_source(link), exc.reason, exc.detail)
+                continue
+            if not fw.accept(ikey, epoch, base, lseq):
+                continue
+            # taken under its sequence: a bad entry is counted and never asked for again
+            try:
+                wire.check_pmsgs_entry(m)
+                (_, topic, payload, fmt, headers, origin, inc, seq, ts, path, targets, pseq) = m
+                if not all(type(p) is str for p in path) or (
+                    targets is not None and not all(type(t) is str for t in targets)
+                ):
+                    raise ProtocolError("bad_type", "PMSGS path and targets must be strings")
+                if not (0 <= inc < _I64 and 0 <= seq < _I64 and -_TS_MAX < ts < _TS_MAX):
+                    raise ProtocolError("bad_value", "PMSGS entry has out-of-range numbers")
+                if topic not in self._valid_link_topics:
+                    validate_topic(topic)
+                key_path = tuple(path)
+                key_targets = None if targets is None else tuple(targets)
+            except ProtocolError as exc:
+                self._bad(self._link_source(link), exc.reason, exc.detail)
+                continue
+            except InvalidTopic as exc:
+                self._bad(self._link_source(link), "bad_topic", str(exc))
+                continue
+            if me in path:
+                self._drop("loop")
+                continue
+            if self.pdedupe.seen(origin, inc, pseq):
+                continue  # the same message by another path
+            if store is not None and store.rules:
+                rule = store.retain_rule(topic)
+                if rule is not None:
+                    store.retain(rule, topic, payload, fmt, headers, origin, inc, seq, ts)
+            if self._durables:
+                self._enqueue_durable(topic, payload, fmt, headers, origin, inc, seq, ts)
+            patterns, sends = self.engine.route(topic, key_path, key_targets)
+            if sends:
+                self._forward_persistent(
+                    sends, [topic, payload, fmt, headers, origin, inc, seq, ts, [*path, me]], pseq
+                )
+            if patterns:
+                body = wire.encode_delivery_body(topic, payload, fmt, headers, origin, inc, seq, ts)
+                self._deliver_local(patterns, body)
+
+    def _flush_forward(self) -> None:
+        """After the pass's commit: acknowledge what inbound links gave us (it is stored),
+        then send what outbound queues hold (it is stored under its sequence)."""
+        fw = self.forward
+        assert fw is not None
+        now = time.monotonic()
+        if self._pack_due:
+            due = self._pack_due
+            self._pack_due = {}
+            for inbound in due:
+                pos = fw.position(_link_key(inbound))
+                if pos is not None and inbound.state is LinkState.UP:
+                    self._send_link(inbound, wire.encode_link(wire.PACK, pos[0], pos[1]), now)
+        for q in list(fw.ready()):
+            out = self._by_engine_id.get(q.engine_id)
+            if out is None or out.state is not LinkState.UP:
+                continue
+            while q.sent_upto < q.entries[-1][0]:
+                frame, upto, n = fw.next_frame(q, LINK_BATCH)
+                if n == 0 or not self._send_link(out, frame, now):
+                    break  # window full, or the socket's queue: the next pass goes on
+                fw.sent(q, upto, n)
+                out.msgs_out += n
+                self.forwarded += n
+
+    def _save_sticky_routes(self, link: Link) -> None:
+        """Keep what restores this link's sticky routes after a restart of this node (a
+        message that arrives before the link is back must still find its way)."""
+        fw = self.forward
+        if fw is None:
+            return
+        entries = self.engine.sticky_entries(link.engine_id)
+        o = link.options
+        meta = msgpack.packb(
+            {
+                "can_send": link.can_send,
+                "ttl": o.ttl,
+                "include": list(o.include),
+                "exclude": list(o.exclude),
+                "static": list(o.static),
+                "sticky": [[p, org, list(path)] for p, org, path in entries],
+            }
+        )
+        fw.set_meta(link.engine_id, meta)
+
+    def _restore_sticky_routes(self) -> None:
+        fw = self.forward
+        assert fw is not None
+        now = time.monotonic()
+        for q in list(fw.by_engine.values()):
+            if not q.meta:
+                continue
+            try:
+                meta = msgpack.unpackb(q.meta, raw=False)
+                options = LinkOptions(
+                    ttl=meta["ttl"],
+                    include=tuple(meta["include"]),
+                    exclude=tuple(meta["exclude"]),
+                    static=tuple(meta["static"]),
+                )
+                entries = [(p, o, tuple(path)) for p, o, path in meta["sticky"]]
+            except (ValueError, KeyError, TypeError, msgpack.UnpackException):
+                log.warning("link queue %s: unreadable sticky routes, not restored", q.qkey)
+                continue
+            self.engine.restore_ghost(
+                q.engine_id, q.peer, entries, can_send=bool(meta["can_send"]), options=options
+            )
+            q.down_since = now
+
+    def _expire_sticky_routes(self, now: float) -> None:
+        """Sticky routes over a link down longer than ``sticky_ttl`` are withdrawn, and
+        the persistent messages queued for it dropped (counted)."""
+        fw = self.forward
+        assert fw is not None
+        ttl = self.config.sticky_ttl
+        for link_id in self.engine.ghosts():
+            q = fw.by_engine.get(link_id)
+            if q is not None and (q.up or now - q.down_since <= ttl):
+                continue
+            self.engine.handle(LinkDown(link=link_id))
+            self._drop("sticky_route_expired")
+            if q is not None:
+                n = fw.drop_queue(link_id)
+                if n:
+                    self._drop("forward_expired", n)
+            log.warning("sticky routes over link %s expired after %g s down", link_id, ttl)
 
     # -- persistent publish and the retention log -------------------------------------------
 
@@ -1976,17 +2209,25 @@ class Node:
                 },
             )
             return
-        seq, stored = self._originate(topic, payload, fmt, headers, rule)
+        seq, stored = self._originate(topic, payload, fmt, headers, rule, persistent=True)
         self._confirms.append(
             (ident, req_id, {"id": [self.broker_id, self.incarnation, seq], "retained_seq": stored})
         )
 
     def _originate(
-        self, topic: str, payload: bytes, fmt: int, headers: dict[str, Any] | None, rule: str | None
+        self,
+        topic: str,
+        payload: bytes,
+        fmt: int,
+        headers: dict[str, Any] | None,
+        rule: str | None,
+        *,
+        persistent: bool = False,
     ) -> tuple[int, int | None]:
         """Publish a checked message that starts here and is stored (``rule``: its
         retention rule, looked up by the caller): retain it, queue it for durables, route
-        it. Returns (message seq, retention seq or None)."""
+        it (``persistent``: store-and-forward across links). Returns (message seq,
+        retention seq or None)."""
         self.seq += 1
         self.received += 1
         seq, ts, me, inc = self.seq, time.time(), self.broker_id, self.incarnation
@@ -1997,7 +2238,12 @@ class Node:
         if self._durables:
             self._enqueue_durable(topic, payload, fmt, headers, me, inc, seq, ts)
         patterns, sends = self.engine.route(topic, (), None)
-        if sends:
+        if sends and persistent:
+            self.pseq += 1
+            self._forward_persistent(
+                sends, [topic, payload, fmt, headers, me, inc, seq, ts, [me]], self.pseq
+            )
+        elif sends:
             self._enqueue(sends, [topic, payload, fmt, headers, me, inc, seq, ts, [me], None])
         if patterns:
             body = wire.encode_delivery_body(topic, payload, fmt, headers, me, inc, seq, ts)
@@ -2102,7 +2348,7 @@ class Node:
         originate, rows, rules = self._originate, job.rows, job.rules
         for i in range(job.pos, end):
             topic, payload, fmt, headers = rows[i]
-            originate(topic, payload, fmt, headers, rules[i])
+            originate(topic, payload, fmt, headers, rules[i], persistent=True)
         job.pos = end
         if end < len(rows):
             return
@@ -2222,6 +2468,10 @@ class Node:
             "links": [link.describe(now) for link in self._all_links()],
             "store": self.store.stats() if self.store is not None else None,
             "durables": self.durable_status() if self.store is not None else [],
+            "forward": {
+                **(self.forward.stats() if self.forward is not None else {}),
+                "sticky_ghost_links": self.engine.ghosts(),
+            },
             "staging": {
                 **self.staging.stats(),
                 "applying_rows": sum(len(a.rows) - a.pos for a in self._applying),
@@ -2273,6 +2523,17 @@ _BIN_TYPES = frozenset((0xC4, 0xC5, 0xC6))
 #: bounds of numbers that reach SQLite (INTEGER is signed 64-bit; ts must be finite)
 _I64 = 1 << 63
 _TS_MAX = 1e15
+
+
+def _link_key(link: Link) -> str:
+    """A link's name in the store's link queues and positions, stable across restarts:
+    peer, link name and which side dialled (A may dial B as "x" while B dials A as "x")."""
+    return f"{link.peer}/{link.name}/{'dialed' if link.dialer else 'accepted'}"
+
+
+def _sticky(sources: set[str]) -> bool:
+    """Is local interest with these sources backed by a durable subscription?"""
+    return any(s.startswith("durable:") for s in sources)
 
 
 def _no_rule(topic: str) -> str | None:

@@ -11,6 +11,11 @@ What is kept here today:
   counted). Readable by range (``Client.read``, ``zbroker replay``). The highest sequence
   each rule has lost to its bounds is kept (``expired:RULE`` in ``meta``), so a reader can
   tell "expired" from "never matched" (the Spark connector's ``failOnDataLoss``).
+* **link queues** (store-and-forward of persistent messages, see :mod:`zbroker.forward`):
+  per directed link an outbound queue (``fwd_queues``: epoch, next link sequence, what is
+  needed to restore the link's sticky routes after a restart; ``fwd_out``: the encoded
+  entries not yet acknowledged by the next node) and per inbound link the last sequence
+  stored (``fwd_in``), written in the same transaction as what the entries produced here.
 * **writer batches**: ``(writer, batch)`` pairs of staged writes already applied (see
   :mod:`zbroker.staging`), so a batch Spark replays after a restart is applied once. The
   newest :data:`WRITER_BATCHES_KEPT` per writer are kept.
@@ -70,6 +75,25 @@ CREATE TABLE IF NOT EXISTS writer_batches (
     at       REAL NOT NULL,
     PRIMARY KEY (writer, batch)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fwd_queues (
+    qkey      TEXT PRIMARY KEY,
+    engine_id TEXT NOT NULL,
+    peer      TEXT NOT NULL,
+    epoch     INTEGER NOT NULL,
+    next_lseq INTEGER NOT NULL,
+    meta      BLOB
+);
+CREATE TABLE IF NOT EXISTS fwd_out (
+    qkey      TEXT NOT NULL,
+    lseq      INTEGER NOT NULL,
+    entry     BLOB NOT NULL,
+    PRIMARY KEY (qkey, lseq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fwd_in (
+    ikey      TEXT PRIMARY KEY,
+    epoch     INTEGER NOT NULL,
+    last_lseq INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS dqueue (
     name      TEXT NOT NULL,
     q         INTEGER NOT NULL,
@@ -183,6 +207,13 @@ class Store:
                 "SELECT name, max_msgs, max_bytes FROM durables WHERE overflow='reject-new'"
             )
         }
+        # link queues: upserted queue rows, new entries, acknowledged (delete <= upto),
+        # dropped queues, inbound positions; all written by the next commit
+        self._fq: dict[str, tuple[str, str, int, int, bytes | None]] = {}
+        self._fput: list[tuple[str, int, bytes]] = []
+        self._fdel: dict[str, int] = {}
+        self._fdrop: set[str] = set()
+        self._fin: dict[str, tuple[int, int]] = {}
 
     def close(self) -> None:
         self.commit()
@@ -274,6 +305,11 @@ class Store:
             or self._dacks
             or self._wpending
             or self._drops_dirty
+            or self._fput
+            or self._fdel
+            or self._fin
+            or self._fq
+            or self._fdrop
         ):
             return 0
         rows = self._pending
@@ -309,10 +345,12 @@ class Store:
                 )
             if self._wpending:
                 self._write_batches()
+            nf = len(self._fput)
+            self._write_forward()
             if not rows:
                 self._write_drops()
                 db.execute("COMMIT")
-                return len(drows)
+                return len(drows) + nf
             db.executemany("INSERT INTO retained VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
             db.execute(
                 "INSERT INTO meta(key, value) VALUES('last_seq', ?) "
@@ -571,6 +609,76 @@ class Store:
     def durable_dropped(self, name: str) -> int:
         row = self._db.execute("SELECT dropped FROM durables WHERE name=?", (name,)).fetchone()
         return int(row[0]) if row else 0
+
+    # -- link queues (store-and-forward; the logic is zbroker.forward's) ---------------------
+
+    def fwd_load(
+        self,
+    ) -> tuple[
+        list[tuple[str, str, str, int, int, bytes | None]],
+        list[tuple[str, int, bytes]],
+        list[tuple[str, int, int]],
+    ]:
+        """(queues, unacknowledged entries in order, inbound positions) as stored."""
+        db = self._db
+        queues = list(
+            db.execute("SELECT qkey, engine_id, peer, epoch, next_lseq, meta FROM fwd_queues")
+        )
+        entries = list(db.execute("SELECT qkey, lseq, entry FROM fwd_out ORDER BY qkey, lseq"))
+        inbound = list(db.execute("SELECT ikey, epoch, last_lseq FROM fwd_in"))
+        return queues, entries, inbound
+
+    def fwd_queue(
+        self, qkey: str, engine_id: str, peer: str, epoch: int, next_lseq: int, meta: bytes | None
+    ) -> None:
+        self._fdrop.discard(qkey)
+        self._fq[qkey] = (engine_id, peer, epoch, next_lseq, meta)
+
+    def fwd_put(self, qkey: str, lseq: int, entry: bytes) -> None:
+        self._fput.append((qkey, lseq, entry))
+
+    def fwd_delete(self, qkey: str, upto: int) -> None:
+        """Delete the entries of ``qkey`` with lseq <= upto (acknowledged, or dropped)."""
+        self._fdel[qkey] = max(upto, self._fdel.get(qkey, 0))
+
+    def fwd_drop(self, qkey: str) -> None:
+        """Delete a queue and its entries."""
+        self._fq.pop(qkey, None)
+        self._fput = [p for p in self._fput if p[0] != qkey]
+        self._fdel.pop(qkey, None)
+        self._fdrop.add(qkey)
+
+    def fwd_inbound(self, ikey: str, epoch: int, last_lseq: int) -> None:
+        self._fin[ikey] = (epoch, last_lseq)
+
+    def _write_forward(self) -> None:
+        db = self._db
+        for qkey in self._fdrop:
+            db.execute("DELETE FROM fwd_out WHERE qkey=?", (qkey,))
+            db.execute("DELETE FROM fwd_queues WHERE qkey=?", (qkey,))
+        if self._fq:
+            db.executemany(
+                "INSERT OR REPLACE INTO fwd_queues VALUES (?,?,?,?,?,?)",
+                [(k, *v) for k, v in self._fq.items()],
+            )
+        if self._fput:
+            db.executemany("INSERT OR REPLACE INTO fwd_out VALUES (?,?,?)", self._fput)
+        if self._fdel:
+            db.executemany("DELETE FROM fwd_out WHERE qkey=? AND lseq<=?", list(self._fdel.items()))
+        if self._fin:
+            db.executemany(
+                "INSERT OR REPLACE INTO fwd_in VALUES (?,?,?)",
+                [(k, e, n) for k, (e, n) in self._fin.items()],
+            )
+        self._fdrop.clear()
+        self._fq.clear()
+        self._fput.clear()
+        self._fdel.clear()
+        self._fin.clear()
+
+    def fwd_stored(self) -> int:
+        """Link-queue entries in the database (committed)."""
+        return int(self._db.execute("SELECT COUNT(*) FROM fwd_out").fetchone()[0])
 
     # -- writer batches (exactly-once staged writes) ------------------------------------------
 

@@ -117,14 +117,31 @@ types 16 and up, so the ROUTER tells them from control requests by the first ele
     LINK_WELCOME  [17, {id, incarnation, group, version}]
     LINK_REFUSE   [18, {reason: str, retry: bool}]
     HEARTBEAT     [19]
-    ADVERT        [20, full: bool, [[pattern, origin, path: [str] | nil], ...]]
+    ADVERT        [20, full: bool, [[pattern, origin, path: [str] | nil, sticky?: true], ...]]
     MSGS          [21, [[topic, payload, fmt, headers, origin, incarnation, seq, ts,
                          path: [str], targets: [str] | nil], ...]]
     BYE           [22, {reason: str}]
+    PMSGS         [25, epoch: int, base: int, [[lseq, topic, payload, fmt, headers, origin,
+                         incarnation, seq, ts, path: [str], targets: [str] | nil, pseq], ...]]
+    PACK          [26, epoch: int, upto: int]
 
 ``ADVERT`` carries interest entries (``path`` nil withdraws; ``full`` replaces the
-receiver's table for this link). ``MSGS`` batches every message one drain pass found for
-the link into one frame (a ROUTER adds an identity frame per send: amortize it).
+receiver's table for this link). An entry with a fourth element ``true`` is *sticky*: it is
+backed by a durable subscription, and a receiver keeps it (lowest preference) while the link
+it came over is down, so persistent messages are still routed toward it and wait in a
+link queue (see :mod:`zbroker.forward`).
+
+``MSGS`` batches every message one drain pass found for the link into one frame (a ROUTER
+adds an identity frame per send: amortize it).
+
+``PMSGS`` carries persistent messages store-and-forward: ``epoch`` names the sender's
+outbound queue for this link (random, made with the queue), ``lseq`` numbers its entries
+(1, 2, ... per queue; the receiver takes them strictly in order), ``base`` is the sender's
+oldest entry still held (entries below it that the receiver lacks were dropped by the
+queue's bounds: it stops waiting for them), ``pseq`` numbers the origin's persistent
+messages (per incarnation; the receiver's persistent dedupe key). ``PACK`` is the
+receiver's cumulative answer, sent after the commit that stored every entry up to ``upto``
+of that epoch; the sender then deletes them.
 """
 
 from __future__ import annotations
@@ -206,7 +223,12 @@ HEARTBEAT = 19
 ADVERT = 20
 MSGS = 21
 BYE = 22
-LINK_TYPES = frozenset({LINK_HELLO, LINK_WELCOME, LINK_REFUSE, HEARTBEAT, ADVERT, MSGS, BYE})
+# 23 and 24 are control ops (STAGE_COMMIT, STAGE_ABORT): link types continue at 25
+PMSGS = 25
+PACK = 26
+LINK_TYPES = frozenset(
+    {LINK_HELLO, LINK_WELCOME, LINK_REFUSE, HEARTBEAT, ADVERT, MSGS, BYE, PMSGS, PACK}
+)
 
 #: messages per delivery batch frame at most (see "Delivery" above)
 DELIVERY_BATCH = 256
@@ -404,15 +426,98 @@ def decode_advert(
 ) -> tuple[bool, tuple[tuple[str, str, tuple[str, ...] | None], ...]]:
     """Check an ADVERT frame's array; return (full, entries). Patterns are checked by the
     caller (the node validates them with :mod:`zbroker.topics`)."""
+    full, entries, _ = decode_advert_sticky(value)
+    return full, entries
+
+
+def decode_advert_sticky(
+    value: list[Any],
+) -> tuple[bool, tuple[tuple[str, str, tuple[str, ...] | None], ...], frozenset[tuple[str, str]]]:
+    """Like :func:`decode_advert`, plus the keys ``(pattern, origin)`` flagged sticky."""
     if len(value) != 3 or type(value[1]) is not bool or type(value[2]) is not list:
         raise ProtocolError("bad_shape", "ADVERT must be [20, full, entries]")
     entries = []
+    sticky = set()
     for e in value[2]:
-        if type(e) is not list or len(e) != 3 or type(e[0]) is not str or type(e[1]) is not str:
+        if (
+            type(e) is not list
+            or not 3 <= len(e) <= 4
+            or type(e[0]) is not str
+            or type(e[1]) is not str
+        ):
             raise ProtocolError("bad_type", "ADVERT entry must be [pattern, origin, path]")
         path = None if e[2] is None else _str_list(e[2], "ADVERT path")
+        if len(e) == 4:
+            if type(e[3]) is not bool:
+                raise ProtocolError("bad_type", "ADVERT sticky flag must be a boolean")
+            if e[3] and path is not None:
+                sticky.add((e[0], e[1]))
         entries.append((e[0], e[1], path))
-    return value[1], tuple(entries)
+    return value[1], tuple(entries), frozenset(sticky)
+
+
+def encode_pmsgs(epoch: int, base: int, entries: list[bytes]) -> bytes:
+    """A PMSGS frame from entries already msgpack-encoded (each is encoded once, when it is
+    queued, and kept in that form in memory and in the store)."""
+    n = len(entries)
+    if n < 16:
+        header = bytes((0x90 | n,))
+    elif n < 1 << 16:
+        header = b"\xdc" + n.to_bytes(2, "big")
+    else:
+        header = b"\xdd" + n.to_bytes(4, "big")
+    head: bytes = _packb(PMSGS) + _packb(epoch) + _packb(base)
+    return b"\x94" + head + header + b"".join(entries)
+
+
+def decode_pmsgs(value: list[Any]) -> tuple[int, int, list[Any]]:
+    """Check a PMSGS frame's array; return (epoch, base, entries). Entries are checked one
+    by one with :func:`check_pmsgs_entry` (a bad one is skipped, the rest are taken)."""
+    if (
+        len(value) != 4
+        or type(value[1]) is not int
+        or type(value[2]) is not int
+        or type(value[3]) is not list
+    ):
+        raise ProtocolError("bad_shape", "PMSGS must be [25, epoch, base, entries]")
+    if not 0 <= value[1] < 1 << 63 or not 1 <= value[2] < 1 << 63:
+        raise ProtocolError("bad_value", "PMSGS epoch or base out of range")
+    return value[1], value[2], value[3]
+
+
+def check_pmsgs_entry(m: Any) -> int:
+    """Type-check one PMSGS entry; return its lseq (raises ProtocolError). The lseq is
+    checked first and alone, so a receiver can still account for an entry whose other
+    fields are bad (see :func:`pmsgs_lseq`)."""
+    lseq = pmsgs_lseq(m)
+    check_link_msg(m[1:11])
+    pseq = m[11]
+    if type(pseq) is not int or not 0 <= pseq < 1 << 63:
+        raise ProtocolError("bad_type", "PMSGS pseq must be a non-negative integer")
+    return lseq
+
+
+def pmsgs_lseq(m: Any) -> int:
+    """The link sequence of a PMSGS entry (raises ProtocolError if it has none)."""
+    if type(m) is not list or len(m) != 12:
+        raise ProtocolError("bad_shape", "PMSGS entry must be a 12-element array")
+    lseq = m[0]
+    if type(lseq) is not int or not 1 <= lseq < 1 << 63:
+        raise ProtocolError("bad_type", "PMSGS lseq must be a positive integer")
+    return lseq
+
+
+def decode_pack(value: list[Any]) -> tuple[int, int]:
+    """Check a PACK frame's array; return (epoch, upto)."""
+    if (
+        len(value) != 3
+        or type(value[1]) is not int
+        or type(value[2]) is not int
+        or not 0 <= value[1] < 1 << 63
+        or not 0 <= value[2] < 1 << 63
+    ):
+        raise ProtocolError("bad_shape", "PACK must be [26, epoch, upto] (non-negative ints)")
+    return value[1], value[2]
 
 
 def check_link_msg(m: Any) -> None:

@@ -12,7 +12,8 @@ What is sent where (every socket on 127.0.0.1, the node is an in-thread Broker s
     every op, mutated link frames of types 17-22, random type numbers, multi-part messages;
   - ``hello``: mutated LINK_HELLO frames (some stay valid and make short-lived links);
   - ``link``: routing id ``fuzzpeer/fz``; does a real LINK_HELLO, heartbeats all along, and
-    sends mutated ADVERT / MSGS / HEARTBEAT / WELCOME frames and control requests. It never
+    sends mutated ADVERT / MSGS / PMSGS / PACK / HEARTBEAT / WELCOME frames and control
+    requests. It never
     sends a BYE, a well-formed LINK_REFUSE or a well-formed LINK_HELLO: those end or replace
     the link by design.
 
@@ -278,10 +279,59 @@ def msgs_entry_outcome(m: Any) -> str | None:
     return None
 
 
+def pmsgs_entry_outcome(m: Any) -> str | None:
+    """The bad-input reason of a PMSGS entry the node takes under its link sequence."""
+    try:
+        wire.check_pmsgs_entry(m)
+    except ProtocolError as exc:
+        return exc.reason
+    return msgs_entry_outcome(m[1:11])
+
+
+#: the fuzz link's inbound position as the node keeps it: [epoch, last lseq taken]
+_PMSGS_POSITION: list[int] = [-1, 0]
+
+
+def _pmsgs_outcome(value: list[Any], bad: Counter[str]) -> None:
+    """PMSGS on an established link: entries are taken strictly in link-sequence order
+    (zbroker.forward); only those taken are checked further."""
+    try:
+        epoch, base, entries = wire.decode_pmsgs(value)
+    except ProtocolError as exc:
+        bad[exc.reason] += 1
+        return
+    pos = _PMSGS_POSITION
+    if pos[0] != epoch:
+        pos[:] = [epoch, 0]
+    pos[1] = max(pos[1], base - 1)
+    for m in entries:
+        try:
+            lseq = wire.pmsgs_lseq(m)
+        except ProtocolError as exc:
+            bad[exc.reason] += 1
+            continue
+        if lseq != pos[1] + 1:
+            continue  # a resend (taken before) or past a gap: waits, not bad input
+        pos[1] = lseq
+        reason = pmsgs_entry_outcome(m)
+        if reason is not None:
+            bad[reason] += 1
+
+
 def _link_frame_outcome(value: list[Any], bad: Counter[str]) -> None:
-    """A frame of type 17-22 on an established link (BYE and well-formed REFUSE excluded)."""
+    """A frame of a link type on an established link (BYE and well-formed REFUSE
+    excluded)."""
     op = value[0]
     if op == wire.HEARTBEAT:
+        return
+    if op == wire.PMSGS:
+        _pmsgs_outcome(value, bad)
+        return
+    if op == wire.PACK:
+        try:
+            wire.decode_pack(value)
+        except ProtocolError as exc:
+            bad[exc.reason] += 1
         return
     if op == wire.MSGS:
         if len(value) != 2 or type(value[1]) is not list:
@@ -438,6 +488,7 @@ class FrameGen:
         self.broker_id = broker_id
         self.staged = staged  # (rows, chunks) the node holds under a token, per the oracle
         self.seq = itertools.count(1)
+        self.lseq = itertools.count(1)  # PMSGS link sequence (mostly in order)
 
     # -- values ---------------------------------------------------------------------------
 
@@ -639,9 +690,20 @@ class FrameGen:
 
     def link(self) -> list[Any]:
         rng = self.rng
-        kind = rng.choices(("msgs", "advert", "hb", "welcome", "other"), (40, 30, 12, 8, 10))[0]
+        kind = rng.choices(
+            ("msgs", "advert", "hb", "welcome", "other", "pmsgs", "pack"),
+            (40, 30, 12, 8, 10, 15, 4),
+        )[0]
         if kind == "msgs":
             return [wire.MSGS, [self.msgs_entry() for _ in range(rng.randint(1, 6))]]
+        if kind == "pmsgs":
+            entries = []
+            for _ in range(rng.randint(1, 6)):
+                lseq = next(self.lseq) if rng.random() < 0.9 else rng.randrange(1, 1000)
+                entries.append([lseq, *self.msgs_entry(), rng.randrange(1, 1 << 20)])
+            return [wire.PMSGS, rng.choice((7, 7, 7, 8)), rng.choice((1, 1, 1, 50)), entries]
+        if kind == "pack":
+            return [wire.PACK, rng.randrange(0, 9), rng.randrange(0, 1000)]
         if kind == "advert":
             entries = [
                 [self.pattern(), self.broker(), rng.choice((None, ["fzo2"], [self.broker()]))]
@@ -1206,6 +1268,7 @@ def test_fuzz_every_socket(
     seed = int(os.environ.get("ZBROKER_FUZZ_SEED", random.SystemRandom().randrange(2**32)))
     print(f"fuzz seed {seed} (replay: ZBROKER_FUZZ_SEED={seed})")
     started = time.monotonic()
+    _PMSGS_POSITION[:] = [-1, 0]  # a fresh node: no inbound link position yet
     b = broker_factory(max_frame_bytes=LIMIT, retain=(RetainRule("FZ.r.>", max_msgs=500),))
     # Normal clients, with a heartbeat timeout that a busy machine's scheduling cannot
     # trip (a failover drops what is in flight; this test is about the node).

@@ -71,9 +71,10 @@ def table(text: str) -> list[list[str]]:
 
 
 def links_table(status_text: str) -> list[dict[str, str]]:
-    """The links table at the end of ``zbroker status`` output, as dicts by column."""
-    block = status_text.split("\n\n", 1)
-    assert len(block) == 2, f"no links table in:\n{status_text}"
+    """The links table of ``zbroker status`` output (the block after the summary; the
+    link queues of store-and-forward may follow it), as dicts by column."""
+    block = status_text.split("\n\n")
+    assert len(block) >= 2, f"no links table in:\n{status_text}"
     rows = table(block[1])
     header = [h.strip() for h in rows[0]]
     return [dict(zip(header, row, strict=True)) for row in rows[1:]]

@@ -36,6 +36,16 @@ Rules (each loop rule is a named function in :mod:`zbroker.routing.loops`):
    it has seen (:class:`~zbroker.routing.dedupe.DedupeWindow`) before delivering or
    forwarding, so transient disagreement between nodes cannot duplicate a delivery.
 
+6. **Sticky interest** (store-and-forward of persistent messages): an entry backed by a
+   durable subscription is flagged sticky, locally (``LocalSubscribe(sticky=True)``) and in
+   every advertisement derived from it. When a link goes down with
+   ``LinkDown(keep_sticky=True)``, its sticky entries stay, on a *ghost* of the link, at
+   the lowest preference (any live path wins): the node keeps routing toward the down link,
+   where the node queues persistent messages until it returns, and keeps advertising the
+   entries to its other neighbours. A ghost is never advertised to; ``LinkUp`` of the same
+   link turns it live again with its entries (until the peer's full table replaces them);
+   ``LinkDown`` without ``keep_sticky`` (the node does it when a ghost expires) forgets it.
+
 Propagation policy (link kind x event -> action):
 
 ==================  =================================  ================================
@@ -76,6 +86,7 @@ DEFAULT_TTL = 32
 Path = tuple[str, ...]
 Key = tuple[str, str]  # (pattern, origin)
 Entry = tuple[str, str, Path | None]  # (pattern, origin, path or None = withdraw)
+Adv = tuple[Path, bool]  # what was (or is to be) advertised for a key: path, sticky
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,9 +103,11 @@ class LinkOptions:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LocalSubscribe:
-    """A pattern gained its first local subscriber."""
+    """A pattern gained its first local subscriber; sent again when its stickiness changes
+    (``sticky``: a durable subscription backs it)."""
 
     pattern: str
+    sticky: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,9 +131,11 @@ class LinkUp:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LinkDown:
-    """A link is gone (closed, heartbeats missed, replaced)."""
+    """A link is gone (closed, heartbeats missed, replaced). ``keep_sticky``: keep its
+    sticky entries on a ghost of the link (rule 6)."""
 
     link: str
+    keep_sticky: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,6 +145,7 @@ class AdvertIn:
     link: str
     full: bool
     entries: tuple[Entry, ...]
+    sticky: frozenset[Key] = frozenset()
 
 
 Event = LocalSubscribe | LocalUnsubscribe | LinkUp | LinkDown | AdvertIn
@@ -145,6 +161,7 @@ class SendAdvert:
     link: str
     full: bool
     entries: tuple[Entry, ...]
+    sticky: frozenset[Key] = frozenset()
 
 
 Action = SendAdvert
@@ -162,6 +179,8 @@ class _Link:
         "options",
         "peer",
         "pending",
+        "sticky",
+        "up",
     )
 
     def __init__(self, ev: LinkUp) -> None:
@@ -172,9 +191,11 @@ class _Link:
         self.options = ev.options
         self.filter = LinkFilter(ev.options.include, ev.options.exclude, ev.options.static)
         self.adj_in: dict[Key, Path] = {}
-        self.adj_out: dict[Key, Path] = {}
-        self.pending: dict[Key, Path | None] = {}
+        self.adj_out: dict[Key, Adv] = {}
+        self.pending: dict[Key, Adv | None] = {}
         self.full_pending = True
+        self.sticky: set[Key] = set()  # keys of adj_in the peer flagged sticky
+        self.up = True  # False: a ghost (rule 6)
 
 
 class _Plan:
@@ -206,6 +227,7 @@ class RoutingEngine:
         kw = {} if cache_size is None else {"cache_size": cache_size}
         self._local: Sublist[str] = Sublist(**kw)
         self._local_patterns: set[str] = set()
+        self._local_sticky: set[str] = set()
         self._remote: Sublist[Key] = Sublist(**kw)
         self._best: dict[Key, tuple[str | None, Path]] = {}
         self.links: dict[str, _Link] = {}
@@ -229,16 +251,63 @@ class RoutingEngine:
         """The best entry of every key: pattern, origin, path, next-hop link (None = local)."""
         out = []
         for (pattern, origin), (link, path) in sorted(self._best.items()):
-            out.append(
-                {
-                    "pattern": pattern,
-                    "origin": origin,
-                    "path": list(path),
-                    "hops": len(path),
-                    "link": link,
-                }
-            )
+            row: dict[str, object] = {
+                "pattern": pattern,
+                "origin": origin,
+                "path": list(path),
+                "hops": len(path),
+                "link": link,
+            }
+            # flags only where set: rule 6 (sticky interest, kept while its link is down)
+            if self._is_sticky((pattern, origin), (link, path)):
+                row["sticky"] = True
+            if link is not None and not self.links[link].up:
+                row["link_down"] = True
+            out.append(row)
         return out
+
+    def ghosts(self) -> list[str]:
+        """Links that are down but whose sticky entries are kept (rule 6)."""
+        return [ln.id for ln in self.links.values() if not ln.up]
+
+    def sticky_entries(self, link_id: str) -> list[tuple[str, str, Path]]:
+        """The sticky entries held from ``link_id`` (to restore a ghost after a restart)."""
+        link = self.links.get(link_id)
+        if link is None:
+            return []
+        return sorted((k[0], k[1], link.adj_in[k]) for k in link.sticky if k in link.adj_in)
+
+    def restore_ghost(
+        self,
+        link_id: str,
+        peer: str,
+        entries: list[tuple[str, str, Path]],
+        *,
+        can_send: bool = True,
+        options: LinkOptions | None = None,
+    ) -> None:
+        """Install a ghost of a link that is not up (after a restart of this node: the
+        sticky entries it held are kept in the store). Ignored if the link exists."""
+        if link_id in self.links or not entries:
+            return
+        ev = LinkUp(
+            link=link_id,
+            peer=peer,
+            can_send=can_send,
+            can_receive=False,
+            options=options or LinkOptions(),
+        )
+        link = self.links[link_id] = _Link(ev)
+        link.up = False
+        link.full_pending = False
+        self._invalidate()
+        for pattern, origin, path in entries:
+            key = (pattern, origin)
+            if origin == self.broker_id or path_holds(path, self.broker_id):
+                continue
+            link.adj_in[key] = path
+            link.sticky.add(key)
+            self._recompute(key)
 
     def entry_count(self) -> int:
         """Interest entries held (every link's, not only the best)."""
@@ -249,11 +318,20 @@ class RoutingEngine:
     def handle(self, event: Event) -> None:
         """Apply a control-plane event. Advertisements it causes wait for :meth:`flush`."""
         if isinstance(event, LocalSubscribe):
-            if event.pattern not in self._local_patterns:
-                self._local_patterns.add(event.pattern)
-                self._local.insert(event.pattern, event.pattern)
-                self._recompute((event.pattern, self.broker_id))
+            pattern = event.pattern
+            changed = event.sticky != (pattern in self._local_sticky)
+            if event.sticky:
+                self._local_sticky.add(pattern)
+            else:
+                self._local_sticky.discard(pattern)
+            if pattern not in self._local_patterns:
+                self._local_patterns.add(pattern)
+                self._local.insert(pattern, pattern)
+                self._recompute((pattern, self.broker_id))
+            elif changed:
+                self._recompute((pattern, self.broker_id), force=True)
         elif isinstance(event, LocalUnsubscribe):
+            self._local_sticky.discard(event.pattern)
             if event.pattern in self._local_patterns:
                 self._local_patterns.discard(event.pattern)
                 self._local.remove(event.pattern, event.pattern)
@@ -263,7 +341,7 @@ class RoutingEngine:
         elif isinstance(event, LinkUp):
             self._link_up(event)
         elif isinstance(event, LinkDown):
-            self._link_down(event.link)
+            self._link_down(event.link, keep_sticky=event.keep_sticky)
         else:  # pragma: no cover - the Event union is closed
             raise TypeError(f"unknown event {event!r}")
 
@@ -274,18 +352,31 @@ class RoutingEngine:
             if not link.pending and not link.full_pending:
                 continue
             entries: list[Entry] = []
+            sticky: set[Key] = set()
             adj_out = link.adj_out
-            for key, path in link.pending.items():
-                if adj_out.get(key) == path:
+            for key, adv in link.pending.items():
+                if adj_out.get(key) == adv:
                     continue  # never repeat what was last sent
-                if path is None:
+                if adv is None:
+                    if key not in adj_out:
+                        continue
                     del adj_out[key]
+                    entries.append((key[0], key[1], None))
                 else:
-                    adj_out[key] = path
-                entries.append((key[0], key[1], path))
+                    adj_out[key] = adv
+                    entries.append((key[0], key[1], adv[0]))
+                    if adv[1]:
+                        sticky.add(key)
             link.pending.clear()
             if entries or link.full_pending:
-                out.append(SendAdvert(link=link.id, full=link.full_pending, entries=tuple(entries)))
+                out.append(
+                    SendAdvert(
+                        link=link.id,
+                        full=link.full_pending,
+                        entries=tuple(entries),
+                        sticky=frozenset(sticky),
+                    )
+                )
                 self.adverts_sent += 1
             link.full_pending = False
         return out
@@ -294,33 +385,56 @@ class RoutingEngine:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
 
     def _link_up(self, ev: LinkUp) -> None:
-        if ev.link in self.links:
+        old = self.links.get(ev.link)
+        carried: dict[Key, Path] = {}
+        if old is not None and not old.up:
+            # a ghost comes back: its sticky entries hold until the peer's full table
+            carried = old.adj_in
+            del self.links[ev.link]
+        elif old is not None:
             self._link_down(ev.link)
         link = self.links[ev.link] = _Link(ev)
+        link.adj_in.update(carried)
+        link.sticky.update(carried)
         self._invalidate()
+        for key in carried:
+            self._recompute(key, force=True)
         for key, best in self._best.items():
             desired = self._advert_for(link, key, best)
             if desired is not None:
-                link.pending[key] = desired
+                link.pending[key] = (desired, self._is_sticky(key, best))
 
-    def _link_down(self, link_id: str) -> None:
-        link = self.links.pop(link_id, None)
+    def _link_down(self, link_id: str, *, keep_sticky: bool = False) -> None:
+        link = self.links.get(link_id)
         if link is None:
             return
         self._invalidate()
-        for key in list(link.adj_in):
-            self._recompute(key)
+        keys = list(link.adj_in)
+        kept = {k: link.adj_in[k] for k in link.sticky if k in link.adj_in}
+        if keep_sticky and kept and link.can_send:
+            # rule 6: a ghost keeps the sticky entries at the lowest preference
+            link.up = False
+            link.adj_in = kept
+            link.adj_out.clear()
+            link.pending.clear()
+            link.full_pending = False
+        else:
+            del self.links[link_id]
+        for key in keys:
+            self._recompute(key, force=key in kept)
 
     def _advert_in(self, ev: AdvertIn) -> None:
         link = self.links.get(ev.link)
-        if link is None:
+        if link is None or not link.up:
             self._reject("unknown_link")
             return
         touched: set[Key] = set()
         adj_in = link.adj_in
+        sticky_in = link.sticky
         if ev.full:
             touched.update(adj_in)
             adj_in.clear()
+            sticky_in.clear()
         me = self.broker_id
         ttl = link.options.ttl
         best_of = self._best.get
@@ -338,14 +452,19 @@ class RoutingEngine:
                     path = None
             best = best_of(key)
             if path is None:
+                sticky_in.discard(key)
                 if adj_in.pop(key, None) is not None and (best is None or best[0] == link.id):
                     touched.add(key)  # withdrawing a non-best entry changes nothing
             else:
                 adj_in[key] = path
+                if key in ev.sticky:
+                    sticky_in.add(key)
+                else:
+                    sticky_in.discard(key)
                 if best is None or best[0] == link.id or self._beats(link, path, best):
                     touched.add(key)
         for key in touched:
-            self._recompute(key)
+            self._recompute(key, force=True)
 
     def _beats(self, link: _Link, path: Path, best: tuple[str | None, Path]) -> bool:
         """Does ``path`` over ``link`` rank above the current best (held by another link)?
@@ -353,24 +472,38 @@ class RoutingEngine:
         if best[0] is None:
             return False  # local interest always wins
         other = self.links[best[0]]
-        return (len(path), link.peer, link.id) < (len(best[1]), other.peer, other.id)
+        return (not link.up, len(path), link.peer, link.id) < (
+            not other.up,
+            len(best[1]),
+            other.peer,
+            other.id,
+        )
 
-    def _recompute(self, key: Key) -> None:
+    def _is_sticky(self, key: Key, best: tuple[str | None, Path]) -> bool:
+        if best[0] is None:
+            return key[0] in self._local_sticky
+        return key in self.links[best[0]].sticky
+
+    def _recompute(self, key: Key, *, force: bool = False) -> None:
+        """Select the best entry of ``key`` and queue the advertisements it changes.
+        ``force``: re-advertise even if the best entry is the same (its stickiness may have
+        changed; flush() drops what repeats the last advertisement)."""
         pattern, origin = key
         best: tuple[str | None, Path] | None = None
         if origin == self.broker_id:
             if pattern in self._local_patterns:
                 best = (None, ())
         else:
-            rank: tuple[int, str, str] | None = None
+            rank: tuple[bool, int, str, str] | None = None
             for link in self.links.values():
                 path = link.adj_in.get(key)
                 if path is not None:
-                    r = (len(path), link.peer, link.id)
+                    # a ghost (down link) ranks below every live path (rule 6)
+                    r = (not link.up, len(path), link.peer, link.id)
                     if rank is None or r < rank:
                         rank, best = r, (link.id, path)
         old = self._best.get(key)
-        if best == old:
+        if best == old and not force:
             return
         self._invalidate()
         if best is None:
@@ -390,8 +523,11 @@ class RoutingEngine:
         # rule 3, for every link at once: the advertised path is the same for all
         via, path = best
         new_path = (*path, self.broker_id)
+        adv = (new_path, self._is_sticky(key, best))
         hops = len(new_path)
         for link in self.links.values():
+            if not link.up:
+                continue  # nothing is sent to a ghost
             if (
                 link.can_receive
                 and via != link.id  # split horizon
@@ -399,14 +535,14 @@ class RoutingEngine:
                 and not ttl_spent(hops, link.options.ttl)
                 and link.filter.allows_pattern(pattern)
             ):
-                link.pending[key] = new_path
+                link.pending[key] = adv
             elif key in link.adj_out or key in link.pending:
                 link.pending[key] = None
 
     def _advert_for(self, link: _Link, key: Key, best: tuple[str | None, Path]) -> Path | None:
         via, path = best
-        if not link.can_receive or via == link.id:
-            return None  # the peer cannot send to us, or split horizon
+        if not link.up or not link.can_receive or via == link.id:
+            return None  # a ghost, the peer cannot send to us, or split horizon
         new_path = (*path, self.broker_id)
         if path_holds(new_path, link.peer) or ttl_spent(len(new_path), link.options.ttl):
             return None

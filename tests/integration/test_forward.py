@@ -1,0 +1,260 @@
+"""Store-and-forward of persistent messages across links, with in-thread nodes.
+
+Chain A - B - C (B dials A, C dials B), a durable subscription on C, persistent messages
+published on A. Each test asserts exact counts: every message in C's durable queue once,
+in publish order, and the link queues empty at the end.
+
+* the steady state: messages cross both links under link sequences and are acknowledged;
+* a node in the middle stopped and started again (same data directory and port): A keeps
+  routing toward it (sticky route, kept while the link is down) and queues; B, restarted,
+  routes toward C from its stored sticky routes before C's link is back;
+* the last node stopped and started again: B queues for it, then resumes;
+* non-persistent messages are not queued (at-most-once, as before);
+* deleting the durable withdraws the sticky interest;
+* sticky routes over a link down longer than ``sticky_ttl`` expire, and the messages queued
+  for it are dropped, counted.
+
+The fault tests with real ``zbroker start`` processes and SIGKILL are in
+``test_forward_faults.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from zbroker.cli.format import format_status
+
+from zbroker import Broker, Client
+from zbroker.config import LinkConfig
+
+from .test_durable import FAST_LINK, WAIT, Collector, durable_of, endpoint, numbers
+
+BrokerFactory = Callable[..., Broker]
+ClientFactory = Callable[..., Client]
+WaitUntil = Callable[..., bool]
+
+
+def chain(
+    broker_factory: BrokerFactory, free_port: Callable[[], int], tmp_path: Path
+) -> dict[str, Any]:
+    ports = {n: free_port() for n in "ABC"}
+    a = broker_factory(broker_id="A", port=ports["A"], data_dir=tmp_path / "A")
+    b = start(broker_factory, "B", ports, tmp_path)
+    c = start(broker_factory, "C", ports, tmp_path)
+    return {"A": a, "B": b, "C": c, "ports": ports}
+
+
+def start(broker_factory: BrokerFactory, name: str, ports: dict[str, int], tmp: Path) -> Broker:
+    """Start (or start again: same ID, port and data directory) node B or C."""
+    links = b_links(ports) if name == "B" else c_links(ports)
+    return broker_factory(broker_id=name, port=ports[name], data_dir=tmp / name, links=links)
+
+
+def b_links(ports: dict[str, int]) -> tuple[LinkConfig, ...]:
+    return (LinkConfig(name="ba", uri=endpoint(ports["A"]), **FAST_LINK),)
+
+
+def c_links(ports: dict[str, int]) -> tuple[LinkConfig, ...]:
+    return (LinkConfig(name="cb", uri=endpoint(ports["B"]), **FAST_LINK),)
+
+
+def links_up(broker: Broker, n: int) -> bool:
+    return sum(ln["state"] == "up" for ln in broker.status()["links"]) == n
+
+
+def routes_to(broker: Broker, pattern: str, origin: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = broker.call(lambda node: node.engine.interest())
+    return [r for r in rows if r["pattern"] == pattern and r["origin"] == origin]
+
+
+def held(broker: Broker) -> int:
+    return int(broker.status()["forward"]["held"])
+
+
+def durable_payloads(broker: Broker, name: str) -> list[bytes]:
+    """Every message stored in a durable queue, in queue order (read from the store)."""
+
+    def read(node: Any) -> list[bytes]:
+        node.store.commit()
+        rows = node.store.pending_durable(name, 0, 1_000_000)
+        return [r[2] for r in rows]
+
+    result: list[bytes] = broker.call(read)
+    return result
+
+
+def setup_durable(
+    nodes: dict[str, Any], client_factory: ClientFactory, wait_until: WaitUntil
+) -> Client:
+    a, b, c = nodes["A"], nodes["B"], nodes["C"]
+    assert wait_until(lambda: links_up(a, 1) and links_up(b, 2) and links_up(c, 1), WAIT)
+    sub = client_factory(c.endpoint)
+    s = sub.subscribe("SAF.>", Collector(), durable="saf")
+    s.unsubscribe()  # detached: everything stays in C's queue, where the test reads it
+    assert wait_until(lambda: bool(routes_to(a, "SAF.>", "C")), WAIT)
+    assert routes_to(a, "SAF.>", "C")[0].get("sticky") is True
+    return sub
+
+
+def publish(client: Client, payloads: list[bytes]) -> None:
+    for p in payloads:
+        client.publish("SAF.X", p, persistent=True, confirm=True)
+
+
+def test_persistent_messages_cross_the_chain_and_queues_drain(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    free_port: Callable[[], int],
+    wait_until: WaitUntil,
+    tmp_path: Path,
+) -> None:
+    nodes = chain(broker_factory, free_port, tmp_path)
+    setup_durable(nodes, client_factory, wait_until)
+    pub = client_factory(nodes["A"].endpoint)
+    n = 300
+    publish(pub, numbers(n))
+    c = nodes["C"]
+    assert wait_until(lambda: len(durable_payloads(c, "saf")) >= n, WAIT)
+    assert durable_payloads(c, "saf") == numbers(n)
+    assert wait_until(lambda: held(nodes["A"]) == 0 and held(nodes["B"]) == 0, WAIT)
+    fa = nodes["A"].status()["forward"]
+    fb = nodes["B"].status()["forward"]
+    assert fa["queued"] == n and fb["queued"] == n
+    assert fb["duplicates"] == 0 and c.status()["forward"]["duplicates"] == 0
+    # non-persistent messages keep the in-memory path: nothing queued for them
+    for p in numbers(10, 1000):
+        pub.publish("SAF.X", p)
+    assert wait_until(lambda: len(durable_payloads(c, "saf")) == n + 10, WAIT)
+    assert nodes["A"].status()["forward"]["queued"] == n
+
+
+def test_middle_node_restart_resumes_from_the_stored_queues(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    free_port: Callable[[], int],
+    wait_until: WaitUntil,
+    tmp_path: Path,
+) -> None:
+    nodes = chain(broker_factory, free_port, tmp_path)
+    a, b, c, ports = nodes["A"], nodes["B"], nodes["C"], nodes["ports"]
+    setup_durable(nodes, client_factory, wait_until)
+    pub = client_factory(a.endpoint)
+    publish(pub, numbers(50))
+    assert wait_until(lambda: held(a) == 0, WAIT)  # so that the count below is exact
+    b.stop()
+    assert wait_until(lambda: links_up(a, 0), WAIT)
+    # the sticky route stays (on a ghost of the down link): A queues for it
+    route = routes_to(a, "SAF.>", "C")
+    assert route and route[0].get("link_down") is True, route
+    publish(pub, numbers(100, 50))
+    assert held(a) == 100
+    b2 = start(broker_factory, "B", ports, tmp_path)
+    assert wait_until(lambda: len(durable_payloads(c, "saf")) >= 150, WAIT)
+    assert durable_payloads(c, "saf") == numbers(150)
+    assert wait_until(lambda: held(a) == 0 and held(b2) == 0, WAIT)
+    publish(pub, numbers(10, 150))
+    assert wait_until(lambda: len(durable_payloads(c, "saf")) >= 160, WAIT)
+    assert durable_payloads(c, "saf") == numbers(160)
+
+
+def test_middle_node_restart_with_the_last_node_away(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    free_port: Callable[[], int],
+    wait_until: WaitUntil,
+    tmp_path: Path,
+) -> None:
+    """B restarts while C is away: B's routes toward C come from its store (no advert
+    from C can arrive), so what A resends is queued at B for C, not lost."""
+    nodes = chain(broker_factory, free_port, tmp_path)
+    a, b, c, ports = nodes["A"], nodes["B"], nodes["C"], nodes["ports"]
+    setup_durable(nodes, client_factory, wait_until)
+    pub = client_factory(a.endpoint)
+    publish(pub, numbers(20))
+    assert wait_until(lambda: len(durable_payloads(c, "saf")) == 20, WAIT)
+    c.stop()
+    b.stop()
+    publish(pub, numbers(30, 20))
+    b2 = start(broker_factory, "B", ports, tmp_path)
+    assert wait_until(lambda: held(a) == 0 and held(b2) == 30, WAIT), (
+        a.status()["forward"],
+        b2.status()["forward"],
+    )
+    c2 = start(broker_factory, "C", ports, tmp_path)
+    assert wait_until(lambda: len(durable_payloads(c2, "saf")) >= 50, WAIT)
+    assert durable_payloads(c2, "saf") == numbers(50)
+    assert wait_until(lambda: held(b2) == 0, WAIT)
+
+
+def test_last_node_restart_is_queued_for_and_resumed(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    free_port: Callable[[], int],
+    wait_until: WaitUntil,
+    tmp_path: Path,
+) -> None:
+    nodes = chain(broker_factory, free_port, tmp_path)
+    a, b, c, ports = nodes["A"], nodes["B"], nodes["C"], nodes["ports"]
+    setup_durable(nodes, client_factory, wait_until)
+    pub = client_factory(a.endpoint)
+    publish(pub, numbers(40))
+    assert wait_until(lambda: len(durable_payloads(c, "saf")) == 40, WAIT)
+    c.stop()
+    assert wait_until(lambda: links_up(b, 1), WAIT)
+    assert routes_to(a, "SAF.>", "C"), "A lost the sticky route"
+    publish(pub, numbers(60, 40))
+    assert wait_until(lambda: held(b) == 60, WAIT), b.status()["forward"]
+    c2 = start(broker_factory, "C", ports, tmp_path)
+    assert wait_until(lambda: len(durable_payloads(c2, "saf")) >= 100, WAIT)
+    assert durable_payloads(c2, "saf") == numbers(100)
+    assert wait_until(lambda: held(b) == 0, WAIT)
+    assert durable_of(c2, "saf") is not None
+
+
+def test_deleting_the_durable_withdraws_the_sticky_route(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    free_port: Callable[[], int],
+    wait_until: WaitUntil,
+    tmp_path: Path,
+) -> None:
+    nodes = chain(broker_factory, free_port, tmp_path)
+    a = nodes["A"]
+    sub = setup_durable(nodes, client_factory, wait_until)
+    sub.delete_durable("saf")
+    assert wait_until(lambda: not routes_to(a, "SAF.>", "C"), WAIT)
+
+
+def test_sticky_routes_expire_and_their_queue_is_dropped_counted(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    free_port: Callable[[], int],
+    wait_until: WaitUntil,
+    tmp_path: Path,
+) -> None:
+    ports = {n: free_port() for n in "ABC"}
+    a = broker_factory(broker_id="A", port=ports["A"], data_dir=tmp_path / "A")
+    b = broker_factory(
+        broker_id="B",
+        port=ports["B"],
+        data_dir=tmp_path / "B",
+        links=b_links(ports),
+        sticky_ttl=2.0,
+    )
+    c = start(broker_factory, "C", ports, tmp_path)
+    setup_durable({"A": a, "B": b, "C": c}, client_factory, wait_until)
+    c.stop()
+    assert wait_until(lambda: links_up(b, 1), WAIT)
+    pub = client_factory(a.endpoint)
+    publish(pub, numbers(5))
+    assert wait_until(lambda: held(b) == 5, WAIT)
+    text = format_status(b.status())
+    assert "link queue" in text and "C/cb" in text
+    # after sticky_ttl the route is withdrawn everywhere and the 5 queued are dropped
+    assert wait_until(lambda: not routes_to(a, "SAF.>", "C"), WAIT)
+    dropped = b.status()["counters"]["dropped"]
+    assert dropped["sticky_route_expired"] == 1
+    assert dropped["forward_expired"] == 5
+    assert held(b) == 0 and b.status()["forward"]["sticky_ghost_links"] == []

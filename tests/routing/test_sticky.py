@@ -1,0 +1,172 @@
+"""Rule 6 of the routing engine: sticky (durable-backed) interest survives link outages.
+
+Hand-driven engines in a chain A - B - C (and a triangle for the preference rule):
+
+* a sticky local subscription is advertised sticky, and nodes further away keep the flag;
+* ``LinkDown(keep_sticky=True)`` keeps sticky entries on a ghost of the link: the node
+  still routes toward it and keeps advertising the entry; non-sticky entries go at once;
+* a live path always beats a ghost; the ghost is never advertised to;
+* ``LinkUp`` of the same link revives the ghost's entries until the peer's full table;
+  ``LinkDown`` without ``keep_sticky`` forgets it; ``restore_ghost`` rebuilds it;
+* turning stickiness off (the durable deleted, clients still subscribed) is advertised.
+"""
+
+from __future__ import annotations
+
+from zbroker.routing import AdvertIn, LinkDown, LinkUp, LocalSubscribe, RoutingEngine
+
+from .test_engine import Wires
+
+
+class StickyWires(Wires):
+    """Wires that carry the sticky flags of advertisements too."""
+
+    def pump(self) -> int:
+        n = 0
+        while True:
+            moved = False
+            for e in list(self.engines.values()):
+                for action in e.flush():
+                    moved = True
+                    n += 1
+                    self.sent.append((e.broker_id, action))
+                    if action.link in self.ends:
+                        peer = self.engines[self.peer_of(e.broker_id, action.link)]
+                        peer.handle(
+                            AdvertIn(
+                                link=action.link,
+                                full=action.full,
+                                entries=action.entries,
+                                sticky=action.sticky,
+                            )
+                        )
+            if not moved:
+                return n
+
+    def cut(self, link: str) -> None:
+        """Both ends see the link go down, keeping sticky entries."""
+        for end in self.ends.pop(link):
+            self.engines[end].handle(LinkDown(link=link, keep_sticky=True))
+
+
+def chain() -> tuple[StickyWires, RoutingEngine, RoutingEngine, RoutingEngine]:
+    a, b, c = RoutingEngine("A"), RoutingEngine("B"), RoutingEngine("C")
+    w = StickyWires(a, b, c)
+    w.up("B", "A", "ab")
+    w.up("C", "B", "bc")
+    c.handle(LocalSubscribe(pattern="D.>", sticky=True))
+    c.handle(LocalSubscribe(pattern="L.>"))
+    w.pump()
+    return w, a, b, c
+
+
+def row(e: RoutingEngine, pattern: str) -> dict[str, object] | None:
+    rows = [r for r in e.interest() if r["pattern"] == pattern]
+    return rows[0] if rows else None
+
+
+def test_sticky_flag_travels_and_survives_a_cut() -> None:
+    w, a, b, _ = chain()
+    assert row(a, "D.>") == {
+        "pattern": "D.>",
+        "origin": "C",
+        "path": ["C", "B"],
+        "hops": 2,
+        "link": "ab",
+        "sticky": True,
+    }
+    assert row(a, "L.>") is not None and "sticky" not in row(a, "L.>")  # type: ignore[operator]
+    w.cut("bc")
+    w.pump()
+    # B keeps routing D.> toward the down link; L.> is withdrawn at once, everywhere
+    assert b.ghosts() == ["bc"]
+    assert row(b, "D.>") == {
+        "pattern": "D.>",
+        "origin": "C",
+        "path": ["C"],
+        "hops": 1,
+        "link": "bc",
+        "sticky": True,
+        "link_down": True,
+    }
+    assert row(b, "L.>") is None and row(a, "L.>") is None
+    assert b.route("D.x", ("A",), ("C",))[1] == [("bc", ("C",), 1)]
+    # A still has the route via B (B advertises the ghost's entry like any best entry)
+    assert row(a, "D.>") is not None and row(a, "D.>")["link"] == "ab"  # type: ignore[index]
+    assert a.route("D.x", (), None)[1] == [("ab", ("C",), 1)]
+
+
+def test_the_link_coming_back_revives_then_the_full_table_decides() -> None:
+    w, _, b, c = chain()
+    w.cut("bc")
+    w.pump()
+    w.up("C", "B", "bc")
+    assert b.ghosts() == []
+    assert row(b, "D.>")["link"] == "bc"  # type: ignore[index]
+    assert "link_down" not in row(b, "D.>")  # type: ignore[operator]
+    # C deleted the durable while away: its full table lacks D.>, so B withdraws it
+    c.handle(LocalSubscribe(pattern="D.>", sticky=False))
+    from zbroker.routing import LocalUnsubscribe
+
+    c.handle(LocalUnsubscribe(pattern="D.>"))
+    w.pump()
+    assert row(b, "D.>") is None
+
+
+def test_a_live_path_beats_a_ghost_and_a_ghost_is_not_advertised_to() -> None:
+    a, b, c = RoutingEngine("A"), RoutingEngine("B"), RoutingEngine("C")
+    w = StickyWires(a, b, c)
+    w.up("A", "C", "ac")
+    w.up("B", "A", "ab")
+    w.up("C", "B", "bc")
+    c.handle(LocalSubscribe(pattern="D.>", sticky=True))
+    w.pump()
+    assert row(a, "D.>")["link"] == "ac"  # type: ignore[index]
+    w.cut("ac")
+    w.pump()
+    # the ghost of ac holds the entry, but the live path through B wins
+    assert a.ghosts() == ["ac"]
+    assert row(a, "D.>")["link"] == "ab"  # type: ignore[index]
+    assert row(a, "D.>")["path"] == ["C", "B"]  # type: ignore[index]
+    sent_before = len(w.sent)
+    a.handle(LocalSubscribe(pattern="X", sticky=True))
+    w.pump()
+    assert all(action.link != "ac" for _, action in w.sent[sent_before:])
+    # the live path goes too: the ghost takes over
+    w.cut("ab")
+    w.pump()
+    assert row(a, "D.>")["link"] == "ac"  # type: ignore[index]
+    assert row(a, "D.>")["link_down"] is True  # type: ignore[index]
+
+
+def test_forget_and_restore_a_ghost() -> None:
+    w, _, b, _ = chain()
+    w.cut("bc")
+    w.pump()
+    entries = b.sticky_entries("bc")
+    assert entries == [("D.>", "C", ("C",))]
+    b.handle(LinkDown(link="bc"))  # expired
+    w.pump()
+    assert b.ghosts() == [] and row(b, "D.>") is None
+    # a restarted B rebuilds it from what it stored
+    fresh = RoutingEngine("B")
+    fresh.restore_ghost("bc", "C", entries)
+    assert fresh.ghosts() == ["bc"]
+    assert row(fresh, "D.>")["link_down"] is True  # type: ignore[index]
+    fresh.handle(LinkUp(link="ab", peer="A"))
+    (advert,) = fresh.flush()
+    assert advert.entries == (("D.>", "C", ("C", "B")),)
+    assert advert.sticky == frozenset({("D.>", "C")})
+
+
+def test_stickiness_change_is_advertised() -> None:
+    w, a, _, c = chain()
+    c.handle(LocalSubscribe(pattern="L.>", sticky=True))
+    w.pump()
+    assert row(a, "L.>")["sticky"] is True  # type: ignore[index]
+    c.handle(LocalSubscribe(pattern="L.>", sticky=False))
+    w.pump()
+    assert "sticky" not in row(a, "L.>")  # type: ignore[operator]
+    w.cut("bc")
+    w.pump()
+    assert row(a, "L.>") is None

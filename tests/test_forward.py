@@ -1,0 +1,199 @@
+"""The store-and-forward rules of zbroker.forward, sans-IO, over a real Store.
+
+Two Forwarders (sender, receiver) with their own stores; frames are carried by hand:
+
+* entries are taken exactly once per link, strictly in link-sequence order (resends and
+  out-of-order entries are not taken), and the position survives a restart of the
+  receiver (a new Forwarder over the same store);
+* acknowledged entries are deleted, unacknowledged ones are resent on attach and after
+  the retransmit timeout, and survive a restart of the sender;
+* a new epoch (a wiped sender store) starts the numbering again;
+* the bounds drop the oldest entries, counted, and ``base`` lets the receiver skip them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from zbroker import wire
+from zbroker.forward import RETRANSMIT_AFTER, Forwarder
+from zbroker.store import Store
+
+
+def fields(i: int) -> list[Any]:
+    return ["T.x", str(i).encode(), 0, None, "A", 1, i, 1.0, ["A"], None, i]
+
+
+def make(path: Path, **kw: Any) -> tuple[Store, Forwarder]:
+    store = Store(path)
+    return store, Forwarder(store, **kw)
+
+
+def carry(sender: Forwarder, receiver: Forwarder, ikey: str = "A/l") -> list[int]:
+    """Send every ready frame of the sender's queues; return the payloads the receiver
+    took, in order."""
+    took = []
+    for q in list(sender.ready()):
+        while q.sent_upto < q.entries[-1][0]:
+            frame, upto, n = sender.next_frame(q, 7)
+            value = wire.decode_frame(frame)
+            epoch, base, entries = wire.decode_pmsgs(value)
+            for m in entries:
+                wire.check_pmsgs_entry(m)
+                if receiver.accept(ikey, epoch, base, m[0]):
+                    took.append(int(m[2]))
+            sender.sent(q, upto, n)
+    return took
+
+
+def ack(sender: Forwarder, receiver: Forwarder, sender_store: Store, rstore: Store) -> int:
+    rstore.commit()  # the receiver acknowledges only what it committed
+    pos = receiver.position("A/l")
+    assert pos is not None
+    n = sender.on_ack("l", pos[0], pos[1], 0.0)
+    sender_store.commit()
+    return n
+
+
+def test_exactly_once_in_order_across_resends_and_restarts(tmp_path: Path) -> None:
+    sstore, s = make(tmp_path / "s.db")
+    rstore, r = make(tmp_path / "r.db")
+    s.attach("l", "B", "B/l", 0.0)
+    for i in range(20):
+        assert s.put("l", fields(i))
+    sstore.commit()
+    assert carry(s, r) == list(range(20))
+    # a resend of everything (the link came up again before the ack) is taken by nobody
+    s.attach("l", "B", "B/l", 0.0)
+    assert carry(s, r) == []
+    assert r.duplicates == 20
+    assert ack(s, r, sstore, rstore) == 20
+    assert s.stats()["held"] == 0
+    # more, then the receiver restarts after its commit: nothing is taken twice
+    for i in range(20, 30):
+        s.put("l", fields(i))
+    sstore.commit()
+    assert carry(s, r) == list(range(20, 30))
+    rstore.commit()
+    rstore.close()
+    rstore, r = make(tmp_path / "r.db")
+    s.attach("l", "B", "B/l", 0.0)
+    assert carry(s, r) == []
+    assert ack(s, r, sstore, rstore) == 10
+    # the sender restarts with unacknowledged entries: they come again, once
+    for i in range(30, 35):
+        s.put("l", fields(i))
+    sstore.commit()
+    sstore.close()
+    sstore, s = make(tmp_path / "s.db")
+    assert s.stats()["held"] == 5
+    s.attach("l", "B", "B/l", 0.0)
+    assert carry(s, r) == list(range(30, 35))
+    assert ack(s, r, sstore, rstore) == 5
+    # the sequence never goes back after everything was acknowledged and a restart
+    sstore.close()
+    sstore, s = make(tmp_path / "s.db")
+    s.attach("l", "B", "B/l", 0.0)
+    s.put("l", fields(35))
+    sstore.commit()
+    assert carry(s, r) == [35]
+
+
+def test_a_gap_waits_for_the_resend(tmp_path: Path) -> None:
+    _, r = make(tmp_path / "r.db")
+    assert r.accept("A/l", 9, 1, 1)
+    assert not r.accept("A/l", 9, 1, 3)  # 2 was lost on a broken connection
+    assert r.gaps == 1
+    assert r.accept("A/l", 9, 1, 2)
+    assert r.accept("A/l", 9, 1, 3)
+    assert r.position("A/l") == (9, 3)
+    # a new epoch: the sender's store was wiped; numbering starts again
+    assert r.accept("A/l", 10, 1, 1)
+    assert r.position("A/l") == (10, 1)
+
+
+def test_retransmit_after_silence(tmp_path: Path) -> None:
+    sstore, s = make(tmp_path / "s.db")
+    q = s.attach("l", "B", "B/l", 0.0)
+    s.put("l", fields(0))
+    sstore.commit()
+    _, upto, n = s.next_frame(q, 10)
+    s.sent(q, upto, n)
+    assert list(s.ready()) == []
+    s.retransmit(RETRANSMIT_AFTER / 2)
+    assert list(s.ready()) == []
+    s.retransmit(RETRANSMIT_AFTER + 0.1)
+    assert list(s.ready()) == [q]
+    assert q.retransmits == 1
+
+
+def test_bounds_drop_the_oldest_and_the_receiver_skips_them(tmp_path: Path) -> None:
+    sstore, s = make(tmp_path / "s.db", max_msgs=5)
+    _, r = make(tmp_path / "r.db")
+    s.attach("l", "B", "B/l", 0.0)
+    s.detach("l", 1.0)
+    for i in range(12):
+        s.put("l", fields(i))
+    sstore.commit()
+    assert s.stats()["held"] == 5
+    assert s.stats()["dropped_full"] == 7
+    s.attach("l", "B", "B/l", 2.0)
+    assert carry(s, r) == list(range(7, 12))
+    assert r.lost == 7
+    # what the store holds matches memory
+    sstore.close()
+    sstore, s2 = make(tmp_path / "s.db", max_msgs=5)
+    assert [msgpack.unpackb(b)[2] for _, b in s2.queues["B/l"].entries] == [
+        str(i).encode() for i in range(7, 12)
+    ]
+
+
+def test_stale_ack_and_unknown_link(tmp_path: Path) -> None:
+    _, s = make(tmp_path / "s.db")
+    assert not s.put("nowhere", fields(0))  # no queue: the link never came up
+    q = s.attach("l", "B", "B/l", 0.0)
+    s.put("l", fields(0))
+    assert s.on_ack("l", q.epoch + 1, 1, 0.0) == 0
+    assert s.stale_acks == 1
+    assert s.on_ack("l", q.epoch, 1, 0.0) == 1
+
+
+def test_the_window_bounds_what_is_in_flight(tmp_path: Path) -> None:
+    from zbroker.forward import WINDOW
+
+    _, s = make(tmp_path / "s.db")
+    q = s.attach("l", "B", "B/l", 0.0)
+    for i in range(WINDOW + 300):
+        s.put("l", fields(i))
+    sent = 0
+    while True:
+        _, upto, n = s.next_frame(q, 512)
+        if n == 0:
+            break
+        s.sent(q, upto, n)
+        sent += n
+    assert sent == WINDOW and list(s.ready()) == []
+    s.on_ack("l", q.epoch, 100, 0.0)  # room again for 100 of the 300 waiting
+    assert list(s.ready()) == [q]
+    assert s.next_frame(q, 512)[2] == 100
+
+
+def test_persistent_dedupe_with_permanent_gaps() -> None:
+    """A branch sees every third persistent message of an origin: repeats are caught, new
+    ones are not, and the state stays bounded."""
+    from zbroker.forward import PersistentDedupe
+
+    d = PersistentDedupe(window=100)
+    mine = list(range(1, 30_000, 3))
+    assert not any(d.seen("A", 1, p) for p in mine)
+    assert d.duplicates == 0
+    assert all(d.seen("A", 1, p) for p in mine[-40:])  # recent repeats
+    assert d.duplicates == 40
+    assert len(d._origins[("A", 1)][1]) <= 100
+    # out of order within the window, and another incarnation is another stream
+    assert not d.seen("A", 1, 30_005) and not d.seen("A", 1, 30_002)
+    assert d.seen("A", 1, 30_005)
+    assert not d.seen("A", 2, 1)
