@@ -946,6 +946,9 @@ class Node:
         for link_id, targets, copies in sends:
             link = by_id.get(link_id)
             if link is None:
+                # routed over a link that is down (a sticky route's ghost): a non-persistent
+                # message has nowhere to wait, so it is lost here: counted, not silent
+                self._drop("link_down", copies)
                 continue
             m = (
                 msg
@@ -961,15 +964,18 @@ class Node:
 
     def _resolve_sends(
         self, sends: list[tuple[str, tuple[str, ...] | None, int]]
-    ) -> list[tuple[Link, list[str] | None, int]]:
+    ) -> tuple[list[tuple[Link, list[str] | None, int]], int]:
         """route()'s sends as (link, targets list to forward, copies), links that are up
-        only. The targets list is shared by the messages of one frame (never modified)."""
+        only, and the copies routed to links that are not (each message loses them). The
+        targets list is shared by the messages of one frame (never modified)."""
         by_id = self._by_engine_id
-        return [
+        resolved = [
             (link, None if targets is None else list(targets), copies)
             for link_id, targets, copies in sends
             if (link := by_id.get(link_id)) is not None
         ]
+        missing = sum(copies for link_id, _, copies in sends if link_id not in by_id)
+        return resolved, missing
 
     def _flush_outboxes(self) -> None:
         now = time.monotonic()
@@ -1094,7 +1100,7 @@ class Node:
         fwd_paths = self._fwd_paths
         checked_targets = self._checked_targets
         # route() results are cached and shared: their sends, resolved to links, per frame
-        prepared: dict[int, tuple[list[Any], list[tuple[Link, list[str] | None, int]]]] = {}
+        prepared: dict[int, tuple[list[Any], list[tuple[Link, list[str] | None, int]], int]] = {}
         dirty = self._dirty
         link.msgs_in += len(batch)
         for m in batch:
@@ -1169,7 +1175,9 @@ class Node:
                 # _enqueue, inlined: the links and target lists resolved once per frame
                 prep = prepared.get(id(sends))
                 if prep is None or prep[0] is not sends:
-                    prep = prepared[id(sends)] = (sends, self._resolve_sends(sends))
+                    prep = prepared[id(sends)] = (sends, *self._resolve_sends(sends))
+                if prep[2]:
+                    self._drop("link_down", prep[2])  # routed over a down link: lost, counted
                 for out_link, out_targets, copies in prep[1]:
                     fm = [topic, payload, fmt, headers, origin, inc, seq, ts, fwd, out_targets]
                     box = out_link.outbox

@@ -258,3 +258,28 @@ def test_sticky_routes_expire_and_their_queue_is_dropped_counted(
     assert dropped["sticky_route_expired"] == 1
     assert dropped["forward_expired"] == 5
     assert held(b) == 0 and b.status()["forward"]["sticky_ghost_links"] == []
+
+
+def test_non_persistent_messages_toward_a_down_link_are_counted_not_silent(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    free_port: Callable[[], int],
+    wait_until: WaitUntil,
+    tmp_path: Path,
+) -> None:
+    """C is away: B keeps the durable's sticky route on the down link. A persistent
+    message waits in B's queue; a non-persistent one has nowhere to wait and is lost at B,
+    counted as ``link_down`` (one per message), not dropped without a word."""
+    nodes = chain(broker_factory, free_port, tmp_path)
+    a, b, c = nodes["A"], nodes["B"], nodes["C"]
+    setup_durable(nodes, client_factory, wait_until)
+    c.stop()
+    assert wait_until(lambda: links_up(b, 1), WAIT)
+    assert routes_to(b, "SAF.>", "C"), "B lost the sticky route"
+    before = b.status()["counters"]["dropped"].get("link_down", 0)
+    pub = client_factory(a.endpoint)
+    for p in numbers(7):
+        pub.publish("SAF.X", p)
+    publish(pub, [b"persistent"])  # after the 7 on the same path: they reached B before it
+    assert wait_until(lambda: held(b) == 1, WAIT), b.status()["forward"]
+    assert b.status()["counters"]["dropped"].get("link_down", 0) - before == 7
