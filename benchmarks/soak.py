@@ -14,7 +14,8 @@ B dials A, C dials B (duplex links, what ``zbroker start --peer`` configures). F
 * subscribers on C that churn: ``--subscribers`` clients (default 2) in one process, and every
   ``--churn-s`` seconds (default 4) the oldest one goes (alternately ``unsubscribe()`` +
   ``close()``, and ``close()`` alone) and a new client connects and subscribes;
-* persistent publishes with ``confirm=True`` on C (``--persistent-rate``, default 500 msg/s
+* persistent publishes with ``confirm=True`` on ``--persistent-node`` (default A: stored
+  and forwarded over both links; C: one node) (``--persistent-rate``, default 500 msg/s
   in total, from ``--persistent-threads`` threads sharing one client, default 8, each
   blocking in ``publish(confirm=True)``) to a durable subscription on C, whose subscriber
   process restarts every ``--durable-restart-s`` seconds (default 20), alternately closed
@@ -518,7 +519,8 @@ class Soak:
         result: dict[str, Any] = {}
         log(f"soak: chain A-B-C, {a.minutes:g} min, {a.rate:,.0f} msg/s non-persistent on A "
             f"({a.publishers} publisher(s)), {a.subscribers} churning subscribers on C "
-            f"(every {a.churn_s:g} s), persistent {a.persistent_rate:,.0f} msg/s on C, durable "
+            f"(every {a.churn_s:g} s), persistent {a.persistent_rate:,.0f} msg/s on "
+            f"{a.persistent_node}, durable "
             f"subscriber restart every {a.durable_restart_s:g} s (away {a.durable_away_s:g} s)")
         self.start_nodes()
         A, C = self.nodes[0]["name"], self.nodes[2]["name"]
@@ -539,7 +541,8 @@ class Soak:
             for i in range(a.publishers)
         ]
         confirmed = self.ctx.Value("q", 0, lock=False)
-        ppub = bn._start(self.ctx, persist_pub_main, self.q, self.nodes[2]["endpoint"],
+        ppub = bn._start(self.ctx, persist_pub_main, self.q,
+                         self.nodes["ABC".index(a.persistent_node)]["endpoint"],
                          a.persistent_rate, a.persistent_threads, self.load_stop, self.go,
                          confirmed, self.deadline)
         pids = {"A": self.nodes[0]["pid"], "B": self.nodes[1]["pid"], "C": self.nodes[2]["pid"]}
@@ -821,7 +824,8 @@ def print_summary(result: dict[str, Any]) -> None:
     print(f"run       {result['command']}: {a['minutes']:g} min, non-persistent "
           f"{a['rate']:,.0f} msg/s on A (= {a['fraction']:g} x peak {a['peak']:,.0f}), "
           f"{a['subscribers']} churning subscribers on C every {a['churn_s']:g} s, persistent "
-          f"{a['persistent_rate']:,.0f} msg/s confirm on C ({a['persistent_threads']} threads), "
+          f"{a['persistent_rate']:,.0f} msg/s confirm on {a['persistent_node']} "
+          f"({a['persistent_threads']} threads), "
           f"durable credit {a['credit']}, "
           f"restart every {a['durable_restart_s']:g} s; elapsed {result['elapsed_s']:.0f} s")
     print("-" * 110)
@@ -926,6 +930,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--subscribers", type=int, default=2)
     ap.add_argument("--churn-s", type=float, default=4.0)
     ap.add_argument("--persistent-rate", type=float, default=500.0)
+    ap.add_argument("--persistent-node", choices=("A", "B", "C"), default="A",
+                    help="node the persistent publisher uses (A: store-and-forward to C)")
     ap.add_argument("--persistent-threads", type=int, default=8,
                     help="threads sharing the persistent publisher's client, each blocking in "
                     "publish(confirm=True)")
