@@ -432,3 +432,14 @@ def test_forward_table(tmp_path: Path) -> None:
     path.write_text("[forward]\nmax_mesages = 1\n")
     with pytest.raises(ConfigError, match="max_mesages"):
         load_config(path)
+
+
+def test_forward_overflow_policy(tmp_path: Path) -> None:
+    """[forward] overflow: drop-oldest (default) or reject-new (back-pressure)."""
+    path = tmp_path / "f.toml"
+    assert NodeConfig().forward_overflow == "drop-oldest"
+    path.write_text('[forward]\noverflow = "reject-new"\n')
+    assert load_config(path).forward_overflow == "reject-new"
+    path.write_text('[forward]\noverflow = "drop-newest"\n')
+    with pytest.raises(ConfigError, match=r"forward\.overflow: 'drop-newest' is not one of"):
+        load_config(path)

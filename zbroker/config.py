@@ -238,6 +238,9 @@ class NodeConfig:
     #: store-and-forward link queues: bounds per link (0 = unbounded; oldest dropped first)
     forward_max_msgs: int = 1_000_000
     forward_max_bytes: int = 1 << 30
+    #: a link queue at its bound: "drop-oldest" (counted) or "reject-new" (back-pressure:
+    #: the next node stops taking, the origin refuses persistent publishes)
+    forward_overflow: str = "drop-oldest"
     #: seconds sticky (durable-backed) routes over a down link are kept, and its queue
     sticky_ttl: float = 86_400.0
     #: where the values came from, for error messages ("file.toml", "keyword", ...)
@@ -328,6 +331,11 @@ class NodeConfig:
         _check_int(self.forward_max_msgs, f"{src}: forward.max_msgs", 0, 1 << 40)
         _check_int(self.forward_max_bytes, f"{src}: forward.max_bytes", 0, 1 << 50)
         _check_float(self.sticky_ttl, f"{src}: forward.sticky_ttl", 0.1, 10 * 365 * 86400)
+        if self.forward_overflow not in OVERFLOW_POLICIES:
+            raise ConfigError(
+                f"{src}: forward.overflow: {self.forward_overflow!r} is not one of "
+                f"{', '.join(OVERFLOW_POLICIES)}"
+            )
 
     def discovered_link(self, name: str, uri: str) -> LinkConfig:
         """A LinkConfig for a link to a discovered peer: the discovery defaults applied."""
@@ -375,6 +383,7 @@ _SCHEMA: dict[str, dict[str, str]] = {
     "forward": {
         "max_msgs": "forward_max_msgs",
         "max_bytes": "forward_max_bytes",
+        "overflow": "forward_overflow",
         "sticky_ttl": "sticky_ttl",
     },
 }

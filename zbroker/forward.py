@@ -217,6 +217,17 @@ class Forwarder:
             self._trim(q)
         return True
 
+    def room(self, engine_id: str, size: int) -> bool:
+        """Can the queue of ``engine_id`` take one more entry of about ``size`` bytes within
+        its bounds? (True when it has no queue: :meth:`put` handles that.)"""
+        q = self.by_engine.get(engine_id)
+        if q is None:
+            return True
+        return not (
+            (self.max_msgs and len(q.entries) >= self.max_msgs)
+            or (self.max_bytes and q.nbytes + size > self.max_bytes)
+        )
+
     def _trim(self, q: OutQueue) -> None:
         """Drop the oldest entries until the queue fits its bounds (counted)."""
         entries = q.entries

@@ -1803,6 +1803,41 @@ class Node:
             if d.consumer is not None:
                 self._pump.add(name)
 
+    def _forward_full(
+        self, sends: list[tuple[str, tuple[str, ...] | None, int]], n: int, size: int
+    ) -> str | None:
+        """With ``[forward] overflow = "reject-new"``: the link of ``sends`` whose
+        store-and-forward queue cannot take ``n`` more messages of ``size`` bytes in all,
+        None if they fit (or the policy is drop-oldest)."""
+        fw = self.forward
+        if fw is None or self.config.forward_overflow != "reject-new":
+            return None
+        for link_id, _targets, _copies in sends:
+            q = fw.by_engine.get(link_id)
+            if q is None:
+                continue
+            if (fw.max_msgs and len(q.entries) + n > fw.max_msgs) or (
+                fw.max_bytes and q.nbytes + size > fw.max_bytes
+            ):
+                return f"{q.qkey} (toward {q.peer}: {len(q.entries)} messages waiting)"
+        return None
+
+    def _forward_refusal(self, topics: dict[str, list[int]]) -> str | None:
+        """Back-pressure at the origin: why persistent messages on ``topics`` (topic ->
+        [messages, bytes]) cannot be queued onward, None if they can."""
+        if self.forward is None or self.config.forward_overflow != "reject-new":
+            return None
+        for topic, (n, size) in topics.items():
+            _, sends = self.engine.route(topic, (), None)
+            full = self._forward_full(sends, n, size) if sends else None
+            if full is not None:
+                return (
+                    f"refused: the store-and-forward queue of link {full} is full "
+                    "(overflow policy reject-new): the network downstream is slow or cut; "
+                    "retry later"
+                )
+        return None
+
     def _durable_refusal(self, topics: dict[str, list[int]]) -> str | None:
         """Why messages on ``topics`` (topic -> [messages, bytes]) cannot be stored, if a
         matching durable subscription is full under ``reject-new``; None if they can."""
@@ -2026,12 +2061,30 @@ class Node:
         ikey = _link_key(link)
         store = self.store
         link.msgs_in += len(entries)
+        backpressure = self.config.forward_overflow == "reject-new"
         for m in entries:
             try:
                 lseq = wire.pmsgs_lseq(m)
             except ProtocolError as exc:
                 self._bad(self._link_source(link), exc.reason, exc.detail)
                 continue
+            if backpressure and lseq == fw.inbound.get(ikey, (0, 0))[1] + 1:
+                # the next entry must be queued onward: if a queue it would go to is full,
+                # it is not taken (no PACK for it): the sender keeps it and sends it again,
+                # and its own queue fills back toward the origin
+                try:
+                    route = self.engine.route(
+                        m[1], tuple(m[9]), None if m[10] is None else tuple(m[10])
+                    )
+                except (TypeError, IndexError, ValueError):
+                    route = None  # malformed: accepted and counted below
+                if (
+                    route is not None
+                    and route[1]
+                    and self._forward_full(route[1], 1, len(m[2]) if type(m[2]) is bytes else 0)
+                ):
+                    self._drop("forward_backpressure")
+                    break
             if not fw.accept(ikey, epoch, base, lseq):
                 continue
             # taken under its sequence: a bad entry is counted and never asked for again
@@ -2199,6 +2252,8 @@ class Node:
         ):
             full = store.rules[rule]
         refusal = self._durable_refusal({topic: [1, len(payload) + len(topic)]})
+        if refusal is None:
+            refusal = self._forward_refusal({topic: [1, len(payload) + len(topic)]})
         if full is None and refusal is not None:
             self._drop("rejected_persistent")
             self._send_control(ident, wire.ERROR, req_id, {"message": refusal})
@@ -2331,7 +2386,7 @@ class Node:
             t = topics.setdefault(row[0], [0, 0])
             t[0] += 1
             t[1] += len(row[0]) + len(row[1])
-        refusal = self._durable_refusal(topics)
+        refusal = self._durable_refusal(topics) or self._forward_refusal(topics)
         if full is None and refusal is not None:
             self._drop("rejected_persistent", len(staged))
             raise StagingError(refusal + "; the rows stay staged until aborted")

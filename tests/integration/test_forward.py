@@ -283,3 +283,49 @@ def test_non_persistent_messages_toward_a_down_link_are_counted_not_silent(
     publish(pub, [b"persistent"])  # after the 7 on the same path: they reached B before it
     assert wait_until(lambda: held(b) == 1, WAIT), b.status()["forward"]
     assert b.status()["counters"]["dropped"].get("link_down", 0) - before == 7
+
+
+def test_reject_new_link_queues_push_back_to_the_publisher_and_lose_nothing(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    free_port: Callable[[], int],
+    wait_until: WaitUntil,
+    tmp_path: Path,
+) -> None:
+    """``[forward] overflow = "reject-new"``, 5 messages per link queue, C away: B's queue
+    toward C fills, B stops taking from A (no acknowledgement: A keeps them), A's queue
+    fills, and A refuses the next persistent publish with a clear error. When C is back
+    everything confirmed arrives, once, in order; nothing was dropped anywhere."""
+    import pytest
+
+    from zbroker import RequestError
+
+    ports = {n: free_port() for n in "ABC"}
+    bounded = {"forward_max_msgs": 5, "forward_overflow": "reject-new"}
+    a = broker_factory(broker_id="A", port=ports["A"], data_dir=tmp_path / "A", **bounded)
+    b = broker_factory(
+        broker_id="B", port=ports["B"], data_dir=tmp_path / "B", links=b_links(ports), **bounded
+    )
+    c = start(broker_factory, "C", ports, tmp_path)
+    nodes = {"A": a, "B": b, "C": c, "ports": ports}
+    setup_durable(nodes, client_factory, wait_until)
+    c.stop()
+    assert wait_until(lambda: links_up(b, 1), WAIT)
+    pub = client_factory(a.endpoint)
+    publish(pub, numbers(10))  # 5 wait at B (toward C), 5 at A (toward B)
+    assert wait_until(lambda: held(b) == 5 and held(a) == 5, WAIT), (
+        a.status()["forward"],
+        b.status()["forward"],
+    )
+    with pytest.raises(RequestError, match=r"store-and-forward queue of link .* is full"):
+        pub.publish("SAF.X", b"refused", persistent=True, confirm=True)
+    assert a.status()["counters"]["dropped"]["rejected_persistent"] == 1
+    assert b.status()["counters"]["dropped"].get("forward_backpressure", 0) >= 1
+    c2 = start(broker_factory, "C", ports, tmp_path)
+    assert wait_until(lambda: len(durable_payloads(c2, "saf")) >= 10, WAIT)
+    assert wait_until(lambda: held(a) == 0 and held(b) == 0, WAIT)
+    publish(pub, [b"after"])  # room again
+    assert wait_until(lambda: len(durable_payloads(c2, "saf")) == 11, WAIT)
+    assert durable_payloads(c2, "saf") == [*numbers(10), b"after"]
+    for node in (a, b):
+        assert node.status()["forward"]["dropped_full"] == 0
