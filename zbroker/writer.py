@@ -24,10 +24,8 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-import msgpack
-
 from . import wire
-from .client import Client
+from .client import Client, _encode_payload
 from .errors import PayloadError
 from .topics import validate_publish_topic
 
@@ -54,13 +52,7 @@ class StagedWriter:
     def add(self, topic: str, payload: Any, headers: dict[str, Any] | None = None) -> None:
         """Stage one message (sent to the node in chunks; nothing is published yet)."""
         validate_publish_topic(topic)
-        if isinstance(payload, bytes | bytearray | memoryview):
-            raw, fmt = bytes(payload), wire.FMT_BYTES
-        else:
-            try:
-                raw, fmt = msgpack.packb(payload), wire.FMT_MSGPACK
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise PayloadError(f"payload cannot be encoded with msgpack: {exc}") from exc
+        raw, fmt = _encode_payload(payload)  # as Client.publish encodes it
         if headers is not None and (
             not isinstance(headers, dict) or not all(isinstance(k, str) for k in headers)
         ):
