@@ -435,7 +435,7 @@ class Client:
         self._last_send = 0.0  # when a frame last went to the PUSH socket
         self._batch_item_max = 0  # a larger frame goes alone; 0: the node takes no batches
         self._batch_full = 0  # bytes after which a batch leaves
-        self._flusher_armed = False  # the client thread flushes batch tails (1 ms polls)
+        self._flusher_armed = False  # the client thread flushes batch tails (see _flush_tail)
         ready: Future[dict[str, Any]] = Future()
         self._thread = threading.Thread(
             target=self._run, args=(ready,), name="zbroker-client", daemon=True
@@ -647,16 +647,37 @@ class Client:
         return True
 
     def _flush_tail(self) -> None:
-        """From the client thread (every ms while armed): send a batch no publish filled."""
+        """From the client thread (woken when a batch starts, then every ms while armed):
+        send a batch no publish came to fill, once it is PUBLISH_LINGER old.
+
+        The rest of the linger is waited out here rather than until the next 1 ms poll: a
+        lone publish that joined a batch (a paced publisher catching up after a late
+        wake-up) then leaves within about the linger, not a millisecond later. A tail
+        flushed here ends the burst: the flusher disarms, and the next batch wakes it.
+        """
         with self._pub_lock:
             now = _monotonic()
             if self._closed:
                 self._flusher_armed = False
-            elif self._batch:
-                if now - self._batch_since >= PUBLISH_LINGER:
-                    self._flush_batch(now)  # no room: again at the next wake
-            elif now - self._last_send > 0.05:
-                self._flusher_armed = False  # publishing has paused: back to slow polls
+                return
+            if not self._batch:
+                if now - self._last_send > 0.001:
+                    # not a flood (whose publishes keep a batch open): back to slow polls,
+                    # so the next batch wakes this thread instead of waiting for a poll
+                    self._flusher_armed = False
+                return
+            since = self._batch_since
+            left = since + PUBLISH_LINGER - now
+            if left <= 0:
+                if self._flush_batch(now):  # no room: again at the next poll
+                    self._flusher_armed = False
+                return
+        time.sleep(left)  # at most PUBLISH_LINGER, without the lock: publishes go on
+        with self._pub_lock:
+            if self._closed:
+                self._flusher_armed = False
+            elif self._batch and self._batch_since == since and self._flush_batch(_monotonic()):
+                self._flusher_armed = False  # (a batch started since is a publisher's own)
 
     def _batch_limits(self, hello: dict[str, Any]) -> None:
         """Size publish batches for the node that answered ``hello`` (under _pub_lock). A
@@ -1098,7 +1119,7 @@ class _ClientLoop:
         next_tick = 0.0
         c = self.client
         while self.running:
-            # 1 ms while publishes may be waiting in a batch (the tail of a burst)
+            # 1 ms while a flood keeps a batch open (see Client._flush_tail)
             for sock, _ in self.poller.poll(1 if c._flusher_armed else 50):
                 if sock is self.sub:
                     self._on_deliver()

@@ -79,6 +79,6 @@ PUBLISH_BATCH = 64
 PUBLISH_BATCH_BYTES = 64 * 1024
 #: seconds. A publish that comes within this time of the client's previous send joins a
 #: batch instead of going out alone; a batch leaves when full, when a publish finds it this
-#: old, or (the tail of a burst) from the client thread within about a millisecond. A
-#: publisher slower than one message per PUBLISH_LINGER (10,000 msg/s) never waits.
+#: old, or (the tail of a burst) from the client thread once this old. A publish that
+#: comes alone never waits; one that joins a batch nobody fills waits about this long.
 PUBLISH_LINGER = 0.0001

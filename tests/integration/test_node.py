@@ -858,6 +858,33 @@ def test_publish_batches_lose_nothing_at_close_or_at_the_end_of_a_burst(
     assert len(got) == 1_003 + 2_005 + 1
 
 
+def test_a_catch_up_publish_left_in_a_batch_wakes_the_client_thread(
+    broker: Broker, client_factory: ClientFactory
+) -> None:
+    """A paced publisher catching up after a late wake-up makes two publishes within
+    PUBLISH_LINGER and then pauses: the second waits in a batch nobody fills. The client
+    thread sends that tail and disarms its fast polls, so the next pair's batch wakes it
+    again (rather than waiting for a 1 ms poll, which was the latency tail of a paced
+    publisher). Every message arrives once, in order."""
+    got = Collector()
+    sub = client_factory(broker.endpoint)
+    sub.subscribe("CATCHUP.>", got)
+    pub = client_factory(broker.endpoint)
+    batched = 0
+    for r in range(30):
+        time.sleep(0.005)  # a pause: the first publish of the pair leaves alone
+        pub.publish("CATCHUP.X", b"%d" % (2 * r))
+        pub.publish("CATCHUP.X", b"%d" % (2 * r + 1))
+        with pub._pub_lock:
+            batched += bool(pub._batch)
+        assert got.wait_for(2 * r + 2)
+        with pub._pub_lock:  # the tail left under this lock, and the flusher disarmed with it
+            assert not pub._flusher_armed, f"round {r}: still armed after its tail left"
+    assert batched > 0  # the pairs did use a batch (the second came within the linger)
+    assert got.payloads("CATCHUP.X") == [b"%d" % i for i in range(60)]
+    assert len(got) == 60
+
+
 def test_a_burst_is_delivered_in_batch_frames_numbered_per_message(
     broker: Broker, client_factory: ClientFactory, wait_until: WaitUntil
 ) -> None:
