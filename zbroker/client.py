@@ -656,8 +656,9 @@ class Client:
 
         The rest of the linger is waited out here rather than until the next 1 ms poll: a
         lone publish that joined a batch (a paced publisher catching up after a late
-        wake-up) then leaves within about the linger, not a millisecond later. A tail
-        flushed here ends the burst: the flusher disarms, and the next batch wakes it.
+        wake-up) then leaves within about the linger, not a millisecond later. The
+        flusher disarms when it sends a tail or finds no batch, and the next batch wakes
+        it; it stays armed (1 ms polls) only while a flood keeps replacing the batch.
         """
         with self._pub_lock:
             now = _monotonic()
@@ -665,10 +666,10 @@ class Client:
                 self._flusher_armed = False
                 return
             if not self._batch:
-                if now - self._last_send > 0.001:
-                    # not a flood (whose publishes keep a batch open): back to slow polls,
-                    # so the next batch wakes this thread instead of waiting for a poll
-                    self._flusher_armed = False
+                # nothing waits (the publisher sent it): back to slow polls, so the next
+                # batch wakes this thread. Staying armed while a paced publisher went on
+                # meant a wake-up every millisecond competing with it for the GIL.
+                self._flusher_armed = False
                 return
             since = self._batch_since
             left = since + PUBLISH_LINGER - now
