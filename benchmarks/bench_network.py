@@ -24,6 +24,9 @@ role in its own process (multiprocessing "spawn"), all on 127.0.0.1:
 (d) p50/p99 publish -> callback latency at 2,000 msg/s for 5 s, through one node and
     through the chain (timestamp in the payload, ``time.perf_counter_ns``: one clock for
     every process on the machine).
+(m) the machine's own wake-up lateness, measured just before the chain's latency run: a
+    thread sleeping to a 2,000-per-second schedule for 3 s, nothing else of ours running
+    (``bench_node.wake_probe``). It tells a reader whether the VM itself stalled threads.
 (e) the simulator: ``zbroker simulate config/topologies/mesh200.toml --json`` run as a
     subprocess and timed; its figures are printed.
 
@@ -954,6 +957,8 @@ def main(argv: list[str] | None = None) -> int:
                 _print_chain_run(f"chain paced {rate:,.0f}", pr)
                 if pr["lost"] == 0:
                     break
+        log("(m) the machine's own wake-up lateness (a sleeping thread, nothing else of ours) ...")
+        result["m_wake"] = bn.wake_probe(1.0 if args.quick else 3.0, bn.LATENCY_RATE)
         log(f"(d) chain, latency at {bn.LATENCY_RATE:,.0f} msg/s for {lat_s:g} s ...")
         result["d_chain_latency"] = run_chain(ctx, nodes, "latency", n_lat, bn.LATENCY_RATE)
         _print_chain_run("chain latency", result["d_chain_latency"])
@@ -1087,6 +1092,13 @@ def summarise(result: dict[str, Any], ticks_begin: Any, t_begin: float) -> dict[
         s["relay3_p50_ms"] = lat3.get("p50_ms")
         s["relay3_p99_ms"] = lat3.get("p99_ms")
         s["relay3_latency_other_cores"] = result["ref_relay3_latency"]["other_cores"]
+    wake = result.get("m_wake")
+    if wake:
+        s["m_wake_p50_ms"] = wake["p50_ms"]
+        s["m_wake_p99_ms"] = wake["p99_ms"]
+        s["m_wake_p999_ms"] = wake["p999_ms"]
+        s["m_wake_over_1ms"] = wake["over_1ms"]
+        s["m_wake_samples"] = wake["samples"]
     sim = result.get("e_sim")
     if sim is not None:
         s["e_wall_s"] = sim.get("wall_s")
@@ -1221,6 +1233,16 @@ def print_summary(result: dict[str, Any]) -> None:
             "",
         ),
     ]
+    if "m_wake_p99_ms" in s:
+        rows.append(
+            (
+                "(m) machine wake lateness p50/p99/99.9",
+                f"{s['m_wake_p50_ms']:.3f} / {s['m_wake_p99_ms']:.3f} / "
+                f"{s['m_wake_p999_ms']:.3f} ms",
+                f"{s['m_wake_over_1ms']} of {s['m_wake_samples']:,} over 1 ms",
+                "",
+            )
+        )
     if "relay3_rate" in s:
         u3 = s["relay3_cpu_us_per_msg"]
         rows += [

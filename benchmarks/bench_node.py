@@ -612,6 +612,27 @@ def _lat_stats(lat_ns: list[int]) -> dict[str, Any]:
     }
 
 
+def wake_probe(seconds: float = 3.0, rate: float = 2_000.0) -> dict[str, Any]:
+    """How late this machine wakes a sleeping thread: one thread sleeps to an absolute
+    schedule of ``rate`` wake-ups per second (the latency runs' rate) and records how late
+    each wake-up came, with no other work of ours running. Every hop of a message is such a
+    wake-up (by a socket, not a timer, but on the same vCPUs), so a run whose probe shows
+    millisecond lateness cannot show a sub-millisecond p99 through five processes."""
+    n = int(seconds * rate)
+    interval = 1e9 / rate
+    late: list[int] = []
+    t0 = time.perf_counter_ns()
+    for i in range(n):
+        target = t0 + int(i * interval)
+        delay = target - time.perf_counter_ns()
+        if delay > 0:
+            time.sleep(delay / 1e9)
+        late.append(time.perf_counter_ns() - target)
+    st = _lat_stats(late)
+    st["over_1ms"] = sum(1 for x in late if x > 1_000_000)
+    return st
+
+
 def _summarise(pub: dict[str, Any], sub: dict[str, Any]) -> dict[str, Any]:
     sent, got = pub["sent"], sub["received"]
     window = (sub["t_last"] - pub["t_start"]) / 1e9 if got else float("nan")
