@@ -19,6 +19,7 @@ run: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check zbroker cli tests benchmarks examples
+	$(BIN)/ruff format --check zbroker cli tests benchmarks examples
 	$(BIN)/mypy
 
 test: lint

@@ -214,8 +214,13 @@ def ppub_main(
     events = _watch_client(f"publisher {tag}")
     client = Client(endpoint)
     try:
-        warm: dict[str, Any] = {"confirmed": 0, "not_retained": 0, "out_of_order": 0,
-                                "last_seq": 0, "errors": {}}
+        warm: dict[str, Any] = {
+            "confirmed": 0,
+            "not_retained": 0,
+            "out_of_order": 0,
+            "last_seq": 0,
+            "errors": {},
+        }
         _windowed(client, WARM_TOPIC, WARMUP, window, warm)
         if warm["confirmed"] != WARMUP:
             q.put((tag, {"error": f"warm-up: {warm}"}))
@@ -224,8 +229,13 @@ def ppub_main(
         if not go.wait(120):
             q.put((tag, {"error": "never told to start"}))
             return
-        stats: dict[str, Any] = {"confirmed": 0, "not_retained": 0, "out_of_order": 0,
-                                 "last_seq": 0, "errors": {}}
+        stats: dict[str, Any] = {
+            "confirmed": 0,
+            "not_retained": 0,
+            "out_of_order": 0,
+            "last_seq": 0,
+            "errors": {},
+        }
         prof = cProfile.Profile() if profile_out else None
         started.set()
         if prof is not None:
@@ -276,8 +286,17 @@ def dsub_main(
     events = _watch_client(f"durable subscriber {tag}")
     client = Client(endpoint)
     seen = bytearray(max(1, n))
-    st = {"delivered": 0, "unique": 0, "duplicates": 0, "redelivered": 0, "out_of_range": 0,
-          "out_of_order": 0, "last_index": -1, "t_first": 0, "t_last": 0}
+    st = {
+        "delivered": 0,
+        "unique": 0,
+        "duplicates": 0,
+        "redelivered": 0,
+        "out_of_range": 0,
+        "out_of_order": 0,
+        "last_index": -1,
+        "t_first": 0,
+        "t_last": 0,
+    }
     all_in = threading.Event()
     perf = time.perf_counter_ns
 
@@ -384,8 +403,14 @@ def _counters(client: Any, name: str | None = None) -> dict[str, Any]:
 def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     out = {
         k: after[k] - before[k]
-        for k in ("received", "delivered", "durable_stored", "durable_delivered",
-                  "retained_rows", "store_last_seq")
+        for k in (
+            "received",
+            "delivered",
+            "durable_stored",
+            "durable_delivered",
+            "retained_rows",
+            "store_last_seq",
+        )
     }
     out["dropped"] = {
         k: v - before["dropped"].get(k, 0)
@@ -459,13 +484,38 @@ def run_persistent(
     deadline = RUN_DEADLINE_S
     pprof = os.path.join(profile_dir, "publisher.prof") if profile_dir else None
     try:
-        pub = bn._start(ctx, ppub_main, q, node["endpoint"], "pub", topic, n, window, warmed,
-                        go, started, deadline, pprof)
+        pub = bn._start(
+            ctx,
+            ppub_main,
+            q,
+            node["endpoint"],
+            "pub",
+            topic,
+            n,
+            window,
+            warmed,
+            go,
+            started,
+            deadline,
+            pprof,
+        )
         procs.append(pub)
         pids = {"pub": pub.pid, "node": node["pid"]}
         if durable:
-            sub = bn._start(ctx, dsub_main, q, node["endpoint"], "sub", name,
-                            f"PERSIST.{tag}.>", n, credit, ready, pub_done, deadline)
+            sub = bn._start(
+                ctx,
+                dsub_main,
+                q,
+                node["endpoint"],
+                "sub",
+                name,
+                f"PERSIST.{tag}.>",
+                n,
+                credit,
+                ready,
+                pub_done,
+                deadline,
+            )
             procs.append(sub)
             pids["sub"] = sub.pid
             if not ready.wait(60):
@@ -535,15 +585,40 @@ def run_drain(
     warmed, go, started, ready, pub_done = (ctx.Event() for _ in range(5))
     procs = []
     try:
-        creator = bn._start(ctx, dsub_main, q, node["endpoint"], "create", name, pattern, 0,
-                            credit, ready, pub_done, deadline)
+        creator = bn._start(
+            ctx,
+            dsub_main,
+            q,
+            node["endpoint"],
+            "create",
+            name,
+            pattern,
+            0,
+            credit,
+            ready,
+            pub_done,
+            deadline,
+        )
         procs.append(creator)
         created = inbox.get("create", 60)
         bn._stop_procs([creator])
         away = _counters(status, name)["durable"]
         log(f"  durable {name!r} created and detached: {away}")
-        pub = bn._start(ctx, ppub_main, q, node["endpoint"], "pub", topic, n, window, warmed,
-                        go, started, deadline, None)
+        pub = bn._start(
+            ctx,
+            ppub_main,
+            q,
+            node["endpoint"],
+            "pub",
+            topic,
+            n,
+            window,
+            warmed,
+            go,
+            started,
+            deadline,
+            None,
+        )
         procs.append(pub)
         _wait_warm(warmed, inbox)
         go.set()
@@ -554,8 +629,20 @@ def run_drain(
         stored = _counters(status, name)
         log(f"  {pub_res['confirmed']:,} confirmed; node reports {stored['durable']}")
         pub_done.set()
-        sub = bn._start(ctx, dsub_main, q, node["endpoint"], "sub", name, pattern, n, credit,
-                        ready, pub_done, deadline)
+        sub = bn._start(
+            ctx,
+            dsub_main,
+            q,
+            node["endpoint"],
+            "sub",
+            name,
+            pattern,
+            n,
+            credit,
+            ready,
+            pub_done,
+            deadline,
+        )
         procs.append(sub)
         meter = _Meter({"node": node["pid"]}, node)
         sub_res = inbox.get("sub", deadline)
@@ -684,18 +771,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--messages", "-n", type=int, default=100_000, help="messages per run")
     ap.add_argument("--repeat", type=int, default=3, help="runs of (a), (b), (c); median counts")
-    ap.add_argument("--window", type=int, default=DEFAULT_WINDOW,
-                    help="outstanding persistent publishes (Futures) per publisher")
-    ap.add_argument("--credit", type=int, default=DEFAULT_CREDIT,
-                    help="durable subscriber credit")
+    ap.add_argument(
+        "--window",
+        type=int,
+        default=DEFAULT_WINDOW,
+        help="outstanding persistent publishes (Futures) per publisher",
+    )
+    ap.add_argument("--credit", type=int, default=DEFAULT_CREDIT, help="durable subscriber credit")
     ap.add_argument("--quick", action="store_true", help="smoke run: 10,000 messages, 1 repeat")
     ap.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-    ap.add_argument("--profile", nargs="?", const="b", choices=("b", "c"), default=None,
-                    help="only (b) (or --profile c: only (c)), once, with the node thread and "
-                    "the publisher's main thread under cProfile")
+    ap.add_argument(
+        "--profile",
+        nargs="?",
+        const="b",
+        choices=("b", "c"),
+        default=None,
+        help="only (b) (or --profile c: only (c)), once, with the node thread and "
+        "the publisher's main thread under cProfile",
+    )
     ap.add_argument("--profile-top", type=int, default=30)
-    ap.add_argument("--no-snapshot", action="store_true",
-                    help="import zbroker from the checkout instead of a copy taken at the start")
+    ap.add_argument(
+        "--no-snapshot",
+        action="store_true",
+        help="import zbroker from the checkout instead of a copy taken at the start",
+    )
     args = ap.parse_args(argv)
     if not args.no_snapshot:
         snapshot_sources()
@@ -786,8 +885,11 @@ def main(argv: list[str] | None = None) -> int:
         result["d_drain"] = run_drain(ctx, node, status, n, args.window, args.credit)
         _print_drain(result["d_drain"])
         st = status.status()
-        result["node_final"] = {"counters": st["counters"], "store": st["store"],
-                                "durables": st["durables"]}
+        result["node_final"] = {
+            "counters": st["counters"],
+            "store": st["store"],
+            "durables": st["durables"],
+        }
         try:
             result["store_file_bytes"] = sum(
                 os.path.getsize(p) for p in Path(node["store"]).parent.glob("store.sqlite3*")
@@ -852,7 +954,8 @@ def main(argv: list[str] | None = None) -> int:
         "d_sub_thread_alive": d["sub_thread_alive"],
         "lost_node_events": sum(r["pub_lost_node"] for r in result["b_persistent"])
         + sum(r["pub_lost_node"] + r["sub_lost_node"] for r in c_runs)
-        + d["pub_lost_node"] + d["sub_lost_node"],
+        + d["pub_lost_node"]
+        + d["sub_lost_node"],
         "dead_client_threads": sum(1 for r in c_runs if not r["sub_thread_alive"])
         + (0 if d["sub_thread_alive"] else 1),
         "d_duplicates": d["duplicates"],
@@ -907,50 +1010,96 @@ def print_summary(result: dict[str, Any]) -> None:
     rows = [
         ("(a) non-persistent, 1 node, delivered", bn._fmt_rate(s["a_rate"]), "reference", "-"),
         ("", _rates(s["a_rates"]), f"lost {s['a_lost']:,}", ""),
-        ("    CPU us/msg pub + node + sub",
-         " + ".join(f"{s['a_cpu_us_per_msg'][k]:.1f}" for k in ("pub", "mid", "sub"))
-         + f" = {s['a_cpu_us_per_msg']['total']:.1f}", "", ""),
-        ("(b) persistent, retained, confirmed", bn._fmt_rate(s["b_rate"]),
-         f">= {TARGET_CONFIRMED:,.0f} msg/s", v(ok["b_rate"])),
+        (
+            "    CPU us/msg pub + node + sub",
+            " + ".join(f"{s['a_cpu_us_per_msg'][k]:.1f}" for k in ("pub", "mid", "sub"))
+            + f" = {s['a_cpu_us_per_msg']['total']:.1f}",
+            "",
+            "",
+        ),
+        (
+            "(b) persistent, retained, confirmed",
+            bn._fmt_rate(s["b_rate"]),
+            f">= {TARGET_CONFIRMED:,.0f} msg/s",
+            v(ok["b_rate"]),
+        ),
         ("", _rates(s["b_rates"]), f"window {result['window']:,}", ""),
-        ("    unconfirmed / no retention seq", f"{s['b_unconfirmed']:,} / {s['b_not_retained']:,}",
-         "0 / 0", ""),
-        ("    retained rows added per run", ", ".join(f"{x:,}" for x in s["b_retained_rows"]),
-         f"{n:,} each", ""),
-        ("    CPU us/msg pub + node",
-         _cpu_line(s["b_cpu_us_per_msg"], s["b_node_thread_us_per_msg"]),
-         f"node {s['b_node_cpu_pct']:.0f}% of a core", ""),
-        ("    machine during median (b) run", f"steal {s['b_steal_pct']:.1f}%",
-         f"other procs {s['b_other_cores']:.2f} cores", ""),
+        (
+            "    unconfirmed / no retention seq",
+            f"{s['b_unconfirmed']:,} / {s['b_not_retained']:,}",
+            "0 / 0",
+            "",
+        ),
+        (
+            "    retained rows added per run",
+            ", ".join(f"{x:,}" for x in s["b_retained_rows"]),
+            f"{n:,} each",
+            "",
+        ),
+        (
+            "    CPU us/msg pub + node",
+            _cpu_line(s["b_cpu_us_per_msg"], s["b_node_thread_us_per_msg"]),
+            f"node {s['b_node_cpu_pct']:.0f}% of a core",
+            "",
+        ),
+        (
+            "    machine during median (b) run",
+            f"steal {s['b_steal_pct']:.1f}%",
+            f"other procs {s['b_other_cores']:.2f} cores",
+            "",
+        ),
         ("(c) + durable subscriber: confirmed", bn._fmt_rate(s["c_confirmed_rate"]), "-", "-"),
         ("", _rates(s["c_confirmed_rates"]), "", ""),
         ("    durable delivered", bn._fmt_rate(s["c_rate"]), f"credit {result['credit']:,}", "-"),
         ("", _rates(s["c_rates"]), "", ""),
-        ("    published / delivered / distinct",
-         f"{s['c_published']:,} / {s['c_delivered']:,} / {s['c_unique']:,}", "all equal", ""),
-        ("    not delivered / duplicates / redelivered",
-         f"{s['c_lost']:,} / {s['c_duplicates']:,} / {s['c_redelivered']:,}", "0 / 0 / 0",
-         v(ok["c_exact"])),
-        ("    left stored after the runs", ", ".join(str(x) for x in s["c_left_stored"]),
-         "0", ""),
-        ("    CPU us/msg pub + node + sub",
-         _cpu_line(s["c_cpu_us_per_msg"], s["c_node_thread_us_per_msg"]),
-         f"other procs {s['c_other_cores']:.2f} cores", ""),
+        (
+            "    published / delivered / distinct",
+            f"{s['c_published']:,} / {s['c_delivered']:,} / {s['c_unique']:,}",
+            "all equal",
+            "",
+        ),
+        (
+            "    not delivered / duplicates / redelivered",
+            f"{s['c_lost']:,} / {s['c_duplicates']:,} / {s['c_redelivered']:,}",
+            "0 / 0 / 0",
+            v(ok["c_exact"]),
+        ),
+        ("    left stored after the runs", ", ".join(str(x) for x in s["c_left_stored"]), "0", ""),
+        (
+            "    CPU us/msg pub + node + sub",
+            _cpu_line(s["c_cpu_us_per_msg"], s["c_node_thread_us_per_msg"]),
+            f"other procs {s['c_other_cores']:.2f} cores",
+            "",
+        ),
         ("(d) stored while away", f"{s['d_stored']}", f"{n:,}", ""),
         ("    time to drain on return", f"{s['d_drain_s']:.3f} s", "-", "-"),
         ("    drain rate", bn._fmt_rate(s["d_drain_rate"]), "-", "-"),
-        ("    first delivery after subscribe()",
-         f"{s['d_first_delivery_s']:.3f} s" if s["d_first_delivery_s"] is not None else "none",
-         "-", ""),
-        ("    delivered / not delivered / dup / redel.",
-         f"{s['d_delivered']:,} / {s['d_lost']:,} / {s['d_duplicates']:,} / "
-         f"{s['d_redelivered']:,}", f"{n:,} / 0 / 0 / 0", v(ok["d_exact"])),
+        (
+            "    first delivery after subscribe()",
+            f"{s['d_first_delivery_s']:.3f} s" if s["d_first_delivery_s"] is not None else "none",
+            "-",
+            "",
+        ),
+        (
+            "    delivered / not delivered / dup / redel.",
+            f"{s['d_delivered']:,} / {s['d_lost']:,} / {s['d_duplicates']:,} / "
+            f"{s['d_redelivered']:,}",
+            f"{n:,} / 0 / 0 / 0",
+            v(ok["d_exact"]),
+        ),
         ("    left stored after the drain", f"{s['d_left_stored']}", "0", ""),
-        ("    confirmed rate while detached", bn._fmt_rate(s["d_confirmed_rate_detached"]),
-         "-", ""),
-        ("    CPU us/msg node + sub (drain)",
-         _cpu_line(s["d_cpu_us_per_msg"], s["d_node_thread_us_per_msg"]),
-         f"other procs {s['d_other_cores']:.2f} cores", ""),
+        (
+            "    confirmed rate while detached",
+            bn._fmt_rate(s["d_confirmed_rate_detached"]),
+            "-",
+            "",
+        ),
+        (
+            "    CPU us/msg node + sub (drain)",
+            _cpu_line(s["d_cpu_us_per_msg"], s["d_node_thread_us_per_msg"]),
+            f"other procs {s['d_other_cores']:.2f} cores",
+            "",
+        ),
     ]
     rows.append(
         (

@@ -199,9 +199,20 @@ def rate_pub_main(
                 n += 1
             sent.value = n
         elapsed = time.monotonic() - t0
-        q.put((tag, {"sent": n, "elapsed_s": elapsed, "rate": n / elapsed if elapsed else 0.0,
-                     "max_late_s": max_late, "errors": errors, "lost_node": events.lost_node,
-                     "warnings": events.warnings}))
+        q.put(
+            (
+                tag,
+                {
+                    "sent": n,
+                    "elapsed_s": elapsed,
+                    "rate": n / elapsed if elapsed else 0.0,
+                    "max_late_s": max_late,
+                    "errors": errors,
+                    "lost_node": events.lost_node,
+                    "warnings": events.warnings,
+                },
+            )
+        )
     finally:
         client.close()
 
@@ -224,8 +235,15 @@ def churn_sub_main(
     events = _watch_client("churn")
     counts: list[int] = []  # deliveries per client ever opened
     live: list[tuple[Any, Any, int]] = []  # (client, subscription, index in counts)
-    st = {"opened": 0, "closed": 0, "closed_unsub": 0, "missed": 0, "errors": {},
-          "max_open_s": 0.0, "max_close_s": 0.0}
+    st = {
+        "opened": 0,
+        "closed": 0,
+        "closed_unsub": 0,
+        "missed": 0,
+        "errors": {},
+        "max_open_s": 0.0,
+        "max_close_s": 0.0,
+    }
 
     def open_one() -> None:
         idx = len(counts)
@@ -276,8 +294,18 @@ def churn_sub_main(
         received.value = sum(counts)
         while live:
             close_oldest(False)
-        q.put(("churn", {**st, "received": sum(counts), "clients": len(counts),
-                         "lost_node": events.lost_node, "warnings": events.warnings}))
+        q.put(
+            (
+                "churn",
+                {
+                    **st,
+                    "received": sum(counts),
+                    "clients": len(counts),
+                    "lost_node": events.lost_node,
+                    "warnings": events.warnings,
+                },
+            )
+        )
     finally:
         for client, _, _ in live:
             client.close()
@@ -331,8 +359,9 @@ def persist_pub_main(
     try:
         go.wait(60)
         t0 = time.monotonic()
-        workers = [threading.Thread(target=worker, args=(j, t0), daemon=True)
-                   for j in range(threads)]
+        workers = [
+            threading.Thread(target=worker, args=(j, t0), daemon=True) for j in range(threads)
+        ]
         for w in workers:
             w.start()
         for w in workers:
@@ -343,10 +372,22 @@ def persist_pub_main(
         for r in results:
             for i, v in r:
                 state[i] = v
-        q.put(("ppub", {"attempted": sum(len(r) for r in results), "state": bytes(state),
-                        "elapsed_s": elapsed, "lat_ms": _quantiles([x for xs in lats for x in xs]),
-                        "errors": errors, "max_late_s": max(late), "threads": threads,
-                        "lost_node": events.lost_node, "warnings": events.warnings}))
+        q.put(
+            (
+                "ppub",
+                {
+                    "attempted": sum(len(r) for r in results),
+                    "state": bytes(state),
+                    "elapsed_s": elapsed,
+                    "lat_ms": _quantiles([x for xs in lats for x in xs]),
+                    "errors": errors,
+                    "max_late_s": max(late),
+                    "threads": threads,
+                    "lost_node": events.lost_node,
+                    "warnings": events.warnings,
+                },
+            )
+        )
     finally:
         client.close()
 
@@ -386,8 +427,12 @@ def durable_sub_main(
         ready.set()
         while not stop.wait(0.2):
             pass
-        q.put((f"dsub{gen}", {"delivered": count[0], "redelivered": count[1],
-                              "lost_node": events.lost_node}))
+        q.put(
+            (
+                f"dsub{gen}",
+                {"delivered": count[0], "redelivered": count[1], "lost_node": events.lost_node},
+            )
+        )
     finally:
         client.close()
         out.close()
@@ -401,8 +446,7 @@ def _quantiles(xs: list[float]) -> dict[str, float]:
     def pct(p: float) -> float:
         return 1e3 * s[min(len(s) - 1, max(0, math.ceil(p / 100 * len(s)) - 1))]
 
-    return {"p50": pct(50), "p99": pct(99), "p999": pct(99.9), "max": 1e3 * s[-1],
-            "n": len(s)}
+    return {"p50": pct(50), "p99": pct(99), "p999": pct(99.9), "max": 1e3 * s[-1], "n": len(s)}
 
 
 # -- parent -----------------------------------------------------------------------------------
@@ -449,15 +493,26 @@ class Soak:
             prof = None
             if self.args.profile_node and name.endswith("-" + self.args.profile_node):
                 prof = self.profile_path = os.path.join(self.tmp, f"{name}.prof")
-            proc = bn._start(self.ctx, node_main, self.q, name, os.path.join(self.tmp, name),
-                             peers, self.node_stop, self.deadline, prof)
+            proc = bn._start(
+                self.ctx,
+                node_main,
+                self.q,
+                name,
+                os.path.join(self.tmp, name),
+                peers,
+                self.node_stop,
+                self.deadline,
+                prof,
+            )
             info = self.inbox.get(name, 30)
             if "error" in info:
                 raise RuntimeError(f"node {name}: {info['error']}")
             self.nodes.append({"name": name, "proc": proc, "pid": proc.pid, **info})
             self.clients[name] = Client(info["endpoint"])
-            log(f"  node {name} pid {proc.pid} at {info['endpoint']}"
-                + (f", dials {peers[0]}" if peers else ""))
+            log(
+                f"  node {name} pid {proc.pid} at {info['endpoint']}"
+                + (f", dials {peers[0]}" if peers else "")
+            )
 
         def links_up() -> bool:
             want = {0: 1, 1: 2, 2: 1}
@@ -481,16 +536,34 @@ class Soak:
         gen = self.dsub_gen
         ready, stop = self.ctx.Event(), self.ctx.Event()
         path = os.path.join(self.tmp, f"durable-{gen}.log")
-        proc = bn._start(self.ctx, durable_sub_main, self.q, gen, self.nodes[2]["endpoint"],
-                         self.args.credit, path, ready, stop, self.dsub_delivered,
-                         self.deadline)
+        proc = bn._start(
+            self.ctx,
+            durable_sub_main,
+            self.q,
+            gen,
+            self.nodes[2]["endpoint"],
+            self.args.credit,
+            path,
+            ready,
+            stop,
+            self.dsub_delivered,
+            self.deadline,
+        )
         if not ready.wait(30):
             raise TimeoutError(f"durable subscriber {gen} not attached within 30 s")
         opened = self.inbox.get(f"dsub{gen}-open", 10)
-        self.dsub = {"gen": gen, "proc": proc, "stop": stop, "path": path,
-                     "started": time.monotonic(), "open": opened}
-        log(f"  durable subscriber #{gen} (pid {proc.pid}) attached: stored "
-            f"{opened.get('stored')}, created {opened.get('created')}")
+        self.dsub = {
+            "gen": gen,
+            "proc": proc,
+            "stop": stop,
+            "path": path,
+            "started": time.monotonic(),
+            "open": opened,
+        }
+        log(
+            f"  durable subscriber #{gen} (pid {proc.pid}) attached: stored "
+            f"{opened.get('stored')}, created {opened.get('created')}"
+        )
 
     def stop_dsub(self, kill: bool) -> None:
         d = self.dsub
@@ -506,45 +579,82 @@ class Soak:
             d["stop"].set()
             res = dict(self.inbox.get(f"dsub{d['gen']}", 30), killed=False)
             bn._stop_procs([proc], 10)
-        res.update(gen=d["gen"], path=d["path"], open=d["open"],
-                   ran_s=time.monotonic() - d["started"])
+        res.update(
+            gen=d["gen"], path=d["path"], open=d["open"], ran_s=time.monotonic() - d["started"]
+        )
         self.dsub_history.append(res)
-        log(f"  durable subscriber #{d['gen']} {'SIGKILLed' if kill else 'closed'} after "
-            f"{res['ran_s']:.1f} s")
+        log(
+            f"  durable subscriber #{d['gen']} {'SIGKILLed' if kill else 'closed'} after "
+            f"{res['ran_s']:.1f} s"
+        )
 
     # the run
 
     def run(self) -> dict[str, Any]:
         a = self.args
         result: dict[str, Any] = {}
-        log(f"soak: chain A-B-C, {a.minutes:g} min, {a.rate:,.0f} msg/s non-persistent on A "
+        log(
+            f"soak: chain A-B-C, {a.minutes:g} min, {a.rate:,.0f} msg/s non-persistent on A "
             f"({a.publishers} publisher(s)), {a.subscribers} churning subscribers on C "
             f"(every {a.churn_s:g} s), persistent {a.persistent_rate:,.0f} msg/s on "
             f"{a.persistent_node}, durable "
-            f"subscriber restart every {a.durable_restart_s:g} s (away {a.durable_away_s:g} s)")
+            f"subscriber restart every {a.durable_restart_s:g} s (away {a.durable_away_s:g} s)"
+        )
         self.start_nodes()
         A, C = self.nodes[0]["name"], self.nodes[2]["name"]
         self.start_dsub()
         churn_ready = self.ctx.Event()
         churn_received = self.ctx.Value("q", 0, lock=False)
-        churn = bn._start(self.ctx, churn_sub_main, self.q, self.nodes[2]["endpoint"],
-                          a.subscribers, a.churn_s, churn_ready, self.churn_stop, churn_received,
-                          self.deadline)
+        churn = bn._start(
+            self.ctx,
+            churn_sub_main,
+            self.q,
+            self.nodes[2]["endpoint"],
+            a.subscribers,
+            a.churn_s,
+            churn_ready,
+            self.churn_stop,
+            churn_received,
+            self.deadline,
+        )
         if not churn_ready.wait(60):
             raise TimeoutError("churning subscribers not ready")
-        _wait(lambda: any(r["pattern"] == PATTERN for r in self.clients[A].routes()
-                          if r["link"] is not None), 30, "C's interest at A")
+        _wait(
+            lambda: any(
+                r["pattern"] == PATTERN for r in self.clients[A].routes() if r["link"] is not None
+            ),
+            30,
+            "C's interest at A",
+        )
         sent_vals = [self.ctx.Value("q", 0, lock=False) for _ in range(a.publishers)]
         pubs = [
-            bn._start(self.ctx, rate_pub_main, self.q, f"pub{i}", self.nodes[0]["endpoint"],
-                      a.rate / a.publishers, self.load_stop, self.go, sent_vals[i], self.deadline)
+            bn._start(
+                self.ctx,
+                rate_pub_main,
+                self.q,
+                f"pub{i}",
+                self.nodes[0]["endpoint"],
+                a.rate / a.publishers,
+                self.load_stop,
+                self.go,
+                sent_vals[i],
+                self.deadline,
+            )
             for i in range(a.publishers)
         ]
         confirmed = self.ctx.Value("q", 0, lock=False)
-        ppub = bn._start(self.ctx, persist_pub_main, self.q,
-                         self.nodes["ABC".index(a.persistent_node)]["endpoint"],
-                         a.persistent_rate, a.persistent_threads, self.load_stop, self.go,
-                         confirmed, self.deadline)
+        ppub = bn._start(
+            self.ctx,
+            persist_pub_main,
+            self.q,
+            self.nodes["ABC".index(a.persistent_node)]["endpoint"],
+            a.persistent_rate,
+            a.persistent_threads,
+            self.load_stop,
+            self.go,
+            confirmed,
+            self.deadline,
+        )
         pids = {"A": self.nodes[0]["pid"], "B": self.nodes[1]["pid"], "C": self.nodes[2]["pid"]}
         others = {"pubs": [p.pid for p in pubs], "churn": churn.pid, "ppub": ppub.pid}
         time.sleep(2.0)  # clients connected (each waits for go)
@@ -555,9 +665,11 @@ class Soak:
         cpu0 = {k: bn._cpu_seconds(p) for k, p in pids.items()}
         self.go.set()
         log(f"load started; sampling every {a.sample_s:g} s")
-        log(f"{'t s':>6} {'A MB':>7} {'B MB':>7} {'C MB':>7}  {'A recv/s':>9} {'C deliv/s':>9} "
+        log(
+            f"{'t s':>6} {'A MB':>7} {'B MB':>7} {'C MB':>7}  {'A recv/s':>9} {'C deliv/s':>9} "
             f"{'sub recv/s':>10} {'confirm/s':>9} {'durable':>8} {'C stored':>8} "
-            f"{'drops A/B/C':>12} {'other cores':>11}")
+            f"{'drops A/B/C':>12} {'other cores':>11}"
+        )
         prev: dict[str, Any] | None = None
         next_sample = t0 + a.sample_s
         next_restart = t0 + a.durable_restart_s
@@ -638,8 +750,10 @@ class Soak:
             st = self.status(nd["name"])
             result["nodes_final"][nd["name"]] = {
                 "counters": st["counters"],
-                "links": [{k: ln[k] for k in ("name", "peer", "state", "msgs_in", "msgs_out",
-                                              "drops")} for ln in st["links"]],
+                "links": [
+                    {k: ln[k] for k in ("name", "peer", "state", "msgs_in", "msgs_out", "drops")}
+                    for ln in st["links"]
+                ],
                 "store": st["store"],
             }
         result["samples"] = samples
@@ -651,8 +765,14 @@ class Soak:
         result["rss"] = self.rss_verdict(samples, duration)
         return result
 
-    def sample(self, t: float, pids: dict[str, int], sent_vals: list[Any], churn_received: Any,
-               confirmed: Any) -> dict[str, Any]:
+    def sample(
+        self,
+        t: float,
+        pids: dict[str, int],
+        sent_vals: list[Any],
+        churn_received: Any,
+        confirmed: Any,
+    ) -> dict[str, Any]:
         s: dict[str, Any] = {"t": round(t, 1)}
         s["rss_mb"] = {k: round(rss_mb(p), 1) for k, p in pids.items()}
         s["sent"] = sum(v.value for v in sent_vals)
@@ -674,8 +794,9 @@ class Soak:
                 "dropped": sum(cnt["dropped"].values()),
                 "links_down": cnt["links_down"],
                 "durable_stored": cnt.get("durable_stored", 0),
-                "durable_depth": next((d["stored"] for d in c.get("durables", [])
-                                       if d["name"] == DURABLE), 0),
+                "durable_depth": next(
+                    (d["stored"] for d in c.get("durables", []) if d["name"] == DURABLE), 0
+                ),
             }
         return s
 
@@ -697,10 +818,12 @@ class Soak:
             load = bn._machine_load(prev["ticks"], s["ticks"], dt, 0.0)
             other = f"{load['busy_cores']:.2f} busy"
         r = s["rss_mb"]
-        log(f"{s['t']:>6.0f} {r['A']:>7.1f} {r['B']:>7.1f} {r['C']:>7.1f}  "
+        log(
+            f"{s['t']:>6.0f} {r['A']:>7.1f} {r['B']:>7.1f} {r['C']:>7.1f}  "
             f"{rate('A', 'received'):>9} {rate('C', 'delivered'):>9} {rate('sub_received'):>10} "
             f"{rate('confirmed'):>9} {s['durable_delivered']:>8,} "
-            f"{s['C'].get('durable_depth', '?'):>8} {drops:>12} {other:>11}")
+            f"{s['C'].get('durable_depth', '?'):>8} {drops:>12} {other:>11}"
+        )
 
     def check_persistent(self, state: bytes, n_confirmed: int) -> dict[str, Any]:
         n = len(state)
@@ -733,8 +856,7 @@ class Soak:
             "distinct_delivered": sum(1 for c in copies if c),
             "extra_copies": total - sum(1 for c in copies if c),
             "flagged_redelivered": sum(flagged),
-            "first_copy_flagged": sum(1 for i in range(n) if copies[i] and
-                                      copies[i] == flagged[i]),
+            "first_copy_flagged": sum(1 for i in range(n) if copies[i] and copies[i] == flagged[i]),
             "unflagged_duplicates": len(unflagged_dups),
             "lost_confirmed": len(lost),
             "lost_examples": lost[:20],
@@ -748,8 +870,12 @@ class Soak:
         base_t = min(60.0, duration / 2)
         base = next((s for s in samples if s["t"] >= base_t), samples[0])
         end = samples[-1]
-        out: dict[str, Any] = {"baseline_t": base["t"], "end_t": end["t"],
-                               "bound_mb": self.args.rss_bound_mb, "nodes": {}}
+        out: dict[str, Any] = {
+            "baseline_t": base["t"],
+            "end_t": end["t"],
+            "bound_mb": self.args.rss_bound_mb,
+            "nodes": {},
+        }
         ok = True
         for k in ("A", "B", "C"):
             series = [s["rss_mb"][k] for s in samples]
@@ -791,8 +917,10 @@ class Soak:
             if p.is_alive():
                 bn._stop_procs([p], 5.0)
         if self.profile_path and os.path.exists(self.profile_path):
-            print(f"\n==== cProfile: node {self.args.profile_node}'s node thread, whole run "
-                  "(sorted by tottime, top 35) ====")
+            print(
+                f"\n==== cProfile: node {self.args.profile_node}'s node thread, whole run "
+                "(sorted by tottime, top 35) ===="
+            )
             st = pstats.Stats(self.profile_path, stream=sys.stdout)
             st.strip_dirs().sort_stats("tottime").print_stats(35)
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -816,93 +944,131 @@ def print_summary(result: dict[str, Any]) -> None:
     print("zbroker soak test: summary")
     print(f"date      {m['date']}")
     ml = result["machine_load"]
-    print(f"machine   nproc {m['nproc']}, {m['cpu_model']}, {m['os']}, load avg at start "
-          f"{m['loadavg_at_start']}; during the load period: steal {ml['steal_pct']:.1f}%, "
-          f"all processes kept {ml['busy_cores']:.2f} of {m['nproc']} cores busy")
-    print(f"software  Python {m['python']}, pyzmq {m['pyzmq']}, libzmq {m['libzmq']}, msgpack "
-          f"{m['msgpack']}; zbroker sources sha256 {m['zbroker_src_sha256']} ({m['sources']})")
-    print(f"run       {result['command']}: {a['minutes']:g} min, non-persistent "
-          f"{a['rate']:,.0f} msg/s on A (= {a['fraction']:g} x peak {a['peak']:,.0f}), "
-          f"{a['subscribers']} churning subscribers on C every {a['churn_s']:g} s, persistent "
-          f"{a['persistent_rate']:,.0f} msg/s confirm on {a['persistent_node']} "
-          f"({a['persistent_threads']} threads), "
-          f"durable credit {a['credit']}, "
-          f"restart every {a['durable_restart_s']:g} s; elapsed {result['elapsed_s']:.0f} s")
+    print(
+        f"machine   nproc {m['nproc']}, {m['cpu_model']}, {m['os']}, load avg at start "
+        f"{m['loadavg_at_start']}; during the load period: steal {ml['steal_pct']:.1f}%, "
+        f"all processes kept {ml['busy_cores']:.2f} of {m['nproc']} cores busy"
+    )
+    print(
+        f"software  Python {m['python']}, pyzmq {m['pyzmq']}, libzmq {m['libzmq']}, msgpack "
+        f"{m['msgpack']}; zbroker sources sha256 {m['zbroker_src_sha256']} ({m['sources']})"
+    )
+    print(
+        f"run       {result['command']}: {a['minutes']:g} min, non-persistent "
+        f"{a['rate']:,.0f} msg/s on A (= {a['fraction']:g} x peak {a['peak']:,.0f}), "
+        f"{a['subscribers']} churning subscribers on C every {a['churn_s']:g} s, persistent "
+        f"{a['persistent_rate']:,.0f} msg/s confirm on {a['persistent_node']} "
+        f"({a['persistent_threads']} threads), "
+        f"durable credit {a['credit']}, "
+        f"restart every {a['durable_restart_s']:g} s; elapsed {result['elapsed_s']:.0f} s"
+    )
     print("-" * 110)
     print("RSS series (MB), every sample:")
     print(f"  {'t s':>6} {'A':>7} {'B':>7} {'C':>7}")
     for s in result["samples"]:
         r = s["rss_mb"]
         print(f"  {s['t']:>6.0f} {r['A']:>7.1f} {r['B']:>7.1f} {r['C']:>7.1f}")
-    print(f"RSS growth from t={rss['baseline_t']:.0f} s (minute 1) to t={rss['end_t']:.0f} s, "
-          f"bound {rss['bound_mb']:g} MB per node:")
+    print(
+        f"RSS growth from t={rss['baseline_t']:.0f} s (minute 1) to t={rss['end_t']:.0f} s, "
+        f"bound {rss['bound_mb']:g} MB per node:"
+    )
     for k, v in rss["nodes"].items():
         slope = "-" if v["slope_mb_per_min"] is None else f"{v['slope_mb_per_min']:+.2f} MB/min"
-        print(f"  node {k}: start {v['start_mb']:.1f}, at minute 1 {v['baseline_mb']:.1f}, end "
-              f"{v['end_mb']:.1f}, max {v['max_mb']:.1f} MB; growth {v['growth_mb']:+.1f} MB "
-              f"(fit {slope}) {bn._verdict(v['ok'])}")
+        print(
+            f"  node {k}: start {v['start_mb']:.1f}, at minute 1 {v['baseline_mb']:.1f}, end "
+            f"{v['end_mb']:.1f}, max {v['max_mb']:.1f} MB; growth {v['growth_mb']:+.1f} MB "
+            f"(fit {slope}) {bn._verdict(v['ok'])}"
+        )
     print(f"  RSS verdict: {bn._verdict(rss['ok'])}")
     print("-" * 110)
     print("persistent publishes (confirm=True) -> durable subscription on C:")
     pp = result["ppub"]
-    print(f"  attempted {p['attempted']:,} in {pp['elapsed_s']:.1f} s "
-          f"({p['attempted'] / pp['elapsed_s'] if pp['elapsed_s'] else 0:,.0f} msg/s, "
-          f"{pp['threads']} threads), confirmed {p['confirmed']:,}, failed {p['failed']:,}"
-          f"{' ' + str(pp['errors']) if pp['errors'] else ''} (of which delivered "
-          f"{p['failed_but_delivered']:,}); confirm latency ms {_fmt_q(pp['lat_ms'])}, "
-          f"max behind schedule {pp['max_late_s']:.2f} s")
+    print(
+        f"  attempted {p['attempted']:,} in {pp['elapsed_s']:.1f} s "
+        f"({p['attempted'] / pp['elapsed_s'] if pp['elapsed_s'] else 0:,.0f} msg/s, "
+        f"{pp['threads']} threads), confirmed {p['confirmed']:,}, failed {p['failed']:,}"
+        f"{' ' + str(pp['errors']) if pp['errors'] else ''} (of which delivered "
+        f"{p['failed_but_delivered']:,}); confirm latency ms {_fmt_q(pp['lat_ms'])}, "
+        f"max behind schedule {pp['max_late_s']:.2f} s"
+    )
     subs = result["durable_subscribers"]
-    print(f"  durable subscribers: {len(subs)} generations ({sum(1 for s in subs if s['killed'])}"
-          f" SIGKILLed, {sum(1 for s in subs if not s['killed'])} closed); drained "
-          f"{_fmt_s(result['drain_after_load_s'])} after the load stopped; left stored "
-          f"{[d['stored'] for d in result['durable_final']]}")
-    print(f"  delivered {p['delivered_total']:,} ({p['distinct_delivered']:,} distinct): "
-          f"extra copies {p['extra_copies']:,}, flagged redelivered {p['flagged_redelivered']:,}"
-          f" (first copy already flagged: {p['first_copy_flagged']:,}), unflagged duplicates "
-          f"{p['unflagged_duplicates']:,}, lines cut by SIGKILL {p['cut_lines']}")
-    print(f"  lost confirmed messages: {p['lost_confirmed']:,} {p['lost_examples'] or ''}; "
-          f"unexpected indices {p['unexpected_index']}")
-    print(f"  persistent verdict (no loss, exactly once modulo flagged redeliveries): "
-          f"{bn._verdict(p['ok'])}")
+    print(
+        f"  durable subscribers: {len(subs)} generations ({sum(1 for s in subs if s['killed'])}"
+        f" SIGKILLed, {sum(1 for s in subs if not s['killed'])} closed); drained "
+        f"{_fmt_s(result['drain_after_load_s'])} after the load stopped; left stored "
+        f"{[d['stored'] for d in result['durable_final']]}"
+    )
+    print(
+        f"  delivered {p['delivered_total']:,} ({p['distinct_delivered']:,} distinct): "
+        f"extra copies {p['extra_copies']:,}, flagged redelivered {p['flagged_redelivered']:,}"
+        f" (first copy already flagged: {p['first_copy_flagged']:,}), unflagged duplicates "
+        f"{p['unflagged_duplicates']:,}, lines cut by SIGKILL {p['cut_lines']}"
+    )
+    print(
+        f"  lost confirmed messages: {p['lost_confirmed']:,} {p['lost_examples'] or ''}; "
+        f"unexpected indices {p['unexpected_index']}"
+    )
+    print(
+        f"  persistent verdict (no loss, exactly once modulo flagged redeliveries): "
+        f"{bn._verdict(p['ok'])}"
+    )
     print("-" * 110)
     print("counters:")
     sent = sum(x["sent"] for x in result["publishers"])
-    print(f"  publishers on A: sent {sent:,} ("
-          + ", ".join(f"{x['rate']:,.0f} msg/s, max late {x['max_late_s']:.2f} s, errors "
-                      f"{x['errors'] or 0}, lost its node {x['lost_node']} times"
-                      for x in result["publishers"]) + ")")
+    print(
+        f"  publishers on A: sent {sent:,} ("
+        + ", ".join(
+            f"{x['rate']:,.0f} msg/s, max late {x['max_late_s']:.2f} s, errors "
+            f"{x['errors'] or 0}, lost its node {x['lost_node']} times"
+            for x in result["publishers"]
+        )
+        + ")"
+    )
     nf = result["nodes_final"]
     a_recv = nf[NODE_IDS[0]]["counters"]["received"]
     c_deliv = nf[NODE_IDS[2]]["counters"]["delivered"]
     c_pers = result["persistent"]["attempted"]
-    print(f"  non-persistent: sent {sent:,}, A received {a_recv:,}, C delivered "
-          f"{c_deliv:,} (C's deliveries count non-persistent only: persistent ones go to the "
-          f"durable), sent - received at A = {sent - a_recv:,}, sent - delivered at C = "
-          f"{sent - c_deliv:,}; chain idle "
-          f"{_fmt_s(result['chain_idle_after_s'])} after the publishers stopped; "
-          f"persistent attempted {c_pers:,}")
+    print(
+        f"  non-persistent: sent {sent:,}, A received {a_recv:,}, C delivered "
+        f"{c_deliv:,} (C's deliveries count non-persistent only: persistent ones go to the "
+        f"durable), sent - received at A = {sent - a_recv:,}, sent - delivered at C = "
+        f"{sent - c_deliv:,}; chain idle "
+        f"{_fmt_s(result['chain_idle_after_s'])} after the publishers stopped; "
+        f"persistent attempted {c_pers:,}"
+    )
     ch = result["churn"]
-    print(f"  churning subscribers: {ch['clients']} clients opened in all ({ch['opened']} "
-          f"opened, {ch['closed']} closed, {ch['closed_unsub']} of them after unsubscribe()), "
-          f"received {ch['received']:,}, missed (gaps) {ch['missed']:,}, errors "
-          f"{ch['errors'] or 0}, slowest open {ch['max_open_s']:.3f} s, slowest close "
-          f"{ch['max_close_s']:.3f} s, clients lost their node {ch['lost_node']} times")
+    print(
+        f"  churning subscribers: {ch['clients']} clients opened in all ({ch['opened']} "
+        f"opened, {ch['closed']} closed, {ch['closed_unsub']} of them after unsubscribe()), "
+        f"received {ch['received']:,}, missed (gaps) {ch['missed']:,}, errors "
+        f"{ch['errors'] or 0}, slowest open {ch['max_open_s']:.3f} s, slowest close "
+        f"{ch['max_close_s']:.3f} s, clients lost their node {ch['lost_node']} times"
+    )
     subs = result["durable_subscribers"]
-    print(f"  client 'lost node' events (heartbeat timeouts): persistent publisher "
-          f"{result['ppub']['lost_node']}, durable subscribers closed cleanly "
-          f"{sum(s_.get('lost_node', 0) for s_ in subs if not s_['killed'])} (killed ones "
-          "cannot report)")
+    print(
+        f"  client 'lost node' events (heartbeat timeouts): persistent publisher "
+        f"{result['ppub']['lost_node']}, durable subscribers closed cleanly "
+        f"{sum(s_.get('lost_node', 0) for s_ in subs if not s_['killed'])} (killed ones "
+        "cannot report)"
+    )
     for name, nd in result["nodes_final"].items():
         c = nd["counters"]
-        links = "; ".join(f"{ln['name']}<->{ln['peer']} {ln['state']} in {ln['msgs_in']:,} out "
-                          f"{ln['msgs_out']:,} drops {ln['drops']}" for ln in nd["links"])
-        print(f"  {name}: received {c['received']:,}, forwarded {c['forwarded']:,}, delivered "
-              f"{c['delivered']:,}, durable stored {c.get('durable_stored', 0):,} / delivered "
-              f"{c.get('durable_delivered', 0):,}, duplicates {c['duplicates']}, links_down "
-              f"{c['links_down']}, dropped {c['dropped'] or 0}")
+        links = "; ".join(
+            f"{ln['name']}<->{ln['peer']} {ln['state']} in {ln['msgs_in']:,} out "
+            f"{ln['msgs_out']:,} drops {ln['drops']}"
+            for ln in nd["links"]
+        )
+        print(
+            f"  {name}: received {c['received']:,}, forwarded {c['forwarded']:,}, delivered "
+            f"{c['delivered']:,}, durable stored {c.get('durable_stored', 0):,} / delivered "
+            f"{c.get('durable_delivered', 0):,}, duplicates {c['duplicates']}, links_down "
+            f"{c['links_down']}, dropped {c['dropped'] or 0}"
+        )
         print(f"      links: {links}")
-    print("  node CPU during the load: " + ", ".join(
-        f"{k} {v:.0f}% of a core" for k, v in result["node_cpu_pct"].items()))
+    print(
+        "  node CPU during the load: "
+        + ", ".join(f"{k} {v:.0f}% of a core" for k, v in result["node_cpu_pct"].items())
+    )
     print("=" * 110)
 
 
@@ -921,30 +1087,50 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--minutes", type=float, default=10.0)
-    ap.add_argument("--peak", type=float, default=90_000.0,
-                    help="peak rate the load is a fraction of (msg/s)")
+    ap.add_argument(
+        "--peak", type=float, default=90_000.0, help="peak rate the load is a fraction of (msg/s)"
+    )
     ap.add_argument("--fraction", type=float, default=0.5, help="fraction of --peak to publish")
-    ap.add_argument("--rate", type=float, default=None,
-                    help="non-persistent msg/s on A (default: fraction x peak)")
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="non-persistent msg/s on A (default: fraction x peak)",
+    )
     ap.add_argument("--publishers", type=int, default=1)
     ap.add_argument("--subscribers", type=int, default=2)
     ap.add_argument("--churn-s", type=float, default=4.0)
     ap.add_argument("--persistent-rate", type=float, default=500.0)
-    ap.add_argument("--persistent-node", choices=("A", "B", "C"), default="A",
-                    help="node the persistent publisher uses (A: store-and-forward to C)")
-    ap.add_argument("--persistent-threads", type=int, default=8,
-                    help="threads sharing the persistent publisher's client, each blocking in "
-                    "publish(confirm=True)")
+    ap.add_argument(
+        "--persistent-node",
+        choices=("A", "B", "C"),
+        default="A",
+        help="node the persistent publisher uses (A: store-and-forward to C)",
+    )
+    ap.add_argument(
+        "--persistent-threads",
+        type=int,
+        default=8,
+        help="threads sharing the persistent publisher's client, each blocking in "
+        "publish(confirm=True)",
+    )
     ap.add_argument("--credit", type=int, default=100)
     ap.add_argument("--durable-restart-s", type=float, default=20.0)
     ap.add_argument("--durable-away-s", type=float, default=3.0)
     ap.add_argument("--sample-s", type=float, default=10.0)
     ap.add_argument("--rss-bound-mb", type=float, default=50.0)
-    ap.add_argument("--profile-node", choices=("A", "B", "C"), default=None,
-                    help="run that node's thread under cProfile (slower) and print the profile")
+    ap.add_argument(
+        "--profile-node",
+        choices=("A", "B", "C"),
+        default=None,
+        help="run that node's thread under cProfile (slower) and print the profile",
+    )
     ap.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-    ap.add_argument("--no-snapshot", action="store_true",
-                    help="import zbroker from the checkout instead of a copy taken at the start")
+    ap.add_argument(
+        "--no-snapshot",
+        action="store_true",
+        help="import zbroker from the checkout instead of a copy taken at the start",
+    )
     args = ap.parse_args(argv)
     if args.rate is None:
         args.rate = args.peak * args.fraction
@@ -970,8 +1156,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         signal.alarm(0)
         soak.close()
-    result.update(machine=info, args=vars(args), elapsed_s=time.monotonic() - t_begin,
-                  command=" ".join([os.path.basename(sys.executable), *sys.argv]))
+    result.update(
+        machine=info,
+        args=vars(args),
+        elapsed_s=time.monotonic() - t_begin,
+        command=" ".join([os.path.basename(sys.executable), *sys.argv]),
+    )
     for s in result["samples"]:
         s.pop("ticks", None)
     result["ppub"].pop("state", None)

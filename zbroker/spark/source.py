@@ -325,9 +325,7 @@ def _decode_values(
     return out
 
 
-def _to_batch(
-    columns_in: list[Any], schema: pa.Schema, value_format: str | None
-) -> pa.RecordBatch:
+def _to_batch(columns_in: list[Any], schema: pa.Schema, value_format: str | None) -> pa.RecordBatch:
     """An Arrow batch from a columnar READ reply (one array per field)."""
     seqs, topics, payloads, _fmts, headers, origins, incs, oseqs, tss = columns_in
     ts_type = schema.field(5).type
