@@ -242,13 +242,7 @@ def start(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    signals = SignalStop(signal.SIGINT, signal.SIGTERM)
     broker = Broker(config).start()
     click.echo(
         f"zbroker node {broker.broker_id} (incarnation {broker.incarnation}) ready at "
@@ -256,11 +250,39 @@ def start(
         err=True,
     )
     try:
-        while not stop.wait(0.5):
+        while not signals.wait(3600.0):
             pass
     finally:
         broker.stop()
         click.echo("zbroker node stopped", err=True)
+
+
+class SignalStop:
+    """SIGINT/SIGTERM ask a foreground command to stop.
+
+    The handler only appends to a list. A handler that takes a lock, as
+    ``threading.Event.set`` does, can run while the main thread holds that same lock
+    inside ``Event.wait`` (Python runs handlers in the main thread between bytecodes), and
+    then the process never stops: ``zbroker start`` was seen ignoring SIGTERM that way.
+    """
+
+    def __init__(self, *signums: int) -> None:
+        self.received: list[int] = []
+        for signum in signums:
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.received.append(signum)
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds; True as soon as (within 0.1 s) a signal came."""
+        end = time.monotonic() + timeout
+        while not self.received:
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(left, 0.1))
+        return True
 
 
 def _is_loopback(host: str) -> bool:
@@ -429,16 +451,13 @@ def sub(
                     # detach now: what follows stays stored (unacknowledged) for next time
                     client.detach_durable(durable)
 
-    def on_signal(signum: int, frame: Any) -> None:
-        done.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
+    signals = SignalStop(signal.SIGTERM)  # (Ctrl-C: KeyboardInterrupt, below)
     with _client(broker, timeout, interfaces, keys, server_key) as client:
         for p in patterns:
             client.subscribe(p, on_message, durable=durable)
         click.echo(f"subscribed to {', '.join(patterns)} on {client.broker_id}", err=True)
         try:
-            while not done.wait(0.2):
+            while not done.wait(0.2) and not signals.received:
                 pass
         except KeyboardInterrupt:
             pass

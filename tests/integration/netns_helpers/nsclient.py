@@ -30,7 +30,32 @@ from typing import Any
 from zbroker import Client, Message, ZBrokerError
 
 _out_lock = threading.Lock()
-_stop = threading.Event()
+
+
+class _StopFlag:
+    """Set by SIGTERM/SIGINT. Not a threading.Event: its set() takes a lock that the main
+    thread may hold inside wait() when the handler runs, and the helper would hang."""
+
+    def __init__(self) -> None:
+        self.up = False
+
+    def set(self) -> None:
+        self.up = True
+
+    def is_set(self) -> bool:
+        return self.up
+
+    def wait(self, timeout: float | None = None) -> bool:
+        end = None if timeout is None else time.monotonic() + timeout
+        while not self.up:
+            left = 0.02 if end is None else min(0.02, end - time.monotonic())
+            if left <= 0:
+                break
+            time.sleep(left)
+        return self.up
+
+
+_stop = _StopFlag()
 
 
 def emit(event: str, **fields: Any) -> None:
