@@ -221,7 +221,15 @@ def format_simulation(report: dict[str, Any]) -> str:
         ("convergence time", f"{report['convergence_time'] * 1000:.1f} ms (virtual)"),
         ("advertisement frames", str(report["advert_frames"])),
         ("interest entries", str(report["interest_entries"])),
-        ("memory per entry", f"{report['bytes_per_entry']:.0f} bytes (RSS delta / entries)"),
+        (
+            "memory per entry",
+            f"{report['bytes_per_entry']:.0f} bytes ("
+            + (
+                "traced allocations / entries)"
+                if report.get("memory_method") == "traced"
+                else "RSS growth / entries)"
+            ),
+        ),
         ("publishes", str(report["publishes"])),
         ("messages per link per publish", f"{report['frames_per_publish']:.2f}"),
         ("deliveries / expected", f"{report['deliveries']} / {report['expected']}"),

@@ -339,6 +339,10 @@ def test_simulate_json(tmp_path: Path) -> None:
     assert report["lost"] == 0
     assert report["non_shortest"] == 0
     assert report["max_hops"] == 2
+    # a small network's tables fit in memory the process had: its RSS would not grow (this
+    # printed 0 bytes per entry), so its allocations are traced instead
+    assert report["memory_method"] == "traced"
+    assert report["bytes_per_entry"] > 0
     # deterministic for a seed
     again = json.loads(invoke("simulate", str(topo), "--json").stdout)
     for key in ("deliveries", "advert_frames", "message_frames", "convergence_time"):
@@ -357,6 +361,8 @@ def test_simulate_text(tmp_path: Path) -> None:
     ), out
     assert re.search(r"^duplicates delivered\s+0$", out, re.M), out
     assert re.search(r"^messages lost\s+0$", out, re.M), out
+    m = re.search(r"^memory per entry\s+(\d+) bytes \(traced allocations / entries\)$", out, re.M)
+    assert m is not None and int(m.group(1)) > 0, out
 
 
 def test_simulate_shipped_ring_topology() -> None:
