@@ -92,6 +92,10 @@ def format_status(status: dict[str, Any]) -> str:
     if sec.get("enabled"):
         rows.append(("security", f"CURVE, public key {sec.get('public_key')}"))
         rows.append(("auth failures", str(sec.get("auth_failures", 0))))
+        # handshakes that failed before any key was checked (a plain client, a wrong
+        # server key): logged by the node, and shown here so that nobody needs the log
+        for reason, n in sec.get("handshake_failures", {}).items():
+            rows.append((f"handshake failed: {reason}", str(n)))
         for kind, n in sec.get("refused", {}).items():
             rows.append((f"refused: {kind}", str(n)))
     rows.append(("subscriptions", str(subs.get("count", 0))))

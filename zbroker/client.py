@@ -75,6 +75,11 @@ _monotonic = time.monotonic
 _packb = msgpack.packb
 
 
+# why a node may not answer, said with BrokerUnreachable: a secure node answers only
+# clients with known keys, and a plain client's handshake fails there without a word
+_CURVE_HINT = " (check keys and server_key: the node refuses keys it does not know)"
+_PLAIN_HINT = " (is a node running there? one with security on needs keys and server_key)"
+
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 
@@ -449,10 +454,9 @@ class Client:
             self.hello = ready.result(timeout + 5.0)
         except FutureTimeout:
             self._abort()
-            hint = " (check keys and server_key: the node refuses keys it does not know)"
             raise BrokerUnreachable(
                 f"no zbroker node answered at {broker} within {timeout:g} s"
-                + (hint if self._curve else "")
+                + (_CURVE_HINT if self._curve else _PLAIN_HINT)
             ) from None
         except BaseException:
             self._abort()
@@ -1174,9 +1178,9 @@ class _ClientLoop:
             if self.primary is not None and len(up) >= (c.min_brokers if c.fanout else 1):
                 self.ready.set_result(self.primary.hello)
             elif now > self.ready_deadline:
-                found = "" if alive else " (no node found)"
-                if alive and c._curve is not None:
-                    found = " (check keys and server_key: the node refuses keys it does not know)"
+                found = " (no node found)"
+                if alive:
+                    found = _CURVE_HINT if c._curve is not None else _PLAIN_HINT
                 self.ready.set_exception(
                     BrokerUnreachable(
                         f"no zbroker node answered at {c.address} within {c.timeout:g} s{found}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 import zmq
+from zbroker.cli.format import format_status
 
 from zbroker import Broker, BrokerUnreachable, Client
 from zbroker.config import LinkConfig
@@ -224,6 +226,11 @@ def test_each_failed_handshake_is_counted_once(
         assert st["counters"]["bad_input"] == 0
         assert st["counters"]["received"] == 0
         assert not any(s.poll(50) for s in socks)  # nobody got an answer
+        # `zbroker status` shows them too, one line per reason, with the exact counts
+        text = format_status(st)
+        assert re.search(r"^auth failures\s+1$", text, re.M), text
+        shown = re.findall(r"^handshake failed: (.+?)\s+(\d+)$", text, re.M)
+        assert {reason: int(n) for reason, n in shown} == failures, text
     finally:
         for s in socks:
             s.close()
@@ -315,8 +322,8 @@ def test_unknown_client_key_is_refused(
     with pytest.raises(BrokerUnreachable, match="check keys and server_key"):
         Client(b.endpoint, keys=keys.client("mallory"), server_key=keys.node_public("b"), timeout=1)
     assert b.status()["security"]["auth_failures"] >= 1
-    # a plain client cannot talk to a secure node either
-    with pytest.raises(BrokerUnreachable):
+    # a plain client cannot talk to a secure node either, and is told what may be missing
+    with pytest.raises(BrokerUnreachable, match="security on needs keys and server_key"):
         Client(b.endpoint, timeout=1)
 
 
