@@ -155,6 +155,11 @@ def format_status(status: dict[str, Any]) -> str:
                 for ln in links
             ],
         )
+        # why a link is not up (unreachable peer, refused handshake): said, not only logged
+        for ln in links:
+            if ln["state"] != "up" and ln.get("last_error"):
+                tries = f" (attempt {ln['attempts']})" if ln.get("attempts") else ""
+                text += f"\n  {ln['name']} ({ln['state']}): {ln['last_error']}{tries}"
     fwd = status.get("forward") or {}
     queues = fwd.get("queues") or []
     if queues:

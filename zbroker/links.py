@@ -112,4 +112,5 @@ class Link:
             "drops": self.drops,
             "ttl": self.options.ttl,
             "last_error": self.last_error or None,
+            "attempts": self.attempts,  # dials since the link was last up
         }

@@ -1610,7 +1610,19 @@ class Node:
                 self._close_dialer(link)
                 link.last_error = "no answer to the handshake"
                 link.state = LinkState.WAITING
-                link.deadline = now + link.backoff()
+                delay = link.backoff()
+                link.deadline = now + delay
+                if link.attempts & (link.attempts - 1) == 0:
+                    # attempts 1, 2, 4, 8...: a peer that is not there is said at once, and
+                    # a long outage does not flood the log
+                    log.warning(
+                        "link %s: no answer from %s to the handshake (attempt %d; nothing "
+                        "listening there, or not a zbroker node); next attempt in %.1f s",
+                        link.name,
+                        link.config.uri if link.config is not None else "?",
+                        link.attempts,
+                        delay,
+                    )
             elif state is LinkState.WAITING and link.dialer and now >= link.deadline:
                 cfg = link.config
                 assert cfg is not None

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from zbroker.cli.format import format_status
 
 from zbroker import Broker, Client, Message
 from zbroker.config import LinkConfig
@@ -763,6 +764,44 @@ def test_peer_in_another_group_is_refused_and_logged(
     messages = [r.getMessage() for r in caplog.records if r.name == "zbroker.node"]
     # logged by both sides: the acceptor that refused and the dialer that was refused
     assert sum("'east'" in m and "'west'" in m for m in messages) >= 2, messages
+
+
+def test_a_peer_that_never_answers_is_said_in_the_log_and_in_status(
+    net: Net, caplog: pytest.LogCaptureFixture, wait_until: WaitUntil
+) -> None:
+    """Nothing listens at the link's address: the node says so at once (a warning naming
+    the address), then only at attempts 2, 4, 8... (an outage does not flood the log), and
+    `zbroker status` shows why the link is not up. When the peer comes, the link comes up
+    and the error is gone."""
+    caplog.set_level(logging.WARNING, logger="zbroker.node")
+    a = net.start("A", net.link("A", "B"))  # B's port is reserved; B is not started yet
+
+    def warned() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "zbroker.node" and "no answer from" in r.getMessage()
+        ]
+
+    assert wait_until(lambda: link_named(a, "ab")["attempts"] >= 3, WAIT), links_of(a)
+    assert wait_until(lambda: link_named(a, "ab")["state"] == "waiting", WAIT), links_of(a)
+    logged = warned()
+    assert logged[:2] == [
+        f"link ab: no answer from {net.uri('B')} to the handshake (attempt {n}; nothing "
+        f"listening there, or not a zbroker node); next attempt in {d:.1f} s"
+        for n, d in ((1, 0.1), (2, 0.2))
+    ], logged
+    assert not any("(attempt 3;" in m for m in logged), logged  # 3 is not a power of two
+    ln = link_named(a, "ab")
+    assert ln["last_error"] == "no answer to the handshake"
+    text = format_status(a.status())
+    assert f"\n  ab (waiting): no answer to the handshake (attempt {ln['attempts']})" in text
+
+    b = net.start("B")
+    wait_links(wait_until, {a: {("ab", "B")}, b: {("ab", "A")}})
+    assert link_named(a, "ab")["last_error"] is None
+    assert link_named(a, "ab")["attempts"] == 0
+    assert "no answer" not in format_status(a.status())
 
 
 def test_several_links_between_one_pair_all_come_up(
