@@ -154,6 +154,9 @@ class Node:
         self.identity = identity
         self.broker_id = identity.broker_id
         self.incarnation = identity.incarnation
+        # this process's own mark in link handshakes: a HELLO bearing our broker ID but not
+        # this mark comes from another node configured with the same ID, not from ourselves
+        self.instance = uuid.uuid4().hex
         self.engine = RoutingEngine(identity.broker_id)
         self._ctx = ctx
         self._command_endpoint = command_endpoint
@@ -1269,6 +1272,7 @@ class Node:
         hello = {
             "id": self.broker_id,
             "incarnation": self.incarnation,
+            "instance": self.instance,
             "group": self.config.group,
             "version": PROTOCOL_VERSION,
             "name": link.name,
@@ -1370,9 +1374,20 @@ class Node:
         link.peer_incarnation = inc
         self._up(link, now)
 
+    def _is_self(self, peer: str, info: dict[str, Any]) -> bool:
+        """Our own HELLO or WELCOME: our broker ID and this process's mark (a peer that
+        sends no mark is an older node: its ID alone decides)."""
+        return peer == self.broker_id and info.get("instance") in (None, self.instance)
+
     def _handshake_problem(self, peer: str, info: dict[str, Any]) -> str | None:
         if peer == self.broker_id:
-            return f"refused link to self ({peer})"
+            if self._is_self(peer, info):
+                return f"refused link to self ({peer})"
+            # two nodes under one ID would break the loop rules (paths are broker IDs)
+            return (
+                f"refused peer {peer}: another node uses our broker ID {peer!r} (broker IDs "
+                "must be unique: give each node its own --id, or its own data directory)"
+            )
         group = info.get("group")
         if group != self.config.group:
             return f"refused peer {peer}: it is in group {group!r}, we are in {self.config.group!r}"
@@ -1454,7 +1469,7 @@ class Node:
             return
         problem = self._handshake_problem(peer, info)
         sec = self.security
-        retry = peer != self.broker_id
+        retry = not self._is_self(peer, info)  # a duplicate ID may be fixed: keep trying
         if problem is None and sec is not None and sec.user != "node:" + peer:
             retry = False  # its key will not change by retrying
             # the broker ID is bound to the key the connection authenticated with
@@ -1502,6 +1517,7 @@ class Node:
         welcome = {
             "id": self.broker_id,
             "incarnation": self.incarnation,
+            "instance": self.instance,
             "group": self.config.group,
             "version": PROTOCOL_VERSION,
         }

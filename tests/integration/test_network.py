@@ -746,6 +746,36 @@ def test_link_to_self_is_refused_and_counted(
     assert any("refused link to self (A)" in r.getMessage() for r in caplog.records), caplog.text
 
 
+def test_another_node_under_our_broker_id_is_named_as_such_and_retried(
+    net: Net,
+    broker_factory: BrokerFactory,
+    caplog: pytest.LogCaptureFixture,
+    wait_until: WaitUntil,
+    tmp_path: Path,
+) -> None:
+    """Two nodes configured with one broker ID (a copied config or data directory) would
+    break the loop rules, which go by broker ID: the handshake is refused, and both sides
+    say that another node uses the ID (not "link to self", which it is not). The dialer
+    keeps retrying: the operator will rename one of them."""
+    caplog.set_level(logging.WARNING, logger="zbroker.node")
+    a = net.start("A")
+    twin = broker_factory(
+        broker_id="A",
+        port=net.port("A2"),
+        data_dir=tmp_path / "data-twin",
+        links=(net.link("A2", "A", name="twin"),),
+    )
+    assert wait_until(lambda: counters(twin)["handshakes_refused"] >= 2, WAIT), links_of(twin)
+    ln = link_named(twin, "twin")
+    assert ln["state"] in ("waiting", "handshaking")  # retried, not given up
+    assert "another node uses our broker ID 'A'" in (ln["last_error"] or ""), ln
+    assert counters(a)["handshakes_refused"] >= 2
+    assert counters(a)["links_up"] == 0 and counters(twin)["links_up"] == 0
+    messages = [r.getMessage() for r in caplog.records if r.name == "zbroker.node"]
+    assert not any("to self" in m for m in messages), messages
+    assert any("another node uses our broker ID 'A'" in m for m in messages), messages
+
+
 def test_peer_in_another_group_is_refused_and_logged(
     net: Net, caplog: pytest.LogCaptureFixture, wait_until: WaitUntil
 ) -> None:
