@@ -443,3 +443,26 @@ def test_forward_overflow_policy(tmp_path: Path) -> None:
     path.write_text('[forward]\noverflow = "drop-newest"\n')
     with pytest.raises(ConfigError, match=r"forward\.overflow: 'drop-newest' is not one of"):
         load_config(path)
+
+
+def test_static_pattern_outside_include_is_an_error_naming_it(tmp_path: Path) -> None:
+    """The filters apply to static pushes too, so a static pattern that no include pattern
+    overlaps could never cross its link: the node does not start, and says which pattern."""
+    path = tmp_path / "l.toml"
+    link = '[[link]]\nname = "hq"\nuri = "tcp://127.0.0.1:7100"\ninclude = {inc}\nstatic = {st}\n'
+    path.write_text(link.format(inc='["PRICE.STOCK.>"]', st='["ALERT.>"]'))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "link 'hq': static pattern 'ALERT.>' matches none of the include patterns" in str(
+        info.value
+    )
+    assert "add it to include" in str(info.value)
+    # within include (or overlapping it), or with no include at all: fine
+    for inc, st in (
+        ('["PRICE.STOCK.>", "ALERT.>"]', '["ALERT.>"]'),
+        ('["ALERT.*.FIRE"]', '["ALERT.>"]'),
+        ("[]", '["ALERT.>"]'),
+    ):
+        path.write_text(link.format(inc=inc, st=st))
+        (cfg,) = load_config(path).links
+        assert cfg.static == ("ALERT.>",)

@@ -71,7 +71,7 @@ from .const import (
 from .errors import ConfigError, InvalidTopic
 from .routing import DEFAULT_TTL, LinkOptions
 from .store import OVERFLOW_POLICIES, RetainRule
-from .topics import validate_pattern
+from .topics import patterns_overlap, validate_pattern
 
 __all__ = [
     "LOG_LEVELS",
@@ -134,8 +134,10 @@ class LinkConfig:
     messages and interest. ``conduit``: one copy per message over the link (off: one per
     remote subscription). ``include``/``exclude``: a message crosses only if it matches some
     include pattern (when any) and no exclude pattern. ``static``: patterns forwarded over
-    the link regardless of interest. Liveness: heartbeats every ``heartbeat_interval``
-    seconds; no frame for ``heartbeat_timeout`` seconds means the link is down. Redial:
+    the link regardless of interest (the filters still apply: a static pattern outside
+    every include pattern is a configuration error). Liveness: heartbeats every
+    ``heartbeat_interval`` seconds; no frame for ``heartbeat_timeout`` seconds means the
+    link is down. Redial:
     exponential backoff from ``reconnect_initial_delay`` to ``reconnect_max_delay``,
     multiplied by ``reconnect_multiplier``; ``reconnect_max_attempts`` 0 = forever.
     """
@@ -172,6 +174,14 @@ class LinkConfig:
         _check_int(self.ttl, f"{where}: ttl", 1, 255)
         for name in ("include", "exclude", "static"):
             object.__setattr__(self, name, _check_patterns(getattr(self, name), f"{where}: {name}"))
+        for pattern in self.static if self.include else ():
+            if not any(patterns_overlap(pattern, inc) for inc in self.include):
+                # the filters apply to static pushes too: this one could never cross
+                raise ConfigError(
+                    f"{where}: static pattern {pattern!r} matches none of the include "
+                    f"patterns {list(self.include)}, so nothing on it could cross the link "
+                    "(include and exclude apply to static patterns too): add it to include"
+                )
         _check_float(self.heartbeat_interval, f"{where}: heartbeat_interval", 0.01, 3600)
         _check_float(self.heartbeat_timeout, f"{where}: heartbeat_timeout", 0.05, 86400)
         if self.heartbeat_timeout <= self.heartbeat_interval:
