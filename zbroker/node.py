@@ -2381,15 +2381,19 @@ class Node:
                 )
                 self._send_control(ident, op, req_id, {"token": req["token"], "rows": held})
             elif op == wire.STAGE_ABORT:
+                group = staging.check_group(req.get("group"))  # (bad: nothing discarded)
                 dropped = staging.discard(req.get("tokens", []))
-                if req.get("group") is not None:
-                    dropped += staging.discard_group(req["group"])
+                if group is not None:
+                    dropped += staging.discard_group(group)
                 self._send_control(ident, op, req_id, {"discarded": dropped})
             else:
+                # a malformed group refuses the whole commit before a row is applied (it
+                # was checked after: the rows went out and the writer was told it failed)
+                group = staging.check_group(req.get("group"))
                 self._stage_commit(ident, req_id, req)
-                if req.get("group") is not None:
+                if group is not None:
                     # attempts of this job that no commit names (failed, retried): gone now
-                    staging.discard_group(req["group"])
+                    staging.discard_group(group)
         except StagingError as exc:
             self._bad(self._source(ident), "bad_staging", str(exc))
             self._send_control(ident, wire.ERROR, req_id, {"message": str(exc)})

@@ -222,6 +222,12 @@ class Staging:
         self.aborted_rows += dropped
         return dropped
 
+    @staticmethod
+    def check_group(group: Any) -> str | None:
+        """A request's ``group`` as :meth:`discard_group` takes it (None: no group); raises
+        StagingError for a malformed one. A commit checks it before anything is applied."""
+        return None if group is None else _check_token(group)
+
     def discard_group(self, group: Any) -> int:
         """Drop every token still staged in ``group``; returns rows dropped."""
         group = _check_token(group)

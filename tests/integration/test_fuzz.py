@@ -218,10 +218,12 @@ class StagingOracle:
                 s.stage(req.get("token"), req.get("part"), req.get("rows"), group=req.get("group"))
                 return None, 0
             if op == wire.STAGE_ABORT:
+                group = s.check_group(req.get("group"))
                 s.discard(req.get("tokens", []))
-                if req.get("group") is not None:
-                    s.discard_group(req["group"])
+                if group is not None:
+                    s.discard_group(group)
                 return None, 0
+            group = s.check_group(req.get("group"))  # a bad one: nothing of the commit applied
             tokens, writer, batch = req.get("tokens"), req.get("writer"), req.get("batch")
             key = None
             if writer is not None:
@@ -246,8 +248,8 @@ class StagingOracle:
                     published = len(s.take(tokens)[1])
                     if key is not None:
                         self.batches.add(key)
-            if req.get("group") is not None:
-                s.discard_group(req["group"])
+            if group is not None:
+                s.discard_group(group)
             return None, published
         except StagingError:
             return "bad_staging", 0
@@ -301,15 +303,17 @@ def _pmsgs_outcome(value: list[Any], bad: Counter[str]) -> None:
         bad[exc.reason] += 1
         return
     pos = _PMSGS_POSITION
-    if pos[0] != epoch:
-        pos[:] = [epoch, 0]
-    pos[1] = max(pos[1], base - 1)
     for m in entries:
         try:
             lseq = wire.pmsgs_lseq(m)
         except ProtocolError as exc:
             bad[exc.reason] += 1
             continue
+        # the frame's epoch and base move the position only when an entry reaches
+        # Forwarder.accept (a frame without entries, or with only bad lseqs, moves nothing)
+        if pos[0] != epoch:
+            pos[:] = [epoch, 0]
+        pos[1] = max(pos[1], base - 1)
         if lseq != pos[1] + 1:
             continue  # a resend (taken before) or past a gap: waits, not bad input
         pos[1] = lseq

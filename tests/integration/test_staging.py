@@ -100,6 +100,33 @@ def test_abort_and_refused_commits_publish_nothing(
     assert broker.status()["counters"]["bad_input"] == 2  # the two refused commits
 
 
+def test_a_commit_with_a_malformed_group_applies_nothing(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    """The group was checked after the rows had been taken: the node published them and
+    answered the writer with an error (found by the fuzz test). Now a malformed group
+    refuses the commit whole, the rows stay staged, and a good commit publishes them once;
+    an abort with a malformed group discards nothing."""
+    broker = broker_factory()
+    client = client_factory(broker.endpoint)
+    inbox = Inbox()
+    client.subscribe("OUT.>", inbox)
+    token, n = staged(client, [b"a", b"b", b"c"])
+    for bad_group in (65536, "", ["g"]):
+        with pytest.raises(RequestError, match="token must be a string"):
+            client.request(wire.STAGE_COMMIT, {"tokens": [[token, n]], "group": bad_group})
+        with pytest.raises(RequestError, match="token must be a string"):
+            client.request(wire.STAGE_ABORT, {"tokens": [token], "group": bad_group})
+    time.sleep(GRACE)
+    assert inbox.payloads() == []
+    assert client.request(wire.STATUS)["staging"]["rows"] == 3  # still staged
+    assert commit_staged(client, [(token, n)]) == {"applied": 3, "duplicate": False}
+    assert inbox.wait_count(3)
+    time.sleep(GRACE)
+    assert inbox.payloads() == [b"a", b"b", b"c"]
+    assert broker.status()["counters"]["bad_input"] == 6  # the six refused requests
+
+
 def test_reject_new_rule_refuses_the_whole_commit(
     broker_factory: BrokerFactory, client_factory: ClientFactory
 ) -> None:
