@@ -466,3 +466,35 @@ def test_static_pattern_outside_include_is_an_error_naming_it(tmp_path: Path) ->
         path.write_text(link.format(inc=inc, st=st))
         (cfg,) = load_config(path).links
         assert cfg.static == ("ALERT.>",)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "tcp://127.0.0.1",  # no port: once accepted, and the link could never connect
+        "tcp://127.0.0.1:0",
+        "tcp://127.0.0.1:70000",
+        "tcp://127.0.0.1:x",
+        "tcp://*:7100",
+        "tcp://:7100",
+        "tcp://127.0.0.1:7100/path",
+        "127.0.0.1:7100",
+        "udp://127.0.0.1:7100",
+    ],
+)
+def test_link_uri_must_be_tcp_host_port(tmp_path: Path, uri: str) -> None:
+    path = tmp_path / "l.toml"
+    path.write_text(f'[[link]]\nname = "hq"\nuri = "{uri}"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert f"link 'hq': uri {uri!r} is not of the form tcp://HOST:PORT" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "uri", ["tcp://127.0.0.1:7100", "tcp://[::1]:7100", "tcp://hq.example.com:65535"]
+)
+def test_link_uri_with_host_and_port_is_taken(tmp_path: Path, uri: str) -> None:
+    path = tmp_path / "l.toml"
+    path.write_text(f'[[link]]\nname = "hq"\nuri = "{uri}"\n')
+    (link,) = load_config(path).links
+    assert link.uri == uri

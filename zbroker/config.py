@@ -56,6 +56,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .const import (
     DEFAULT_HEARTBEAT_INTERVAL,
@@ -166,8 +167,13 @@ class LinkConfig:
         validate_broker_id(self.name, f"{self.source}: link.name")
         if self.peer is not None:
             validate_broker_id(self.peer, f"{where}: peer")
-        if not isinstance(self.uri, str) or not self.uri.startswith("tcp://"):
-            raise ConfigError(f"{where}: uri {self.uri!r} is not of the form tcp://HOST:PORT")
+        if not isinstance(self.uri, str) or not _is_tcp_host_port(self.uri):
+            # checked here, not at connect time: 'tcp://host' (no port) started a node whose
+            # link could never connect, with one log line about an invalid argument
+            raise ConfigError(
+                f"{where}: uri {self.uri!r} is not of the form tcp://HOST:PORT "
+                "(a port from 1 to 65535)"
+            )
         for flag in ("duplex", "conduit"):
             if type(getattr(self, flag)) is not bool:
                 raise ConfigError(f"{where}: {flag} must be true or false")
@@ -200,6 +206,27 @@ class LinkConfig:
             exclude=self.exclude,
             static=self.static,
         )
+
+
+def _is_tcp_host_port(uri: str) -> bool:
+    """``tcp://HOST:PORT`` a link can dial: a host (name, IPv4, or IPv6 in brackets), a port
+    from 1 to 65535, nothing after it."""
+    if not uri.startswith("tcp://"):
+        return False
+    try:
+        parts = urlsplit(uri)
+        port = parts.port
+    except ValueError:  # a port that is not a number, or out of range
+        return False
+    return (
+        bool(parts.hostname)
+        and parts.hostname != "*"
+        and port is not None
+        and port >= 1
+        and not parts.path
+        and not parts.query
+        and not parts.fragment
+    )
 
 
 def peer_link(uri: str) -> LinkConfig:
