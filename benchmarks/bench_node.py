@@ -273,14 +273,15 @@ def node_main(
     broker_id: str | None = None,
     peers: tuple[str, ...] = (),
 ) -> None:
-    """A node (``zbroker.Broker``, port 0) in this process until ``stop`` is set.
+    """A node (``zbroker.Broker``, port 0) in this process until ``stop`` is set, with the
+    garbage collector tuned as ``zbroker start`` tunes it (``zbroker.tune_gc``).
 
     ``broker_id`` and ``peers`` (duplex links this node dials, as ``zbroker start --peer``
     makes them) are used by the network benchmark; the single-node runs pass neither."""
     _guard_child()
     import cProfile
 
-    from zbroker import Broker
+    from zbroker import Broker, tune_gc
     from zbroker.config import peer_link
 
     options: dict[str, Any] = {}
@@ -293,6 +294,7 @@ def node_main(
     except Exception as exc:  # reported to the parent, which retries with a new process
         q.put(("node", {"error": f"{type(exc).__name__}: {exc}"}))
         return
+    tune_gc()  # what `zbroker start` does once its node is up
     prof = cProfile.Profile() if profile_out else None
     try:
         if prof is not None:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from zbroker import Broker, Client, NodeConfig, ZBrokerError, load_config
+from zbroker import Broker, Client, NodeConfig, ZBrokerError, load_config, tune_gc
 from zbroker.config import LOG_LEVELS, peer_link
 
 from .format import (
@@ -244,6 +244,8 @@ def start(
     )
     signals = SignalStop(signal.SIGINT, signal.SIGTERM)
     broker = Broker(config).start()
+    # this process exists to run the node: fit the garbage collector to it (zbroker.process)
+    tune_gc()
     click.echo(
         f"zbroker node {broker.broker_id} (incarnation {broker.incarnation}) ready at "
         f"{broker.endpoint}",

@@ -31,6 +31,7 @@ EXPECTED_ALL = [
     "ZBrokerError",
     "__version__",
     "load_config",
+    "tune_gc",
 ]
 
 

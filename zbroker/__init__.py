@@ -30,6 +30,7 @@ from .errors import (
     ReservedTopic,
     ZBrokerError,
 )
+from .process import tune_gc
 
 __version__ = "0.1.0"
 
@@ -56,4 +57,5 @@ __all__ = [
     "ZBrokerError",
     "__version__",
     "load_config",
+    "tune_gc",
 ]

@@ -55,6 +55,7 @@ from .errors import AddressInUse, ConfigError, InvalidTopic, ProtocolError
 from .forward import Forwarder, PersistentDedupe
 from .identity import Identity
 from .links import Link, LinkKind, LinkState
+from .process import gc_status
 from .routing import (
     AdvertIn,
     DedupeWindow,
@@ -2588,6 +2589,7 @@ class Node:
                 "dropped": dict(sorted(self.dropped.items())),
             },
             "security": self.security.status() if self.security else {"enabled": False},
+            "gc": gc_status(),
             "subscriptions": {"count": len(patterns), "patterns": patterns},
             "links": [link.describe(now) for link in self._all_links()],
             "store": self.store.stats() if self.store is not None else None,

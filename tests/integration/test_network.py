@@ -30,6 +30,7 @@ from zbroker.cli.format import format_status
 
 from zbroker import Broker, Client, Message
 from zbroker.config import LinkConfig
+from zbroker.process import DEFAULT_GC_YOUNG_THRESHOLD
 
 HOST = "127.0.0.1"
 WAIT = 20.0  # seconds: upper bound of any condition wait (generous: CI machines are slow)
@@ -1032,7 +1033,11 @@ def test_process_chain(
     assert_exact(got, "PCHAIN.X", range(N), "PCHAIN.END")
     assert c2.status()["counters"]["forwarded"] == N + 1
     for c in (c1, c2, c3):
-        assert c.status()["counters"]["duplicates"] == 0
+        status = c.status()
+        assert status["counters"]["duplicates"] == 0
+        # `zbroker start` owns its process: its collector is tuned (zbroker.process)
+        assert status["gc"]["threshold"][0] == DEFAULT_GC_YOUNG_THRESHOLD
+        assert status["gc"]["frozen"] > 0
     for proc in nodes:
         assert proc.poll() is None, proc.stderr_text()
 
