@@ -81,7 +81,13 @@ TOPICS = (bn.TOPIC, bn.WARM_TOPIC, bn.STOP_TOPIC)
 
 
 def _start_node(
-    ctx: Any, tmp: str, stop: Any, name: str, peers: tuple[str, ...], prof_dir: str | None
+    ctx: Any,
+    tmp: str,
+    stop: Any,
+    name: str,
+    peers: tuple[str, ...],
+    prof_dir: str | None,
+    gc_tuned: bool = True,
 ) -> dict[str, Any]:
     """A node in its own process (retried with a fresh process and port if it fails)."""
     prof = os.path.join(prof_dir, f"node-{name}.prof") if prof_dir else None
@@ -89,7 +95,9 @@ def _start_node(
         q = ctx.Queue()
         mine, theirs = ctx.Pipe()
         data_dir = os.path.join(tmp, f"{name}-{attempt}")
-        proc = bn._start(ctx, bn.node_main, q, data_dir, stop, prof, theirs, name, peers)
+        proc = bn._start(
+            ctx, bn.node_main, q, data_dir, stop, prof, theirs, name, peers, gc_tuned
+        )
         info = bn._Inbox(q).get("node", 30)
         if "error" not in info:
             return {"name": name, "proc": proc, "pid": proc.pid, "conn": mine, **info}
@@ -153,17 +161,19 @@ def _wait(pred: Any, timeout: float, what: str, step: float = 0.05) -> float:
 
 
 def start_chain(
-    ctx: Any, tmp: str, stop: Any, prof_dir: str | None = None
+    ctx: Any, tmp: str, stop: Any, prof_dir: str | None = None, gc_tuned: bool = True
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Nodes A, B, C; B dials A, C dials B (duplex). Returns (nodes, info) once the links
-    are up on both ends; each node dict gets a status client under "client"."""
+    are up on both ends; each node dict gets a status client under "client". The nodes'
+    garbage collectors are tuned as ``zbroker start`` tunes its own unless ``gc_tuned``
+    is False."""
     from zbroker import Client
 
     nodes: list[dict[str, Any]] = []
     t0 = time.monotonic()
     for name in CHAIN_IDS:
         peers = (nodes[-1]["endpoint"],) if nodes else ()
-        nodes.append(_start_node(ctx, tmp, stop, name, peers, prof_dir))
+        nodes.append(_start_node(ctx, tmp, stop, name, peers, prof_dir, gc_tuned))
         nodes[-1]["client"] = Client(nodes[-1]["endpoint"])
         log(
             f"  node {name} pid {nodes[-1]['pid']} at {nodes[-1]['endpoint']}"

@@ -272,9 +272,11 @@ def node_main(
     conn: Any,
     broker_id: str | None = None,
     peers: tuple[str, ...] = (),
+    gc_tuned: bool = True,
 ) -> None:
     """A node (``zbroker.Broker``, port 0) in this process until ``stop`` is set, with the
-    garbage collector tuned as ``zbroker start`` tunes it (``zbroker.tune_gc``).
+    garbage collector tuned as ``zbroker start`` tunes it (``zbroker.tune_gc``; with
+    ``gc_tuned=False`` as Python sets it, for ``bench_gc.py``).
 
     ``broker_id`` and ``peers`` (duplex links this node dials, as ``zbroker start --peer``
     makes them) are used by the network benchmark; the single-node runs pass neither."""
@@ -294,7 +296,8 @@ def node_main(
     except Exception as exc:  # reported to the parent, which retries with a new process
         q.put(("node", {"error": f"{type(exc).__name__}: {exc}"}))
         return
-    tune_gc()  # what `zbroker start` does once its node is up
+    if gc_tuned:
+        tune_gc()  # what `zbroker start` does once its node is up
     prof = cProfile.Profile() if profile_out else None
     try:
         if prof is not None:
