@@ -126,6 +126,32 @@ def test_sequences_are_gap_free_from_one(open_store: StoreFactory) -> None:
     assert store.retained == 8
 
 
+def test_read_page_stops_after_max_scan_rows_examined(open_store: StoreFactory) -> None:
+    store = open_store(RetainRule("A.>"), RetainRule("B.>"))
+    for i in range(1, 21):
+        put(store, "A.X" if i % 5 == 0 else "B.X")  # A.X at 5, 10, 15, 20
+    store.commit()
+
+    def only_a(topic: str) -> bool:
+        return topic == "A.X"
+
+    rows, resume = store.read_page(1, None, 100, 0, only_a, max_scan=7)
+    assert (seqs(rows), resume) == ([5], 8)  # 1..7 examined
+    rows, resume = store.read_page(8, None, 100, 0, only_a, max_scan=7)
+    assert (seqs(rows), resume) == ([10], 15)
+    rows, resume = store.read_page(15, None, 100, 0, only_a, max_scan=7)
+    assert (seqs(rows), resume) == ([15, 20], None)  # the range ended first
+    # the limit still ends a page at the row that reached it
+    rows, resume = store.read_page(1, None, 1, 0, only_a, max_scan=7)
+    assert (seqs(rows), resume) == ([5], 6)
+    # no bound: one page, whatever the filter skips
+    rows, resume = store.read_page(1, 13, 100, 0, only_a)
+    assert (seqs(rows), resume) == ([5, 10], None)
+    # nothing matches: an empty page that still moves on
+    rows, resume = store.read_page(1, None, 100, 0, lambda t: False, max_scan=7)
+    assert (rows, resume) == ([], 8)
+
+
 def test_rows_hold_exactly_what_was_retained(open_store: StoreFactory) -> None:
     store = open_store(RetainRule("A.>"))
     put(store, "A.B", b"\x00\xffraw", fmt=0, headers=None, ts=1000.5, oseq=41)

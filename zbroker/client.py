@@ -750,9 +750,9 @@ class Client:
                 msg.log_seq = seq
                 out.append(msg)
             nxt = int(reply["next"])
-            if not reply["rows"] or nxt >= (
-                end_seq if end_seq is not None else reply["last_seq"] + 1
-            ):
+            # a page may hold no rows and still not be the end: a sparse pattern's scan is
+            # bounded per request (READ_SCAN_ROWS), so go on while `next` moves
+            if nxt <= start or nxt >= (end_seq if end_seq is not None else reply["last_seq"] + 1):
                 break
             start = nxt
         return out

@@ -2525,13 +2525,21 @@ class Node:
         def wanted(topic: str) -> bool:
             return topic_match(pattern, topic)
 
-        # bounded by bytes too: a page of large payloads stays a frame of sane size
-        rows, more = store.read_page(
-            start, end, limit, READ_PAGE_BYTES, None if pattern == ">" else wanted
+        # bounded by bytes too: a page of large payloads stays a frame of sane size; and by
+        # rows examined: a sparse pattern over a long log must not hold the loop (links
+        # and clients wait while it scans), so a page may end with few or no rows
+        resume = store.read_page(
+            start,
+            end,
+            limit,
+            READ_PAGE_BYTES,
+            None if pattern == ">" else wanted,
+            READ_SCAN_ROWS,
         )
+        rows, resume_at = resume
         upper = end if end is not None else store.last_seq + 1
-        if more:
-            upper = rows[-1][0] + 1  # more may follow: resume from here
+        if resume_at is not None:
+            upper = resume_at  # more may follow: resume from here
         reply: dict[str, Any] = {}
         unpack = msgpack.unpackb
         if body.get("columns") is True:
@@ -2622,6 +2630,8 @@ class Node:
 APPLY_SLICE = 2000
 #: a READ reply stops adding rows once they hold this many bytes (at least one row)
 READ_PAGE_BYTES = 8 * 1024 * 1024
+#: rows a READ examines at most (a pattern-filtered page may then hold fewer than asked)
+READ_SCAN_ROWS = 20_000
 
 
 @dataclasses.dataclass(slots=True)

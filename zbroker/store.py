@@ -733,10 +733,18 @@ class Store:
         return self.read_page(start, end, limit, 0, topic_filter)[0]
 
     def read_page(
-        self, start: int, end: int | None, limit: int, max_bytes: int, topic_filter: Any = None
-    ) -> tuple[list[tuple[Any, ...]], bool]:
+        self,
+        start: int,
+        end: int | None,
+        limit: int,
+        max_bytes: int,
+        topic_filter: Any = None,
+        max_scan: int = 0,
+    ) -> tuple[list[tuple[Any, ...]], int | None]:
         """:meth:`read`, also stopping once the rows hold ``max_bytes`` (topic + payload;
-        0: no bound; at least one row is returned). Returns (rows, more may follow)."""
+        0: no bound; at least one row is returned) or ``max_scan`` rows were examined (0:
+        no bound; what a sparse ``topic_filter`` costs the caller's thread). Returns (rows,
+        the sequence to resume from, or None when the range is done)."""
         out: list[tuple[Any, ...]] = []
         size = 0
         cur = self._db.execute(
@@ -744,13 +752,15 @@ class Store:
             "WHERE seq >= ? AND seq < ? ORDER BY seq",
             (start, end if end is not None else self.last_seq + 1),
         )
-        for row in cur:
+        for scanned, row in enumerate(cur, 1):
             if topic_filter is None or topic_filter(row[1]):
                 out.append(row)
                 size += len(row[1]) + len(row[2])
                 if len(out) >= limit or (max_bytes and size >= max_bytes):
-                    return out, True
-        return out, False
+                    return out, row[0] + 1
+            if scanned == max_scan:
+                return out, row[0] + 1
+        return out, None
 
     def stats(self) -> dict[str, Any]:
         first = self.first_seq()

@@ -80,7 +80,9 @@ READ       7      request ``{pattern, start, end?, limit}``: the retention log r
                   ``start <= seq < end``; reply ``{rows: [[seq, topic, payload, fmt,
                   headers, origin, incarnation, origin_seq, ts]], first_seq, last_seq,
                   expired_upto, next}`` (at most ``limit`` rows and about 8 MB of topics
-                  and payloads; ``next``: where to continue; ``expired_upto``:
+                  and payloads, from at most 20,000 rows examined, so a pattern-filtered
+                  page may hold fewer rows, or none, and still not be the last;
+                  ``next``: where to continue; ``expired_upto``:
                   the highest sequence a rule retaining ``pattern`` lost to its bounds).
                   With ``columns: true`` the reply has ``columns: [[seq...], [topic...],
                   ...]`` (the same nine fields, one array each) instead of ``rows``

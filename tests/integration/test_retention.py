@@ -222,6 +222,28 @@ def test_a_read_page_is_bounded_by_bytes_too(
     assert [m.payload[len(payload) :] for m in msgs] == [str(i).encode() for i in range(20)]
 
 
+def test_a_sparse_pattern_is_read_in_bounded_scans(
+    log40: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A READ examines at most READ_SCAN_ROWS rows (here 7 of the 40), so a pattern that
+    matches little of a long log never holds the node's loop for the whole log: pages may
+    hold no rows and still say where to go on; Client.read pages through them."""
+    import zbroker.node
+
+    monkeypatch.setattr(zbroker.node, "READ_SCAN_ROWS", 7)
+    page = log40.request(wire.READ, {"pattern": "NOPE.>", "start": 1, "limit": 100})
+    assert (page["rows"], page["next"], page["last_seq"]) == ([], 8, 40)
+    page = log40.request(wire.READ, {"pattern": "RD.A", "start": 8, "limit": 100})
+    assert ([r[0] for r in page["rows"]], page["next"]) == ([9, 11, 13], 15)
+    last = log40.request(wire.READ, {"pattern": "RD.A", "start": 36, "limit": 100})
+    assert ([r[0] for r in last["rows"]], last["next"]) == ([37, 39], 41)
+    # the client's read goes on across pages, empty ones included, and stops at the end
+    assert [m.log_seq for m in log40.read("RD.A")] == list(range(1, 41, 2))
+    assert [m.log_seq for m in log40.read("RD.B.>", 3, 30)] == list(range(4, 30, 2))
+    assert log40.read("NOPE.>") == []
+    assert [m.log_seq for m in log40.read("RD.A", 1, None, 4)] == [1, 3, 5, 7]
+
+
 def test_read_limit(log40: Client) -> None:
     assert [m.log_seq for m in log40.read(">", 1, None, 3)] == [1, 2, 3]
     assert [m.log_seq for m in log40.read("RD.B.>", 7, None, 4)] == [8, 10, 12, 14]
