@@ -152,6 +152,38 @@ def test_read_page_stops_after_max_scan_rows_examined(open_store: StoreFactory) 
     assert (rows, resume) == ([], 8)
 
 
+def test_durable_bounds_skip_what_is_in_flight_to_an_attached_subscriber(
+    open_store: StoreFactory,
+) -> None:
+    """The node's order in a pass: commit the new rows (their trim held while the pump
+    is due), mark what the pump sends, commit (bounds apply to what waits). Once the
+    subscriber leaves, what was in flight counts again."""
+    store = open_store()
+    store.create_durable("d", "D.>", max_msgs=3)
+    for q in range(1, 9):
+        store.enqueue("d", q, ("D.X", str(q).encode(), 0, None, ORIGIN, INC, q, time.time()))
+    store.set_attached("d", True)
+    store.trim_hold = {"d"}
+    assert store.commit() == 8
+    assert store.durable_depth("d") == 8  # held: nothing trimmed yet
+    store.trim_hold = set()
+    store.mark_delivered("d", [1, 2, 3, 4, 5])  # credit 5: these leave now
+    store.commit()
+    assert (store.durable_depth("d"), store.durable_dropped("d")) == (8, 0)  # 3 wait
+    store.enqueue("d", 9, ("D.X", b"9", 0, None, ORIGIN, INC, 9, time.time()))
+    store.commit()
+    # 4 wait behind the 5 in flight: the oldest waiting one goes
+    pending = store.pending_durable("d", 0, 100)
+    in_flight = [(q, 1) for q in range(1, 6)]
+    assert [(r[0], r[9]) for r in pending] == [*in_flight, (7, 0), (8, 0), (9, 0)]
+    assert store.durable_dropped("d") == 1
+    store.set_attached("d", False)
+    store.commit()  # the subscriber left: all 8 count, the newest 3 stay
+    assert [r[0] for r in store.pending_durable("d", 0, 100)] == [7, 8, 9]
+    assert store.durable_dropped("d") == 6
+    assert store.commit() == 0  # nothing further due
+
+
 def test_rows_hold_exactly_what_was_retained(open_store: StoreFactory) -> None:
     store = open_store(RetainRule("A.>"))
     put(store, "A.B", b"\x00\xffraw", fmt=0, headers=None, ts=1000.5, oseq=41)

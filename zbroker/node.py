@@ -420,6 +420,10 @@ class Node:
             if self._dirty:
                 self._flush_outboxes()
             self._flush_adverts()
+            if self._pump and self.store is not None:
+                # durables the pump serves next keep their bounds until it has sent what
+                # their subscribers have credit for (Store.trim_hold)
+                self.store.trim_hold = self._pump
             if (self.store is not None and self.store.commit()) or self._confirms:
                 self._send_confirms()
             if self.forward is not None:
@@ -1966,6 +1970,7 @@ class Node:
             # (re)attach: everything not acknowledged is sent again, flagged redelivered
             d.consumer, d.credit, d.sent = ident, credit, collections.deque()
             d.sent_upto = 0
+            store.set_attached(name, True)
             self._pump.add(name)
             store.commit()
             return op, {
@@ -1991,6 +1996,7 @@ class Node:
         if op == wire.DURABLE_CLOSE:
             if d.consumer == ident:
                 d.consumer = None
+                store.set_attached(name, False)
             return None
         if op == wire.DURABLE_DELETE:
             del self._durables[name]
@@ -2012,6 +2018,7 @@ class Node:
         assert store is not None
         names = self._pump
         self._pump = set()
+        store.trim_hold = set()  # the commit below applies the bounds, after the marks
         batches: list[tuple[Durable, list[tuple[int, bytes]]]] = []
         for name in names:
             d = self._durables.get(name)
@@ -2043,6 +2050,7 @@ class Node:
                 store.mark_delivered(name, [q for q, _ in frames])
                 batches.append((d, frames))
         if not batches:
+            store.commit()  # the bounds that waited for this pump (nothing else, if none)
             return
         store.commit()
         for d, frames in batches:
@@ -2053,6 +2061,7 @@ class Node:
                     self.control.send_multipart([d.consumer, frame], zmq.NOBLOCK)
                 except zmq.ZMQError:
                     d.consumer = None  # gone (or not reading): keep the rest for its return
+                    store.set_attached(d.name, False)
                     break
                 d.sent.append(q)
                 d.sent_upto = q

@@ -174,6 +174,15 @@ class Store:
         self._dpending: list[tuple[Any, ...]] = []
         self._dmarks: list[tuple[str, int]] = []
         self._dacks: list[tuple[str, int]] = []
+        # Durables whose drop-oldest bounds are due (new rows, or a subscriber left), and
+        # those whose trim waits this pass: the node pumps them first, so a burst an
+        # attached subscriber has credit for is sent, not trimmed (see trim_hold).
+        self._trim_due: set[str] = set()
+        #: durables the node will pump this pass: their trims wait for the pump's commit
+        self.trim_hold: set[str] = set()
+        # durables with a subscriber attached: their messages in flight (sent, not yet
+        # acknowledged; bounded by its credit) are not counted against the bounds
+        self._attached: set[str] = set()
         self._sizes: dict[str, list[int]] = {}  # rule -> [count, bytes] (lazy)
         # what the bounds dropped, by reason: kept in meta, so status survives a restart
         self.dropped: dict[str, int] = {
@@ -310,6 +319,7 @@ class Store:
             or self._fin
             or self._fq
             or self._fdrop
+            or (self._trim_due and not self._trim_due <= self.trim_hold)
         ):
             return 0
         rows = self._pending
@@ -331,7 +341,7 @@ class Store:
                     tops[r[0]] = max(tops.get(r[0], 0), r[1])
                 for name, top in tops.items():
                     db.execute("UPDATE durables SET next_q=? WHERE name=?", (top + 1, name))
-                    self._trim_durable(name)
+                self._trim_due.update(tops)
             if marks:
                 db.executemany("UPDATE dqueue SET delivered=1 WHERE name=? AND q=?", marks)
             for name, upto in acks:
@@ -343,6 +353,12 @@ class Store:
                         (name, upto),
                     ).fetchall(),
                 )
+            if self._trim_due:
+                # after the marks: what was just sent to an attached subscriber is in flight
+                hold = self.trim_hold
+                for name in [n for n in self._trim_due if n not in hold]:
+                    self._trim_durable(name)
+                    self._trim_due.discard(name)
             if self._wpending:
                 self._write_batches()
             nf = len(self._fput)
@@ -426,8 +442,25 @@ class Store:
                     n = self._delete(rule_pattern, "seq <= ?", (cut_seq,))
                     self._count_drop("max_bytes", n)
 
+    def set_attached(self, name: str, attached: bool) -> None:
+        """A subscriber attached to (or left) durable ``name``. While one is attached, its
+        messages in flight do not count against the bounds (its credit bounds them); when
+        it leaves they count again, and the bounds apply at the next commit."""
+        if attached:
+            self._attached.add(name)
+        elif name in self._attached:
+            self._attached.discard(name)
+            if name in self._dheld:
+                self._trim_due.add(name)
+
     def _trim_durable(self, name: str) -> None:
-        """Apply a durable's bounds, oldest first (size = topic + payload bytes)."""
+        """Apply a durable's bounds, oldest first (size = topic + payload bytes). With a
+        subscriber attached, max_msgs and max_bytes bound what waits to be sent; what is in
+        flight to it is not counted."""
+        if name not in self._dheld:
+            return  # deleted meanwhile
+        # (a literal clause, no user input)
+        waiting = " AND delivered=0" if name in self._attached else ""
         db = self._db
         row = db.execute(
             "SELECT max_msgs, max_bytes, max_age FROM durables WHERE name=?", (name,)
@@ -453,8 +486,8 @@ class Store:
             n = self._dforget(
                 name,
                 db.execute(
-                    "DELETE FROM dqueue WHERE name=? AND q <= (SELECT q FROM dqueue WHERE "
-                    "name=? ORDER BY q DESC LIMIT 1 OFFSET ?) "
+                    f"DELETE FROM dqueue WHERE name=?{waiting} AND q <= (SELECT q FROM dqueue "
+                    f"WHERE name=?{waiting} ORDER BY q DESC LIMIT 1 OFFSET ?) "
                     "RETURNING length(payload) + length(topic)",
                     (name, name, max_msgs),
                 ).fetchall(),
@@ -463,13 +496,15 @@ class Store:
             dropped += n
         if max_bytes:
             total = db.execute(
-                "SELECT COALESCE(SUM(length(payload) + length(topic)), 0) FROM dqueue WHERE name=?",
+                "SELECT COALESCE(SUM(length(payload) + length(topic)), 0) FROM dqueue "
+                f"WHERE name=?{waiting}",
                 (name,),
             ).fetchone()[0]
             if total > max_bytes:
                 cut = None
                 for q, size in db.execute(
-                    "SELECT q, length(payload) + length(topic) FROM dqueue WHERE name=? ORDER BY q",
+                    "SELECT q, length(payload) + length(topic) FROM dqueue "
+                    f"WHERE name=?{waiting} ORDER BY q",
                     (name,),
                 ):
                     total -= size
@@ -479,7 +514,7 @@ class Store:
                 n = self._dforget(
                     name,
                     db.execute(
-                        "DELETE FROM dqueue WHERE name=? AND q <= ? "
+                        f"DELETE FROM dqueue WHERE name=?{waiting} AND q <= ? "
                         "RETURNING length(payload) + length(topic)",
                         (name, cut),
                     ).fetchall(),
@@ -561,6 +596,8 @@ class Store:
         db.execute("COMMIT")
         self._dheld.pop(name, None)
         self._dreject.pop(name, None)
+        self._trim_due.discard(name)
+        self._attached.discard(name)
         return int(n)
 
     def enqueue(self, name: str, q: int, row: tuple[Any, ...]) -> None:

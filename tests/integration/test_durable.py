@@ -585,14 +585,6 @@ def test_bad_overflow_policy_is_refused(broker: Broker, client_factory: ClientFa
         client.subscribe("RJ.>", lambda m: None, durable="bad", overflow="drop-newest")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="KNOWN LIMITATION (documented): max_msgs also drops messages for an ATTACHED "
-    "subscriber with free credit: "
-    "the store trims at the end-of-pass commit, before the pump sends, so a burst larger "
-    "than max_msgs arriving in one poll pass loses its oldest part although the subscriber "
-    "is there to take it",
-)
 def test_max_msgs_does_not_drop_for_an_attached_subscriber_with_credit(
     broker: Broker, client_factory: ClientFactory, wait_until: WaitUntil
 ) -> None:
@@ -606,6 +598,35 @@ def test_max_msgs_does_not_drop_for_an_attached_subscriber_with_credit(
     assert got.wait_payload(b"barrier", timeout=5.0)
     assert got.payloads() == [*numbers(n), b"barrier"]
     assert durable_is(broker, "capl", dropped=0)
+
+
+def test_max_msgs_bounds_what_waits_while_credit_bounds_what_is_in_flight(
+    broker: Broker, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """An attached subscriber that stopped acknowledging (its callback is stuck): the 5
+    messages its credit let out stay in flight, untouched by max_msgs; of the 95 that wait
+    behind them, only the newest 10 are kept. When it resumes it gets exactly those 15."""
+    client = client_factory(broker.endpoint)
+    release = threading.Event()
+    got = Collector()
+
+    def stuck(msg: Message) -> None:
+        release.wait(30)  # the client thread waits here: nothing is acknowledged
+        got(msg)
+
+    client.subscribe("SLOW.>", stuck, durable="slow", max_msgs=10, credit=5)
+    publisher = client_factory(broker.endpoint)
+    publish_all(publisher, "SLOW.X", numbers(100))
+    assert wait_until(lambda: durable_is(broker, "slow", in_flight=5, stored=15), WAIT), durable_of(
+        broker, "slow"
+    )
+    assert durable_is(broker, "slow", dropped=85, attached=True)
+    release.set()
+    assert got.wait_for(15)
+    assert wait_until(lambda: durable_is(broker, "slow", stored=0, in_flight=0), WAIT)
+    assert got.payloads() == [*numbers(5), *numbers(10, 90)]
+    assert not any(m.redelivered for m in got.messages)
+    assert durable_is(broker, "slow", dropped=85)
 
 
 def store_files_size(broker: Broker) -> dict[str, int]:
