@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from zbroker import Message
 
+#: seconds: the default upper bound of a Collector's waits (generous: CI machines are slow)
+COLLECT_WAIT = 20.0
 
-class Inbox:
-    """A subscription callback that keeps what arrived and waits for a count."""
+
+class Collector:
+    """A subscription callback that keeps what arrived, in order, and lets a test wait
+    for it. Callbacks run on the client thread; every read takes the lock."""
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
@@ -20,14 +26,48 @@ class Inbox:
             self.messages.append(msg)
             self._cond.notify_all()
 
-    def wait_count(self, n: int, timeout: float = 30.0) -> bool:
+    def __len__(self) -> int:
         with self._cond:
-            return self._cond.wait_for(lambda: len(self.messages) >= n, timeout)
+            return len(self.messages)
+
+    def wait_until(self, pred: Callable[[list[Message]], bool], timeout: float) -> bool:
+        """Wait until ``pred(messages so far)`` holds (False after ``timeout`` seconds)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: pred(self.messages), timeout)
+
+    def wait_for(self, n: int, timeout: float = COLLECT_WAIT) -> bool:
+        """At least ``n`` messages."""
+        return self.wait_until(lambda ms: len(ms) >= n, timeout)
+
+    wait_count = wait_for
+
+    def wait_topic(self, topic: str, timeout: float = COLLECT_WAIT) -> bool:
+        return self.wait_until(lambda ms: any(m.topic == topic for m in ms), timeout)
+
+    def wait_payload(self, payload: Any, timeout: float = COLLECT_WAIT) -> bool:
+        return self.wait_until(lambda ms: any(m.payload == payload for m in ms), timeout)
 
     def snapshot(self) -> list[Message]:
         with self._cond:
             return list(self.messages)
 
-    def payloads(self) -> list[Any]:
+    def topics(self) -> Counter[str]:
         with self._cond:
-            return [m.payload for m in self.messages]
+            return Counter(m.topic for m in self.messages)
+
+    def payloads(self, topic: str | None = None) -> list[Any]:
+        """Payloads in arrival order, of ``topic`` only when given."""
+        with self._cond:
+            return [m.payload for m in self.messages if topic is None or m.topic == topic]
+
+    def redelivered(self) -> list[bool]:
+        with self._cond:
+            return [m.redelivered for m in self.messages]
+
+    def clear(self) -> None:
+        with self._cond:
+            self.messages.clear()
+
+
+#: the name the staging and Spark tests use
+Inbox = Collector

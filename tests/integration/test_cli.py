@@ -13,7 +13,6 @@ import os
 import re
 import signal
 import socket
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,8 @@ import pytest
 from click.testing import CliRunner, Result
 from zbroker.cli.main import cli
 
-from zbroker import Broker, Client, Message
+from tests.helpers import Collector
+from zbroker import Broker, Client
 
 HOST = "127.0.0.1"
 WAIT = 20.0  # seconds: upper bound of any condition wait
@@ -65,21 +65,6 @@ def assert_one_line_stderr(text: str, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     return lines[0]
-
-
-class Collector:
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, msg: Message) -> None:
-        with self._cond:
-            self.messages.append(msg)
-            self._cond.notify_all()
-
-    def wait_for(self, n: int, timeout: float = WAIT) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: len(self.messages) >= n, timeout)
 
 
 def received(broker: Broker) -> int:

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import Collector
 from zbroker import Broker, Client, ConfigError, InvalidTopic, Message, RequestError, wire
 from zbroker.config import LinkConfig
 
@@ -45,41 +46,6 @@ FAST_LINK: dict[str, Any] = {
 
 def endpoint(port: int) -> str:
     return f"tcp://{HOST}:{port}"
-
-
-class Collector:
-    """A subscription callback that records messages and lets the test wait for them."""
-
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, msg: Message) -> None:
-        with self._cond:
-            self.messages.append(msg)
-            self._cond.notify_all()
-
-    def __len__(self) -> int:
-        with self._cond:
-            return len(self.messages)
-
-    def wait_for(self, n: int, timeout: float = WAIT) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: len(self.messages) >= n, timeout)
-
-    def wait_payload(self, payload: bytes, timeout: float = WAIT) -> bool:
-        with self._cond:
-            return self._cond.wait_for(
-                lambda: any(m.payload == payload for m in self.messages), timeout
-            )
-
-    def payloads(self) -> list[Any]:
-        with self._cond:
-            return [m.payload for m in self.messages]
-
-    def redelivered(self) -> list[bool]:
-        with self._cond:
-            return [m.redelivered for m in self.messages]
 
 
 def numbers(n: int, start: int = 0) -> list[bytes]:

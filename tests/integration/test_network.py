@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import logging
 import signal
-import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,8 @@ from typing import Any
 import pytest
 from zbroker.cli.format import format_status
 
-from zbroker import Broker, Client, Message
+from tests.helpers import Collector
+from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 from zbroker.process import DEFAULT_GC_YOUNG_THRESHOLD
 
@@ -52,45 +51,6 @@ WaitUntil = Callable[..., bool]
 
 def endpoint(port: int) -> str:
     return f"tcp://{HOST}:{port}"
-
-
-class Collector:
-    """A subscription callback that records messages and lets the test wait for them."""
-
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, msg: Message) -> None:
-        with self._cond:
-            self.messages.append(msg)
-            self._cond.notify_all()
-
-    def __len__(self) -> int:
-        with self._cond:
-            return len(self.messages)
-
-    def wait_for(self, n: int, timeout: float = WAIT) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: len(self.messages) >= n, timeout)
-
-    def wait_topic(self, topic: str, timeout: float = WAIT) -> bool:
-        with self._cond:
-            return self._cond.wait_for(
-                lambda: any(m.topic == topic for m in self.messages), timeout
-            )
-
-    def topics(self) -> Counter[str]:
-        with self._cond:
-            return Counter(m.topic for m in self.messages)
-
-    def payloads(self, topic: str) -> list[Any]:
-        with self._cond:
-            return [m.payload for m in self.messages if m.topic == topic]
-
-    def clear(self) -> None:
-        with self._cond:
-            self.messages.clear()
 
 
 class Net:

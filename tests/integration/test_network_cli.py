@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,8 @@ import pytest
 from click.testing import CliRunner, Result
 from zbroker.cli.main import cli
 
-from zbroker import Broker, Client, Message
+from tests.helpers import Collector
+from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 
 HOST = "127.0.0.1"
@@ -89,17 +89,6 @@ def routes_of(broker: Broker) -> set[tuple[str, str]]:
 
 def up_links(broker: Broker) -> set[tuple[str, str]]:
     return {(ln["name"], ln["peer"]) for ln in broker.status()["links"] if ln["state"] == "up"}
-
-
-class Collector:
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, msg: Message) -> None:
-        with self._cond:
-            self.messages.append(msg)
-            self._cond.notify_all()
 
 
 # -- a linked chain A - B - C with subscriptions on every node ------------------------------------

@@ -24,6 +24,7 @@ import msgpack
 import pytest
 import zmq
 
+from tests.helpers import Collector
 from zbroker import (
     AddressInUse,
     Broker,
@@ -45,41 +46,6 @@ WAIT = 20.0  # seconds: upper bound of any condition wait (generous: CI machines
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
 WaitUntil = Callable[..., bool]
-
-
-class Collector:
-    """A subscription callback that records messages and lets the test wait for them."""
-
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, msg: Message) -> None:
-        with self._cond:
-            self.messages.append(msg)
-            self._cond.notify_all()
-
-    def __len__(self) -> int:
-        with self._cond:
-            return len(self.messages)
-
-    def wait_for(self, n: int, timeout: float = WAIT) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: len(self.messages) >= n, timeout)
-
-    def wait_topic(self, topic: str, timeout: float = WAIT) -> bool:
-        with self._cond:
-            return self._cond.wait_for(
-                lambda: any(m.topic == topic for m in self.messages), timeout
-            )
-
-    def topics(self) -> Counter[str]:
-        with self._cond:
-            return Counter(m.topic for m in self.messages)
-
-    def payloads(self, topic: str) -> list[Any]:
-        with self._cond:
-            return [m.payload for m in self.messages if m.topic == topic]
 
 
 def patterns_of(target: Broker | Client) -> set[str]:

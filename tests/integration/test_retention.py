@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -22,6 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 from zbroker.cli.main import cli
 
+from tests.helpers import Collector
 from zbroker import (
     Broker,
     Client,
@@ -47,29 +47,6 @@ FAST: dict[str, Any] = {
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
 WaitUntil = Callable[..., bool]
-
-
-class Collector:
-    """A subscription callback that records messages and lets the test wait for them."""
-
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, msg: Message) -> None:
-        with self._cond:
-            self.messages.append(msg)
-            self._cond.notify_all()
-
-    def wait_topic(self, topic: str, timeout: float = WAIT) -> bool:
-        with self._cond:
-            return self._cond.wait_for(
-                lambda: any(m.topic == topic for m in self.messages), timeout
-            )
-
-    def snapshot(self) -> list[Message]:
-        with self._cond:
-            return list(self.messages)
 
 
 def retaining(factory: BrokerFactory, *rules: RetainRule, **options: Any) -> Broker:
