@@ -816,9 +816,10 @@ class Client:
         ``max_bytes`` (topic + payload) and ``max_age`` (seconds) bound what is stored
         (0 = unbounded; while a subscriber is attached, the first two bound what waits to
         be sent: what is in flight to it is bounded by ``credit``):
-        ``overflow="drop-oldest"`` (default) drops the oldest to make room, ``"reject-new"`` keeps what is stored and refuses more — a persistent
-        publish that a full durable would have to store fails with an error to its
-        publisher; other messages are not queued (counted). ``unsubscribe()`` on the
+        ``overflow="drop-oldest"`` (default) drops the oldest to make room,
+        ``"reject-new"`` keeps what is stored and refuses more — a persistent publish
+        that a full durable would have to store fails with an error to its publisher;
+        other messages are not queued (counted). ``unsubscribe()`` on the
         handle detaches; :meth:`delete_durable` deletes it and its stored messages.
         """
         validate_pattern(pattern)
