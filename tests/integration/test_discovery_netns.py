@@ -169,6 +169,7 @@ class Net:
         port: int = PORT,
         interfaces: tuple[str, ...] = (),
         log_level: str = "info",
+        extra: tuple[str, ...] = (),
     ) -> Any:
         args = [
             ZBROKER, "start",
@@ -182,7 +183,7 @@ class Net:
         ]  # fmt: skip
         for addr in interfaces:
             args += ["--interface", addr]
-        return self.start(i, *args, ZBROKER_DISCOVERY="true")
+        return self.start(i, *args, *extra, ZBROKER_DISCOVERY="true")
 
     def helper(self, i: int, mode: str, *args: str) -> Helper:
         h = Helper(self.start(i, sys.executable, HELPER, mode, *args))
@@ -773,6 +774,104 @@ def test_no_mdns_or_test_traffic_on_eth0(eth0_guard: dict[str, Any]) -> None:
     m = re.search(r"(\d+) packets? captured", err)
     assert m is not None, err
     assert int(m.group(1)) == 0, err
+
+
+def keygen(*args: str) -> None:
+    """``zbroker keygen`` (local files only: no network, so outside the namespaces)."""
+    res = subprocess.run([ZBROKER, "keygen", *args], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+
+
+def test_secure_discovery_links_only_allowlisted_peers(
+    net: Net, group: str, tmp_path: Path
+) -> None:
+    """Security on, discovery on: n1 and n2 allow each other and link over CURVE; n0 (the
+    lowest ID, so the dialer of every pair it is in) is in nobody's allowlist: n1 and n2
+    never dial it and refuse its handshakes, counting them. A client with keys publishes
+    on n1; its messages reach a client with keys on n2, each exactly once."""
+    n = 20
+    for node_id in ("n0", "n1", "n2"):
+        keygen("--data-dir", str(tmp_path / f"data-{node_id}"))
+    keygen("--out", str(tmp_path / "keys"), "--name", "alice")
+    alice = str(tmp_path / "keys" / "alice.key_secret")
+    allow12, allow_all = tmp_path / "allow12", tmp_path / "allow-all"
+    for d, ids in ((allow12, ("n1", "n2")), (allow_all, ("n0", "n1", "n2"))):
+        d.mkdir()
+        for node_id in ids:
+            shutil.copy(tmp_path / f"data-{node_id}" / "node.key", d / f"{node_id}.key")
+    clients = tmp_path / "clients.toml"
+    clients.write_text(
+        f'[alice]\nkey_file = "{tmp_path / "keys" / "alice.key"}"\n'
+        'publish = ["SEC.>"]\nsubscribe = ["SEC.>"]\n'
+    )
+    secure = ("--secure", "--clients", str(clients), "--allowlist")
+    net.start_node(1, "n1", group, extra=(*secure, str(allow12)))
+    net.start_node(2, "n2", group, extra=(*secure, str(allow12)))
+    rogue = net.start_node(3, "n0", group, extra=(*secure, str(allow_all)))
+    where = {"n0": 3, "n1": 1, "n2": 2}
+
+    def keyed(node_id: str) -> tuple[str, ...]:
+        server_key = str(tmp_path / f"data-{node_id}" / "node.key")
+        return ("--keys", alice, "--server-key", server_key)
+
+    def status(node_id: str) -> Any:
+        i = where[node_id]
+        return net.cli(
+            i, "status", "--json", "--broker", endpoint(v4(i)), "--timeout", "3", *keyed(node_id)
+        )
+
+    def links_up(st: Any) -> list[str]:
+        return sorted(ln["peer"] for ln in st["links"] if ln["state"] == "up")
+
+    deadline = time.monotonic() + WAIT
+    while True:
+        views = {node_id: status(node_id) for node_id in where}
+        done = all(v is not None for v in views.values()) and (
+            links_up(views["n1"]) == ["n2"]
+            and links_up(views["n2"]) == ["n1"]
+            and views["n1"]["counters"]["auth_failures"] >= 1
+            and views["n2"]["counters"]["auth_failures"] >= 1
+        )
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)  # pacing of the poll only
+    assert done, views
+    assert links_up(views["n0"]) == [], views["n0"]["links"]
+    assert views["n0"]["counters"]["links_up"] == 0
+    for node_id in ("n1", "n2"):
+        st = views[node_id]
+        assert st["security"]["enabled"] is True
+        assert st["counters"]["links_up"] == 1, (node_id, st["counters"])
+        # n0 was seen on the LAN but never dialled: no link toward it exists at all
+        assert "n0" not in [ln["peer"] for ln in st["links"]], st["links"]
+    (link,) = views["n1"]["links"]
+    assert (link["kind"], link["peer"]) == ("discovered", "n2")  # the lower ID dialled
+    assert rogue.poll() is None
+
+    sub = net.start(
+        2, ZBROKER, "sub", "SEC.>", "--broker", endpoint(v4(2)), "--count", str(n),
+        "--json", "--timeout", "10", *keyed("n2"),
+    )  # fmt: skip
+    assert sub.wait_stderr("subscribed to SEC.>", WAIT), sub.stderr_text()
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        routes = net.cli(
+            1, "routes", "SEC.x", "--json", "--broker", endpoint(v4(1)), *keyed("n1")
+        ) or []  # fmt: skip
+        if any(r["origin"] == "n2" for r in routes):
+            break
+        time.sleep(0.1)
+    assert any(r["origin"] == "n2" for r in routes), routes
+    body = "".join(f"{k}\n" for k in range(n))
+    res = subprocess.run(
+        ["ip", "netns", "exec", net.ns(1), ZBROKER, "pub", "SEC.x", "-",
+         "--broker", endpoint(v4(1)), "--timeout", "10", *keyed("n1")],
+        input=body, capture_output=True, text=True, timeout=60, env=net.procs.env(), check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert sub.wait(20) == 0, sub.stderr_text()
+    lines = [json.loads(x) for x in sub.stdout_text().splitlines() if x.strip()]
+    assert [(e["topic"], e["payload"]) for e in lines] == [("SEC.x", str(k)) for k in range(n)]
 
 
 def test_cli_pub_and_sub_with_zeroconf_broker(net: Net, group: str) -> None:
