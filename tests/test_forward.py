@@ -181,6 +181,31 @@ def test_the_window_bounds_what_is_in_flight(tmp_path: Path) -> None:
     assert s.next_frame(q, 512)[2] == 100
 
 
+def test_a_frame_is_cut_before_the_entry_that_would_pass_max_bytes(tmp_path: Path) -> None:
+    """Large persistent messages travel a few per PMSGS frame, or alone: a frame the next
+    node would refuse (over its max_frame_bytes) would be resent, and refused, forever."""
+    _, s = make(tmp_path / "s.db")
+    q = s.attach("l", "B", "B/l", 0.0)
+    sizes = [30_000, 30_000, 30_000, 100_000, 10, 10, 50_000]
+    for i, size in enumerate(sizes):
+        s.put("l", ["T.x", b"x" * size, 0, None, "A", 1, i, 1.0, ["A"], None, i])
+    frames = []
+    while True:
+        frame, upto, n = s.next_frame(q, 512, 64 * 1024)
+        if n == 0:
+            break
+        s.sent(q, upto, n)
+        _, _, entries = wire.decode_pmsgs(wire.decode_frame(frame))
+        frames.append([len(e[2]) for e in entries])
+    assert frames == [[30_000, 30_000], [30_000], [100_000], [10, 10, 50_000]]
+    # no byte bound: one frame
+    _, s2 = make(tmp_path / "s2.db")
+    q2 = s2.attach("l", "B", "B/l", 0.0)
+    for i, size in enumerate(sizes):
+        s2.put("l", ["T.x", b"x" * size, 0, None, "A", 1, i, 1.0, ["A"], None, i])
+    assert s2.next_frame(q2, 512)[2] == len(sizes)
+
+
 def test_persistent_dedupe_with_permanent_gaps() -> None:
     """A branch sees every third persistent message of an origin: repeats are caught, new
     ones are not, and the state stays bounded."""

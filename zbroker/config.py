@@ -15,7 +15,7 @@ File layout (all keys optional)::
     group = "default"             # only nodes of the same network group link
 
     [limits]
-    max_frame_bytes = 1048576     # larger frames are counted and dropped
+    max_frame_bytes = 1048576     # larger frames are counted and dropped (links: +64 KiB)
     hwm = 100000                  # socket high-water marks, messages
 
     [discovery]                   # LAN discovery over mDNS (zbroker start: on by default)

@@ -65,6 +65,15 @@ DEFAULT_RECONNECT_MAX = 15.0
 DEFAULT_RECONNECT_MULTIPLIER = 2.0
 #: messages per MSGS frame on a link (one drain pass rarely finds more).
 LINK_BATCH = 512
+#: bytes of payload per link frame (MSGS, PMSGS) and of entries per ADVERT frame, at most
+#: (or the configured max_frame_bytes, if smaller): a frame is cut before the message that
+#: would pass it, so large messages travel a few per frame (or alone), never in frames
+#: the next node would refuse.
+LINK_BATCH_BYTES = 256 * 1024
+#: bytes a link frame may exceed max_frame_bytes by: one message that its publisher was
+#: allowed to send (a publish frame up to max_frame_bytes) must fit in a link frame with
+#: its path, targets and IDs.
+LINK_FRAME_SLACK = 64 * 1024
 #: seconds. Granularity of the node's timers (heartbeats, liveness, redial).
 TICK_INTERVAL = 0.05
 #: seconds. A client pings its node this often, and fails over to another after this long

@@ -257,16 +257,23 @@ class Forwarder:
             ):
                 yield q
 
-    def next_frame(self, q: OutQueue, limit: int) -> tuple[bytes, int, int]:
-        """The next PMSGS frame of ``q`` (at most ``limit`` entries and the window):
-        (frame, its last lseq, entries). Call :meth:`sent` when it went out."""
+    def next_frame(self, q: OutQueue, limit: int, max_bytes: int = 0) -> tuple[bytes, int, int]:
+        """The next PMSGS frame of ``q`` (at most ``limit`` entries and the window, and
+        entries of at most ``max_bytes`` in all unless the first alone is larger; 0: no
+        byte bound): (frame, its last lseq, entries). Call :meth:`sent` when it went out."""
         entries = q.entries
         first = q.sent_upto + 1
         start = max(0, first - entries[0][0])
         room = min(limit, WINDOW - max(0, q.sent_upto - q.base + 1))
         if room <= 0 or start >= len(entries):
             return b"", q.sent_upto, 0  # the window is full (or nothing is left)
-        chunk = [blob for _, blob in _islice(entries, start, start + room)]
+        chunk: list[bytes] = []
+        size = 0
+        for _, blob in _islice(entries, start, start + room):
+            size += len(blob)
+            if max_bytes and size > max_bytes and chunk:
+                break  # the next frame takes it: the receiver refuses frames past its limit
+            chunk.append(blob)
         upto = entries[start + len(chunk) - 1][0]
         return wire.encode_pmsgs(q.epoch, q.base, chunk), upto, len(chunk)
 

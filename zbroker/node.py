@@ -46,6 +46,8 @@ from .const import (
     CLOSE_LINGER_MS,
     DRAIN_BATCH,
     LINK_BATCH,
+    LINK_BATCH_BYTES,
+    LINK_FRAME_SLACK,
     PROTOCOL_VERSION,
     TICK_INTERVAL,
     TOPIC_CACHE_SIZE,
@@ -206,6 +208,9 @@ class Node:
         self._by_engine_id: dict[str, Link] = {}
         self._dirty: list[Link] = []  # links with a non-empty outbox
         self._send_error = ""  # why the last _send_link failed: the drop counter's name
+        # link frames: what we accept, and the payload bytes we put in one (see const)
+        self._link_frame_limit = config.max_frame_bytes + LINK_FRAME_SLACK
+        self._link_batch_bytes = min(LINK_BATCH_BYTES, config.max_frame_bytes)
         # _on_msgs: path seen on a link -> the path we forward (False: a loop); targets
         # arrays already type-checked (both bounded by _STREAM_CACHE_SIZE)
         self._fwd_paths: dict[tuple[str, ...], list[str] | bool] = {}
@@ -282,8 +287,9 @@ class Node:
         # Frames over the configured limit are counted and dropped in Python (so they show
         # in status); libzmq's own cap, which disconnects the sender without a word, is
         # only a memory guard far above it.
-        for s in (self.control, self.publish):
-            s.setsockopt(zmq.MAXMSGSIZE, 4 * cfg.max_frame_bytes)
+        self.publish.setsockopt(zmq.MAXMSGSIZE, 4 * cfg.max_frame_bytes)
+        # (link frames, which arrive here too, may carry LINK_FRAME_SLACK more)
+        self.control.setsockopt(zmq.MAXMSGSIZE, 4 * cfg.max_frame_bytes + LINK_FRAME_SLACK)
         if ":" in cfg.host:
             for s in (self.control, self.publish, self.deliver):
                 s.setsockopt(zmq.IPV6, 1)
@@ -741,7 +747,7 @@ class Node:
                 )
                 continue
             body = frames[1]
-            if len(body) > self.config.max_frame_bytes:
+            if len(body) > self._link_frame_limit:
                 self._bad(self._source(ident), "oversized", f"{len(body)} bytes")
                 continue
             try:
@@ -750,6 +756,9 @@ class Node:
                 if op in wire.LINK_TYPES:
                     budget -= self._on_accepted_frame(ident, value, len(body))
                     continue
+                if len(body) > self.config.max_frame_bytes:
+                    # (only a link frame may carry the slack: a client's request may not)
+                    raise ProtocolError("oversized", f"{len(body)} bytes")
                 if len(value) != 3 or type(value[1]) is not int or type(value[2]) is not dict:
                     raise ProtocolError("bad_shape", "control frame must be [op, req_id, body]")
             except ProtocolError as exc:
@@ -1015,16 +1024,50 @@ class Node:
                 link.drops += len(box)
                 self._drop("link_down", len(box))
                 continue
-            for i in range(0, len(box), LINK_BATCH):
-                chunk = box[i : i + LINK_BATCH]
-                frame = wire.encode_link(wire.MSGS, chunk)
-                if self._send_link(link, frame, now):
-                    link.msgs_out += len(chunk)
-                    self.forwarded += len(chunk)
-                else:
-                    link.drops += len(chunk)
-                    self._drop(self._send_error, len(chunk))
+            most = self._link_batch_bytes
+            total = len(box)
+            start = 0
+            while start < total:
+                # cut at LINK_BATCH messages, or before the message whose payload would take
+                # the frame past `most` bytes (a larger message travels alone)
+                end = min(start + LINK_BATCH, total)
+                size = 0
+                for i in range(start, end):
+                    size += len(box[i][1])
+                    if size > most and i > start:
+                        end = i
+                        break
+                self._send_msgs(link, box[start:end], now)
+                start = end
         self._dirty.clear()
+
+    def _send_msgs(self, link: Link, chunk: list[Any], now: float) -> None:
+        """One MSGS frame, or two halves if headers or long paths took the encoded frame
+        past what the next node accepts."""
+        frame = wire.encode_link(wire.MSGS, chunk)
+        if len(frame) > self._link_frame_limit:
+            if len(chunk) > 1:
+                half = len(chunk) // 2
+                self._send_msgs(link, chunk[:half], now)
+                self._send_msgs(link, chunk[half:], now)
+                return
+            # one message the next node would refuse (its publisher was within the limit,
+            # so its path or targets are what grew): lost here, counted and logged
+            link.drops += 1
+            self._drop("link_frame_too_large")
+            log.warning(
+                "link %s: a message of %d bytes on %r does not fit in a link frame",
+                link.name,
+                len(frame),
+                chunk[0][0],
+            )
+            return
+        if self._send_link(link, frame, now):
+            link.msgs_out += len(chunk)
+            self.forwarded += len(chunk)
+        else:
+            link.drops += len(chunk)
+            self._drop(self._send_error, len(chunk))
 
     def _flush_adverts(self) -> None:
         actions = self.engine.flush()
@@ -1042,9 +1085,19 @@ class Node:
                 else [p, o, list(path or ()), True]  # durable-backed: kept while down
                 for p, o, path in action.entries
             ]
-            if not self._send_link(link, wire.encode_link(wire.ADVERT, action.full, entries), now):
-                # losing an advertisement would leave the peer's table wrong: restart the link
-                self._link_down(link, "advertisement could not be sent (queue full)", now)
+            if sticky:
+                # a long table leaves in several frames and only the first says "full"
+                # (replace): sticky entries first, so a returning ghost link's sticky
+                # routes, which the receiver kept, are never withdrawn in between
+                entries.sort(key=lambda e: len(e) < 4)
+            full = action.full
+            for chunk in _advert_chunks(entries, self._link_batch_bytes):
+                if not self._send_link(link, wire.encode_link(wire.ADVERT, full, chunk), now):
+                    # losing an advertisement would leave the peer's table wrong: restart
+                    reason = _SEND_ERRORS.get(self._send_error, self._send_error)
+                    self._link_down(link, f"advertisement could not be sent ({reason})", now)
+                    break
+                full = False
 
     def _send_link(self, link: Link, frame: bytes, now: float) -> bool:
         try:
@@ -1314,7 +1367,7 @@ class Node:
                 return
             now = time.monotonic()
             try:
-                if len(body) > self.config.max_frame_bytes:
+                if len(body) > self._link_frame_limit:
                     raise ProtocolError("oversized", f"{len(body)} bytes")
                 value = wire.decode_frame(body)
                 if link.state is LinkState.HANDSHAKING:
@@ -2212,7 +2265,7 @@ class Node:
             if out is None or out.state is not LinkState.UP:
                 continue
             while q.sent_upto < q.entries[-1][0]:
-                frame, upto, n = fw.next_frame(q, LINK_BATCH)
+                frame, upto, n = fw.next_frame(q, LINK_BATCH, self._link_batch_bytes)
                 if n == 0 or not self._send_link(out, frame, now):
                     break  # window full, or the socket's queue: the next pass goes on
                 fw.sent(q, upto, n)
@@ -2668,6 +2721,28 @@ _BIN_TYPES = frozenset((0xC4, 0xC5, 0xC6))
 #: bounds of numbers that reach SQLite (INTEGER is signed 64-bit; ts must be finite)
 _I64 = 1 << 63
 _TS_MAX = 1e15
+
+
+_SEND_ERRORS = {"link_queue_full": "queue full", "link_peer_gone": "peer gone"}
+
+
+def _advert_chunks(entries: list[list[Any]], most: int) -> list[list[list[Any]]]:
+    """ADVERT entries cut into frames of about ``most`` bytes: an interest table of tens of
+    thousands of entries (a link's first, full advertisement) would otherwise be one frame
+    over the receiver's max_frame_bytes, refused whole."""
+    chunks: list[list[list[Any]]] = []
+    chunk: list[list[Any]] = []
+    size = 0
+    for e in entries:
+        path = e[2]
+        n = len(e[0]) + len(e[1]) + 8 + (sum(len(b) + 2 for b in path) if path else 0)
+        if chunk and size + n > most:
+            chunks.append(chunk)
+            chunk, size = [], 0
+        chunk.append(e)
+        size += n
+    chunks.append(chunk)  # an empty full table is a frame too: it clears the receiver's
+    return chunks
 
 
 def _link_key(link: Link) -> str:

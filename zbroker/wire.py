@@ -134,7 +134,9 @@ it came over is down, so persistent messages are still routed toward it and wait
 link queue (see :mod:`zbroker.forward`).
 
 ``MSGS`` batches every message one drain pass found for the link into one frame (a ROUTER
-adds an identity frame per send: amortize it).
+adds an identity frame per send: amortize it), cut by count and by bytes so that no frame
+passes what the next node accepts (see ``zbroker.const.LINK_BATCH_BYTES``). An ``ADVERT``
+too long for one frame is sent as several: only the first says ``full``.
 
 ``PMSGS`` carries persistent messages store-and-forward: ``epoch`` names the sender's
 outbound queue for this link (random, made with the queue), ``lseq`` numbers its entries

@@ -70,7 +70,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from zbroker import Broker, Client, Message, PublishTimeout, wire
 from zbroker.config import validate_broker_id
-from zbroker.const import PROTOCOL_VERSION
+from zbroker.const import LINK_FRAME_SLACK, PROTOCOL_VERSION
 from zbroker.errors import ConfigError, InvalidTopic, ProtocolError
 from zbroker.staging import Staging, StagingError
 from zbroker.store import RetainRule
@@ -145,13 +145,17 @@ def _single_publish_outcome(frame: bytes) -> str | None:
 
 
 def decoded(frame: bytes) -> list[Any] | None:
-    """The frame's array as the control socket decodes it, None if it cannot."""
-    if len(frame) > LIMIT:
+    """The frame's array as the control socket decodes it, None if it cannot (or refuses
+    it for its size: a link frame may pass LIMIT by LINK_FRAME_SLACK, nothing else may)."""
+    if len(frame) > LIMIT + LINK_FRAME_SLACK:
         return None
     try:
-        return wire.decode_frame(frame)
+        value = wire.decode_frame(frame)
     except ProtocolError:
         return None
+    if len(frame) > LIMIT and value[0] not in wire.LINK_TYPES:
+        return None
+    return value
 
 
 def is_hello_map(value: list[Any] | None) -> bool:
@@ -370,7 +374,7 @@ def control_outcome(
     """(bad-input reasons, publishes accepted) for one single-part frame on the ROUTER from
     a DEALER with (``linked``) or without an established link."""
     bad: Counter[str] = Counter()
-    if len(frame) > LIMIT:
+    if len(frame) > LIMIT + LINK_FRAME_SLACK:
         bad["oversized"] += 1
         return bad, 0
     try:
@@ -379,6 +383,9 @@ def control_outcome(
         bad[exc.reason] += 1
         return bad, 0
     op = value[0]
+    if op not in wire.LINK_TYPES and len(frame) > LIMIT:
+        bad["oversized"] += 1  # only link frames carry the slack
+        return bad, 0
     if op in wire.LINK_TYPES:
         if op == wire.LINK_HELLO:
             if not _is_map_frame(value):

@@ -1134,3 +1134,127 @@ def test_msgs_before_the_handshake_are_counted_in_messages(
         assert c["delivered"] == 0 and c["forwarded"] == 0
     finally:
         peer.close()
+
+
+# -- large messages, large tables -----------------------------------------------------------------
+
+#: a small frame limit for these tests: the same rules, with megabytes fewer
+SMALL_FRAMES = 64 * 1024
+
+
+def test_large_messages_cross_a_link_whole_in_both_directions(
+    net: Net, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """Messages of 1-60 KB, and one of the largest size a publisher may send, with the
+    frame limit at 64 KiB: a pass's messages for a link leave in frames cut by bytes (they
+    were cut by count only, and a frame of many large messages was refused whole by the
+    next node), and a link frame may exceed the limit by what a message gains on the way
+    (path, IDs). Both directions: the acceptor's ROUTER and the dialer's DEALER."""
+    a = net.start("A", max_frame_bytes=SMALL_FRAMES)
+    b = net.start("B", net.link("B", "A"), max_frame_bytes=SMALL_FRAMES)
+    wait_links(wait_until, {a: {("ba", "B")}, b: {("ba", "A")}})
+    on_a, on_b = Collector(), Collector()
+    client_factory(a.endpoint).subscribe("BIG.FROMB.>", on_a)
+    client_factory(b.endpoint).subscribe("BIG.FROMA.>", on_b)
+    assert wait_until(
+        lambda: has_route(b, "BIG.FROMB.>", "A") and has_route(a, "BIG.FROMA.>", "B"), WAIT
+    )
+    n = 200
+    sizes = [1_000 + (i * 7_919) % 59_000 for i in range(n)]
+    largest = SMALL_FRAMES - 64  # a publish frame just within the limit
+    pa, pb = client_factory(a.endpoint), client_factory(b.endpoint)
+    for publisher, topic in ((pa, "BIG.FROMA.X"), (pb, "BIG.FROMB.X")):
+        for i, size in enumerate(sizes):
+            publisher.publish(topic, bytes([i % 256]) * size)
+        publisher.publish(topic, b"L" * largest)
+        publisher.publish(topic + ".END", b"end")
+    for got, topic in ((on_b, "BIG.FROMA.X"), (on_a, "BIG.FROMB.X")):
+        assert got.wait_topic(topic + ".END"), got.topics()
+        payloads = got.payloads(topic)
+        assert [len(p) for p in payloads] == [*sizes, largest]
+        assert [p[0] for p in payloads[:n]] == [i % 256 for i in range(n)]
+        assert payloads[-1] == b"L" * largest
+        assert got.topics() == {topic: n + 1, topic + ".END": 1}
+    for node in (a, b):
+        c = counters(node)
+        assert c["bad_input"] == 0 and c["dropped"] == {}, c
+        assert c["forwarded"] == n + 2 and c["duplicates"] == 0
+
+
+def test_large_persistent_messages_cross_a_link(
+    net: Net, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """Store-and-forward frames are cut by bytes too: a PMSGS frame the next node refused
+    was resent, and refused, every few seconds for ever."""
+    a = net.start("A", max_frame_bytes=SMALL_FRAMES)
+    b = net.start("B", net.link("B", "A"), max_frame_bytes=SMALL_FRAMES)
+    wait_links(wait_until, {a: {("ba", "B")}, b: {("ba", "A")}})
+    sub = client_factory(b.endpoint)
+    sub.subscribe("PBIG.>", Collector(), durable="pbig").unsubscribe()  # kept on B
+    assert wait_until(lambda: has_route(a, "PBIG.>", "B"), WAIT)
+    n = 40
+    sizes = [20_000 + (i * 3_001) % 40_000 for i in range(n)]
+    pub = client_factory(a.endpoint)
+    pending = [
+        pub.publish("PBIG.X", bytes([i]) * size, persistent=True) for i, size in enumerate(sizes)
+    ]
+    for fut in pending:
+        fut.result(WAIT)
+
+    def stored() -> list[bytes]:
+        def read(node: Any) -> list[bytes]:
+            node.store.commit()
+            return [r[2] for r in node.store.pending_durable("pbig", 0, 1_000)]
+
+        result: list[bytes] = b.call(read)
+        return result
+
+    assert wait_until(lambda: len(stored()) >= n, WAIT), len(stored())
+    assert stored() == [bytes([i]) * size for i, size in enumerate(sizes)]
+    assert wait_until(lambda: a.status()["forward"]["held"] == 0, WAIT)
+    for node in (a, b):
+        c = counters(node)
+        assert c["bad_input"] == 0 and c["dropped"] == {}, c
+
+
+def test_a_large_interest_table_reaches_a_new_neighbour(net: Net, wait_until: WaitUntil) -> None:
+    """A node with 30,000 subscriptions (its table encodes to about 1.3 MB) gains a
+    neighbour: the first, full advertisement leaves in frames under the neighbour's
+    max_frame_bytes (1 MiB). It was one frame, refused whole: the link came up and the
+    neighbour knew none of the interest behind it."""
+    import zmq
+
+    n = 30_000
+    a = net.start("A")
+    ctx = zmq.Context.instance()
+    sub = ctx.socket(zmq.SUB)  # subscribes as the client library does (pattern NUL)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SNDHWM, 0)  # no subscription may be lost on our side
+    try:
+        sub.connect(endpoint(a.ports["deliver"]))
+        patterns = [f"TABLE.EXCHANGE.SYMBOL{i:07d}.>" for i in range(n)]
+        for p in patterns:
+            sub.setsockopt(zmq.SUBSCRIBE, p.encode() + b"\0")
+        assert wait_until(lambda: a.status()["subscriptions"]["count"] == n, WAIT)
+        b = net.start("B", net.link("B", "A"))
+        wait_links(wait_until, {a: {("ba", "B")}, b: {("ba", "A")}})
+
+        def learned() -> int:
+            return sum(1 for r in routes(b) if r["origin"] == "A" and r["link"] == "ba")
+
+        assert wait_until(lambda: learned() == n, WAIT), learned()
+        assert counters(b)["bad_input"] == 0
+        assert counters(b)["dropped"] == {}
+        # and messages follow it: one on the last pattern, published on B, arrives at A
+        last = f"TABLE.EXCHANGE.SYMBOL{n - 1:07d}.X"
+        client = Client(b.endpoint)
+        try:
+            client.publish(last, b"found")
+            assert sub.poll(int(WAIT * 1000)), "nothing delivered on A"
+            frame = sub.recv()
+            assert frame.startswith(f"TABLE.EXCHANGE.SYMBOL{n - 1:07d}.>".encode() + b"\0")
+            assert b"found" in frame
+        finally:
+            client.close()
+    finally:
+        sub.close()

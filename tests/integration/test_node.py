@@ -39,6 +39,7 @@ from zbroker import (
     ZBrokerError,
     wire,
 )
+from zbroker.const import LINK_FRAME_SLACK
 
 HOST = "127.0.0.1"
 WAIT = 20.0  # seconds: upper bound of any condition wait (generous: CI machines are slow)
@@ -1065,16 +1066,17 @@ def test_garbage_on_every_socket_is_counted_and_survived(
         dealer.send(
             _padded(lambda pad: wire.encode_control(wire.HELLO, 3, {"pad": pad}), limit + 1)
         )
-        dealer.send(b"\xc1" * (4 * limit))  # the largest frame libzmq lets through
+        # the largest frame libzmq lets through: over even a link frame's allowance
+        dealer.send(b"\xc1" * (4 * limit + LINK_FRAME_SLACK))
         exact["oversized"] += 2
         # the frame limit is inclusive: exactly max_frame_bytes is served
         edge_dealer = connect(zmq.DEALER, ports["control"])
         edge_dealer.send(
             _padded(lambda pad: wire.encode_control(wire.HELLO, 77, {"pad": pad}), limit)
         )
-        # over libzmq's own guard (MAXMSGSIZE = 4 x limit): the connection is dropped by
-        # libzmq, the node never sees the frame, so it is not counted
-        connect(zmq.DEALER, ports["control"]).send(b"\xc1" * (4 * limit + 1))
+        # over libzmq's own guard (MAXMSGSIZE = 4 x limit + LINK_FRAME_SLACK): the
+        # connection is dropped by libzmq, the node never sees the frame: not counted
+        connect(zmq.DEALER, ports["control"]).send(b"\xc1" * (4 * limit + LINK_FRAME_SLACK + 1))
 
         # ---- publish PULL (PORT+1) ---------------------------------------------------------
         push = connect(zmq.PUSH, ports["publish"])
