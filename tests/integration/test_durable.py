@@ -583,10 +583,11 @@ def test_max_msgs_bounds_what_waits_while_credit_bounds_what_is_in_flight(
     client.subscribe("SLOW.>", stuck, durable="slow", max_msgs=10, credit=5)
     publisher = client_factory(broker.endpoint)
     publish_all(publisher, "SLOW.X", numbers(100))
-    assert wait_until(lambda: durable_is(broker, "slow", in_flight=5, stored=15), WAIT), durable_of(
+    assert wait_until(lambda: broker.status()["counters"]["durable_stored"] == 100, WAIT)
+    assert wait_until(lambda: durable_is(broker, "slow", dropped=85), WAIT), durable_of(
         broker, "slow"
     )
-    assert durable_is(broker, "slow", dropped=85, attached=True)
+    assert durable_is(broker, "slow", in_flight=5, stored=15, attached=True)
     release.set()
     assert got.wait_for(15)
     assert wait_until(lambda: durable_is(broker, "slow", stored=0, in_flight=0), WAIT)
