@@ -443,6 +443,7 @@ class Client:
         self._batch_since = 0.0  # when the oldest publish in the batch was made
         self._last_send = 0.0  # when a frame last went to the PUSH socket
         self._batch_item_max = 0  # a larger frame goes alone; 0: the node takes no batches
+        self._frame_max = 0  # the node's max_frame_bytes (from its HELLO); 0: not known
         self._batch_full = 0  # bytes after which a batch leaves
         self._flusher_armed = False  # the client thread flushes batch tails (see _flush_tail)
         ready: Future[dict[str, Any]] = Future()
@@ -529,7 +530,8 @@ class Client:
 
         ``bytes`` (or bytearray/memoryview) travel as they are; any other msgpack-able value
         is encoded and subscribers receive it decoded (``Message.payload_type`` tells them
-        which). Raises InvalidTopic/ReservedTopic, PayloadError, PublishTimeout, ClientClosed.
+        which). Raises InvalidTopic/ReservedTopic, PayloadError (also for a message over the
+        node's max_frame_bytes, which it would drop), PublishTimeout, ClientClosed.
 
         ``persistent=True`` sends the message as a request that the node answers once its
         store has committed it (retained topics are then on disk): the call returns a
@@ -562,6 +564,9 @@ class Client:
                 frame = wire.encode_publish(topic, raw, fmt, headers)
             except (TypeError, ValueError, OverflowError) as exc:
                 raise PayloadError(f"headers cannot be encoded with msgpack: {exc}") from exc
+        if self._frame_max and len(frame) > self._frame_max:
+            # the node would count and drop it: say so here instead
+            raise PayloadError(self._too_large(len(frame)))
         if self.fanout:
             self._publish_fanout(frame)
             return
@@ -692,10 +697,18 @@ class Client:
         """Size publish batches for the node that answered ``hello`` (under _pub_lock). A
         node that does not announce ``publish_batch`` gets no batches."""
         node = hello.get("publish_batch")
+        # (the node announces its max_frame_bytes: no larger publish would be taken)
+        self._frame_max = node if type(node) is int and node > 0 else 0
         limit = min(PUBLISH_BATCH_BYTES, node) - 64 if type(node) is int and node >= 1024 else 0
         # a batch of small frames that leaves once past `full` stays within `limit`
         self._batch_item_max = limit // 8
         self._batch_full = limit - limit // 8
+
+    def _too_large(self, size: int) -> str:
+        return (
+            f"message of {size} bytes (topic, payload and headers, encoded) is over the "
+            f"node's limit of {self._frame_max} bytes (its max_frame_bytes)"
+        )
 
     def _wake(self) -> None:
         with self._cmd_lock:
@@ -715,6 +728,14 @@ class Client:
         ):
             raise PayloadError("headers must be a dict with string keys")
         body = {"topic": topic, "payload": raw, "fmt": fmt, "headers": headers}
+        if self._frame_max and len(raw) + len(topic) > self._frame_max - 256:
+            # near the limit: measure the request as the node will (the largest req id)
+            try:
+                size = len(wire.encode_control(wire.PUBLISH, 2**32 - 1, body))
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise PayloadError(f"headers cannot be encoded with msgpack: {exc}") from exc
+            if size > self._frame_max:
+                raise PayloadError(self._too_large(size))
         with self._pub_lock:
             if self._batch and not self._closed:
                 self._flush_batch(_monotonic())  # what was published before goes first

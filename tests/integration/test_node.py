@@ -1229,3 +1229,30 @@ def test_garbage_on_every_socket_is_counted_and_survived(
         for s in sockets:
             s.close(linger=0)
         ctx.term()
+
+
+def test_a_publish_over_the_nodes_frame_limit_is_refused_by_the_client(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    """The node announces its max_frame_bytes in its HELLO reply; a publish it would count
+    and drop raises PayloadError in the publisher instead, for both kinds of publish, and
+    one of exactly the limit is taken."""
+    b = broker_factory(max_frame_bytes=4096)
+    client = client_factory(b.endpoint)
+    got = Collector()
+    client.subscribe("LIM.>", got)
+    with pytest.raises(PayloadError, match="over the node's limit of 4096 bytes"):
+        client.publish("LIM.X", b"x" * 4096)
+    with pytest.raises(PayloadError, match="over the node's limit of 4096 bytes"):
+        client.publish("LIM.X", b"x" * 4085, headers={"h": "v"})
+    with pytest.raises(PayloadError, match="over the node's limit of 4096 bytes"):
+        client.publish("LIM.X", b"x" * 4090, persistent=True, confirm=True)
+    # [topic, payload, fmt, nil]: 1 + 6 (fixstr "LIM.X") + 3 (bin 16) + 4084 + 2 = 4096
+    assert len(wire.encode_publish("LIM.X", b"y" * 4084, 0, None)) == 4096
+    client.publish("LIM.X", b"y" * 4084)
+    client.publish("LIM.X", b"z" * 3000, persistent=True, confirm=True)
+    client.publish("LIM.END", b"")
+    assert got.wait_topic("LIM.END")
+    assert [len(p) for p in got.payloads("LIM.X")] == [4084, 3000]
+    c = counters(b)
+    assert c["bad_input"] == 0 and c["received"] == 3, c
