@@ -1025,26 +1025,40 @@ class Node:
                 self._drop("link_down", len(box))
                 continue
             most = self._link_batch_bytes
-            total = len(box)
-            start = 0
-            while start < total:
-                # cut at LINK_BATCH messages, or before the message whose payload would take
-                # the frame past `most` bytes (a larger message travels alone)
-                end = min(start + LINK_BATCH, total)
-                size = 0
-                for i in range(start, end):
-                    size += len(box[i][1])
-                    if size > most and i > start:
-                        end = i
-                        break
-                self._send_msgs(link, box[start:end], now)
-                start = end
+            for start in range(0, len(box), LINK_BATCH):
+                chunk = box[start : start + LINK_BATCH]
+                # small messages (the common case) need no look at each one: the first and
+                # last payloads tell whether the chunk may be large
+                if (len(chunk[0][1]) + len(chunk[-1][1])) * len(chunk) > 2 * most:
+                    self._send_large(link, chunk, most, now)
+                else:
+                    self._send_msgs(link, chunk, now, most)
         self._dirty.clear()
 
-    def _send_msgs(self, link: Link, chunk: list[Any], now: float) -> None:
-        """One MSGS frame, or two halves if headers or long paths took the encoded frame
-        past what the next node accepts."""
+    def _send_large(self, link: Link, chunk: list[Any], most: int, now: float) -> None:
+        """Messages that may be large: cut before the message whose payload would take the
+        frame past ``most`` bytes (a larger message travels alone)."""
+        total = len(chunk)
+        start = 0
+        while start < total:
+            end = total
+            size = 0
+            for i in range(start, total):
+                size += len(chunk[i][1])
+                if size > most and i > start:
+                    end = i
+                    break
+            self._send_msgs(link, chunk[start:end], now)
+            start = end
+
+    def _send_msgs(self, link: Link, chunk: list[Any], now: float, most: int = 0) -> None:
+        """One MSGS frame. If headers or long paths took the encoded frame past what the
+        next node accepts: cut by payload bytes (``most``, when not done yet), else in
+        halves."""
         frame = wire.encode_link(wire.MSGS, chunk)
+        if len(frame) > self._link_frame_limit and most and len(chunk) > 1:
+            self._send_large(link, chunk, most, now)
+            return
         if len(frame) > self._link_frame_limit:
             if len(chunk) > 1:
                 half = len(chunk) // 2
