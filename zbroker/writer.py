@@ -24,6 +24,8 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+import msgpack
+
 from . import wire
 from .client import Client, _encode_payload
 from .errors import PayloadError
@@ -31,10 +33,14 @@ from .topics import validate_publish_topic
 
 __all__ = ["STAGE_CHUNK_ROWS", "StagedWriter", "abort_staged", "commit_staged"]
 
-#: Rows per STAGE request: large enough to amortize a round trip, small enough that one
-#: frame stays far below the node's frame limit for ordinary payloads.
+#: Rows per STAGE request, at most: large enough to amortize a round trip.
 STAGE_CHUNK_ROWS = 2000
+#: bytes of rows per STAGE request, at most; never more than the node takes in one frame
+#: (its max_frame_bytes, less _STAGE_ENVELOPE), which it counts and drops without a reply
 _STAGE_CHUNK_BYTES = 4 * 1024 * 1024
+_STAGE_ENVELOPE = 1024  # the request around the rows: op, id, token, part, group
+_ROW_OVERHEAD = 16  # msgpack of [topic, payload, fmt, headers] beyond topic and payload
+_packb = msgpack.packb
 
 
 class StagedWriter:
@@ -60,11 +66,29 @@ class StagedWriter:
         self.add_raw(topic, raw, fmt, headers)
 
     def add_raw(self, topic: str, raw: bytes, fmt: int, headers: dict[str, Any] | None) -> None:
-        """Stage an already-encoded row (the node checks the topic)."""
+        """Stage an already-encoded row (the node checks the topic). Raises PayloadError
+        for a row the node could not take in any request."""
+        size = len(raw) + len(topic.encode()) + _ROW_OVERHEAD
+        if headers:
+            size += len(_packb(headers))
+        budget = self._budget()
+        if size > budget:
+            raise PayloadError(
+                f"row of about {size} bytes on {topic!r} is over what the node takes in one "
+                f"request ({budget} bytes: its max_frame_bytes less the request around it)"
+            )
+        if self._chunk and self._chunk_bytes + size > budget:
+            self.flush()  # the request would not fit: this row starts the next one
         self._chunk.append([topic, raw, fmt, headers])
-        self._chunk_bytes += len(raw) + len(topic)
-        if len(self._chunk) >= STAGE_CHUNK_ROWS or self._chunk_bytes >= _STAGE_CHUNK_BYTES:
+        self._chunk_bytes += size
+        if len(self._chunk) >= STAGE_CHUNK_ROWS:
             self.flush()
+
+    def _budget(self) -> int:
+        node = self.client._frame_max  # announced in the node's HELLO reply (0: unknown)
+        if node <= 0:
+            return _STAGE_CHUNK_BYTES
+        return max(1, min(_STAGE_CHUNK_BYTES, node - _STAGE_ENVELOPE))
 
     def add_many(self, rows: Iterable[tuple[str, Any, dict[str, Any] | None]]) -> None:
         for topic, payload, headers in rows:

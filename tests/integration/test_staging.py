@@ -216,3 +216,38 @@ def test_a_large_commit_is_published_in_slices_while_the_node_serves_others(
     time.sleep(GRACE)
     assert [int(p) for p in inbox.payloads()] == list(range(n))
     assert observer.log_range() == (1, n)
+
+
+def test_large_rows_are_staged_in_requests_the_node_takes(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    """A STAGE request holds rows up to the node's max_frame_bytes (it announces it), not a
+    fixed 4 MB: 2,000 rows of 1 KB made a 2 MB request that a default node (1 MiB) counted
+    as oversized and never answered, so the writer (and a Spark task) timed out. A row the
+    node could take in no request is refused up front."""
+    from zbroker import PayloadError
+
+    limit = 64 * 1024
+    broker = broker_factory(max_frame_bytes=limit)
+    client = client_factory(broker.endpoint)
+    inbox = Inbox()
+    client.subscribe("BIGROW.>", inbox)
+    w = StagedWriter(client)
+    payloads = [bytes([i % 256]) * (900 + (i * 37) % 600) for i in range(300)]  # ~345 KB
+    for i, p in enumerate(payloads):
+        w.add("BIGROW.X", p, {"i": i} if i % 3 == 0 else None)
+    with pytest.raises(PayloadError, match="over what the node takes in one request"):
+        w.add("BIGROW.X", b"x" * limit)
+    token, n = w.finish()
+    assert n == 300
+    assert w._part >= 6  # ~345 KB in requests of under 64 KiB each
+    assert commit_staged(client, [(token, n)], writer="big", batch=0) == {
+        "applied": 300,
+        "duplicate": False,
+    }
+    assert inbox.wait_count(300)
+    time.sleep(GRACE)
+    assert inbox.payloads() == payloads
+    assert [m.headers for m in inbox.messages[:4]] == [{"i": 0}, {}, {}, {"i": 3}]
+    counters = client.request(wire.STATUS)["counters"]
+    assert counters["bad_input"] == 0 and counters["dropped"] == {}
