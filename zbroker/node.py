@@ -208,6 +208,7 @@ class Node:
         self._by_engine_id: dict[str, Link] = {}
         self._dirty: list[Link] = []  # links with a non-empty outbox
         self._send_error = ""  # why the last _send_link failed: the drop counter's name
+        self._next_durable_probe = 0.0
         # link frames: what we accept, and the payload bytes we put in one (see const)
         self._link_frame_limit = config.max_frame_bytes + LINK_FRAME_SLACK
         self._link_batch_bytes = min(LINK_BATCH_BYTES, config.max_frame_bytes)
@@ -1686,6 +1687,9 @@ class Node:
             if expired:
                 self._drop("staged_expired", expired)
                 log.warning("discarded %d staged rows whose commit never came", expired)
+        if self._durables and now >= self._next_durable_probe:
+            self._next_durable_probe = now + DURABLE_PROBE_INTERVAL
+            self._probe_durable_consumers()
         hb = wire.encode_link(wire.HEARTBEAT)
         for link in self._all_links():
             state = link.state
@@ -1721,6 +1725,37 @@ class Node:
                         self._link_down(link, "unreachable", now)
                 else:
                     self._dial(link, now)
+
+    def _probe_durable_consumers(self) -> None:
+        """Is each attached durable subscriber still connected? One whose credit is used
+        up is never sent to, so a subscriber that died (kill -9) would stay "attached" for
+        ever, its in-flight messages waiting for someone to reattach under its name. A
+        small frame it ignores (a PING with our incarnation) tells: the ROUTER refuses it
+        at once (ROUTER_MANDATORY) when the connection is gone. A full queue (a slow
+        subscriber) is not gone."""
+        frame = wire.encode_control(wire.PING, 0, {"incarnation": self.incarnation})
+        send = self._control_send
+        for d in self._durables.values():
+            ident = d.consumer
+            if ident is None:
+                continue
+            try:
+                send(ident, _NOBLOCK_MORE)
+                send(frame, _NOBLOCK)
+            except zmq.Again:
+                continue
+            except zmq.ZMQError as exc:
+                if exc.errno != zmq.EHOSTUNREACH:
+                    raise
+                d.consumer = None
+                assert self.store is not None
+                self.store.set_attached(d.name, False)
+                log.info(
+                    "durable %s: its subscriber is gone; %d message(s) it had not "
+                    "acknowledged wait for the next one to attach",
+                    d.name,
+                    len(d.sent),
+                )
 
     def _input_waiting(self, link: Link) -> bool:
         """Frames queued for us on the link's socket: the peer is alive and we are behind
@@ -2704,6 +2739,8 @@ class Node:
 
 #: committed staged rows published per poll pass
 APPLY_SLICE = 2000
+#: seconds between checks that attached durable subscribers are still connected
+DURABLE_PROBE_INTERVAL = 1.0
 #: a READ reply stops adding rows once they hold this many bytes (at least one row)
 READ_PAGE_BYTES = 8 * 1024 * 1024
 #: rows a READ examines at most (a pattern-filtered page may then hold fewer than asked)

@@ -1083,3 +1083,42 @@ def test_cli_sub_durable_with_two_patterns_is_a_usage_error(procs: Any) -> None:
     assert "--durable takes exactly one PATTERN" in err
     assert "Traceback" not in err
     assert out == ""
+
+
+@pytest.mark.slow
+def test_a_killed_subscriber_is_detached_and_what_it_had_comes_again(
+    broker: Broker,
+    client_factory: ClientFactory,
+    procs: Any,
+    subscriber_script: Path,
+    wait_until: WaitUntil,
+) -> None:
+    """A subscriber process with credit 5 is killed (kill -9) while 5 messages are in
+    flight to it, 15 more waiting. With its credit used up the node never sends to it
+    again, so it used to stay "attached" for ever. The node's probe (a PING it ignores,
+    every DURABLE_PROBE_INTERVAL) finds the connection gone and detaches it; the next
+    subscriber gets everything not acknowledged, the in-flight ones flagged redelivered."""
+    from zbroker.node import DURABLE_PROBE_INTERVAL
+
+    proc = start_subscriber(
+        procs, subscriber_script, broker.endpoint, "KILL.>", "killed", count=100, credit=5,
+        kill_at=3,
+    )  # fmt: skip
+    wait_ready_event(proc)
+    publisher = client_factory(broker.endpoint)
+    publish_all(publisher, "KILL.X", numbers(20))
+    assert proc.wait(WAIT) == -signal.SIGKILL
+    t0 = time.monotonic()
+    assert wait_until(lambda: durable_is(broker, "killed", attached=False), WAIT)
+    assert time.monotonic() - t0 < DURABLE_PROBE_INTERVAL + 2.0
+    stored = durable_of(broker, "killed")
+    assert stored is not None and stored["in_flight"] == 5  # sent, never acknowledged
+    k = stored["stored"]  # 20 less what it acknowledged before it died (at most 2)
+    assert 18 <= k <= 20, stored
+    got = Collector()
+    client_factory(broker.endpoint).subscribe("KILL.>", got, durable="killed", credit=100)
+    assert got.wait_for(k)
+    assert wait_until(lambda: durable_is(broker, "killed", stored=0, in_flight=0), WAIT)
+    assert got.payloads() == numbers(20)[20 - k :]
+    # the 5 it had been sent, less those it acknowledged, come flagged; the 15 never sent not
+    assert got.redelivered() == [True] * (k - 15) + [False] * 15
