@@ -8,6 +8,9 @@ from typing import Any
 
 from zbroker import Message
 
+#: subscription patterns `zbroker status` lists in its text form (the JSON has them all)
+STATUS_PATTERNS_SHOWN = 20
+
 
 def payload_for_json(msg: Message) -> tuple[Any, str]:
     """(payload, encoding) for JSON output: ``text``, ``base64`` or ``msgpack`` (decoded)."""
@@ -99,8 +102,13 @@ def format_status(status: dict[str, Any]) -> str:
         for kind, n in sec.get("refused", {}).items():
             rows.append((f"refused: {kind}", str(n)))
     rows.append(("subscriptions", str(subs.get("count", 0))))
-    for p in subs.get("patterns", []):
+    patterns = subs.get("patterns", [])
+    # a node may hold tens of thousands: the summary lists a few (--json has them all)
+    for p in patterns[:STATUS_PATTERNS_SHOWN]:
         rows.append(("  pattern", p))
+    if len(patterns) > STATUS_PATTERNS_SHOWN:
+        more = len(patterns) - STATUS_PATTERNS_SHOWN
+        rows.append(("  ...", f"{more} more (zbroker status --json lists every one)"))
     interest = status.get("interest")
     if interest:
         rows.append(

@@ -99,6 +99,26 @@ def test_status_table(broker: Broker, client_factory: ClientFactory) -> None:
     assert "TABLE.>" in out
 
 
+def test_status_text_lists_a_few_patterns_and_counts_the_rest(
+    broker: Broker, client_factory: ClientFactory
+) -> None:
+    """A node with tens of thousands of subscriptions printed every one of them (40,000
+    lines for 40,000) before its links and interest: the text lists the first ones."""
+    from zbroker.cli.format import STATUS_PATTERNS_SHOWN
+
+    client = client_factory(broker.endpoint)
+    n = STATUS_PATTERNS_SHOWN + 7
+    for i in range(n):
+        client.subscribe(f"MANY.{i:03d}", Collector())
+    out = invoke("status", "--broker", broker.endpoint).stdout
+    listed = re.findall(r"^  pattern\s+(\S+)$", out, re.M)
+    assert listed == [f"MANY.{i:03d}" for i in range(STATUS_PATTERNS_SHOWN)]
+    assert re.search(r"^  \.\.\.\s+7 more \(zbroker status --json lists every one\)$", out, re.M)
+    assert re.search(rf"^subscriptions\s+{n}$", out, re.M), out
+    js = json.loads(invoke("status", "--broker", broker.endpoint, "--json").stdout)
+    assert len(js["subscriptions"]["patterns"]) == n
+
+
 def test_status_json(broker: Broker) -> None:
     result = invoke("status", "--broker", broker.endpoint, "--json")
     assert result.exit_code == 0, result.output
