@@ -1070,12 +1070,16 @@ class Node:
             # so its path or targets are what grew): lost here, counted and logged
             link.drops += 1
             self._drop("link_frame_too_large")
-            log.warning(
-                "link %s: a message of %d bytes on %r does not fit in a link frame",
-                link.name,
-                len(frame),
-                chunk[0][0],
-            )
+            n = self.dropped["link_frame_too_large"]
+            if n & (n - 1) == 0:  # the 1st, 2nd, 4th, 8th...: a stream of them is no flood
+                log.warning(
+                    "link %s: a message of %d bytes on %r does not fit in a link frame "
+                    "(%d such messages dropped so far)",
+                    link.name,
+                    len(frame),
+                    chunk[0][0],
+                    n,
+                )
             return
         if self._send_link(link, frame, now):
             link.msgs_out += len(chunk)
