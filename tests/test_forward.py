@@ -206,6 +206,44 @@ def test_a_frame_is_cut_before_the_entry_that_would_pass_max_bytes(tmp_path: Pat
     assert s2.next_frame(q2, 512)[2] == len(sizes)
 
 
+def test_an_entry_no_frame_can_hold_is_dropped_once_it_is_the_oldest(tmp_path: Path) -> None:
+    """An entry too large for the peer's frames (a smaller max_frame_bytes) is dropped
+    only when nothing before it waits for an acknowledgement; ``base`` then tells the
+    receiver not to wait for it, and the receiver counts it lost."""
+    sstore, s = make(tmp_path / "s.db")
+    rstore, r = make(tmp_path / "r.db")
+    q = s.attach("l", "B", "B/l", 0.0)
+    for i in range(3):
+        s.put("l", fields(i))
+    s.put("l", ["T.x", b"x" * 100_000, 0, None, "A", 1, 3, 1.0, ["A"], None, 3])
+    s.put("l", fields(4))
+    sstore.commit()
+    assert s.next_size(q) < 100
+    frame, upto, n = s.next_frame(q, 3)  # entries 1-3: the small ones
+    s.sent(q, upto, n)
+    epoch, base, entries = wire.decode_pmsgs(wire.decode_frame(frame))
+    assert [r.accept("A/l", epoch, base, m[0]) for m in entries] == [True] * 3
+    assert s.next_size(q) > 100_000
+    assert not s.drop_next(q)  # entries 1-3 are not acknowledged yet
+    assert s.stats()["held"] == 5
+    assert ack(s, r, sstore, rstore) == 3
+    assert s.drop_next(q)
+    assert s.stats()["held"] == 1 and s.stats()["dropped_too_large"] == 1
+    assert q.describe()["dropped_too_large"] == 1
+    frame, upto, n = s.next_frame(q, 10)
+    epoch, base, entries = wire.decode_pmsgs(wire.decode_frame(frame))
+    assert base == 5 and [m[0] for m in entries] == [5]
+    assert r.accept("A/l", epoch, base, 5)
+    assert r.lost == 1
+    s.sent(q, upto, n)
+    assert s.next_size(q) == 0
+    # the dropped entry is gone from the store too: a restarted sender does not resend it
+    sstore.commit()
+    _, s2 = make(tmp_path / "s.db")
+    q2 = s2.attach("l", "B", "B/l", 0.0)
+    assert [lseq for lseq, _ in q2.entries] == [5]
+
+
 def test_persistent_dedupe_with_permanent_gaps() -> None:
     """A branch sees every third persistent message of an origin: repeats are caught, new
     ones are not, and the state stays bounded."""

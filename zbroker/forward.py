@@ -99,6 +99,7 @@ class OutQueue:
     acked: int = 0
     sent: int = 0
     dropped: int = 0
+    too_large: int = 0  # entries no frame the peer accepts could hold (see drop_next)
     retransmits: int = 0
 
     @property
@@ -118,6 +119,7 @@ class OutQueue:
             "sent": self.sent,
             "acked": self.acked,
             "dropped": self.dropped,
+            "dropped_too_large": self.too_large,
             "retransmits": self.retransmits,
         }
 
@@ -277,6 +279,29 @@ class Forwarder:
         upto = entries[start + len(chunk) - 1][0]
         return wire.encode_pmsgs(q.epoch, q.base, chunk), upto, len(chunk)
 
+    def next_size(self, q: OutQueue) -> int:
+        """Bytes of the first entry not yet sent on this connection (0: none)."""
+        entries = q.entries
+        if not entries:
+            return 0
+        i = max(0, q.sent_upto + 1 - entries[0][0])
+        return len(entries[i][1]) if i < len(entries) else 0
+
+    def drop_next(self, q: OutQueue) -> bool:
+        """Drop the first entry not yet sent, which no frame the peer accepts can hold
+        (its max_frame_bytes is smaller than the publisher's node's). Only once it is the
+        oldest entry held: frames carry ``base``, so the receiver stops waiting for it.
+        False while entries before it are unacknowledged (call again after their PACK)."""
+        entries = q.entries
+        if not entries or q.sent_upto + 1 != entries[0][0]:
+            return False
+        lseq, blob = entries.popleft()
+        q.nbytes -= len(blob)
+        q.too_large += 1
+        q.sent_upto = lseq
+        self._store.fwd_delete(q.qkey, lseq)
+        return True
+
     def sent(self, q: OutQueue, upto: int, n: int) -> None:
         q.sent_upto = upto
         q.sent += n
@@ -361,6 +386,7 @@ class Forwarder:
             "lost": self.lost,
             "stale_acks": self.stale_acks,
             "dropped_full": sum(q.dropped for q in self.queues.values()),
+            "dropped_too_large": sum(q.too_large for q in self.queues.values()),
             "max_msgs": self.max_msgs,
             "max_bytes": self.max_bytes,
             "queues": [q.describe() for q in sorted(self.queues.values(), key=lambda q: q.qkey)],

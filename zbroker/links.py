@@ -67,6 +67,11 @@ class Link:
     bytes_out: int = 0
     drops: int = 0
     ups: int = 0
+    # what the peer accepts, stated in its handshake (set before the link is up): frames
+    # we send it are cut to fit its limit, not ours
+    peer_max_frame: int = 0
+    frame_limit: int = 0  # the largest link frame it takes (its max_frame_bytes + slack)
+    batch_bytes: int = 0  # payload bytes after which a frame to it is cut
 
     @property
     def dialer(self) -> bool:
@@ -110,6 +115,7 @@ class Link:
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "drops": self.drops,
+            "peer_max_frame_bytes": self.peer_max_frame or None,
             "ttl": self.options.ttl,
             "last_error": self.last_error or None,
             "attempts": self.attempts,  # dials since the link was last up

@@ -209,9 +209,8 @@ class Node:
         self._dirty: list[Link] = []  # links with a non-empty outbox
         self._send_error = ""  # why the last _send_link failed: the drop counter's name
         self._next_durable_probe = 0.0
-        # link frames: what we accept, and the payload bytes we put in one (see const)
+        # link frames: what we accept (what we send is cut for each peer's own limit)
         self._link_frame_limit = config.max_frame_bytes + LINK_FRAME_SLACK
-        self._link_batch_bytes = min(LINK_BATCH_BYTES, config.max_frame_bytes)
         # _on_msgs: path seen on a link -> the path we forward (False: a loop); targets
         # arrays already type-checked (both bounded by _STREAM_CACHE_SIZE)
         self._fwd_paths: dict[tuple[str, ...], list[str] | bool] = {}
@@ -1025,7 +1024,7 @@ class Node:
                 link.drops += len(box)
                 self._drop("link_down", len(box))
                 continue
-            most = self._link_batch_bytes
+            most = link.batch_bytes
             for start in range(0, len(box), LINK_BATCH):
                 chunk = box[start : start + LINK_BATCH]
                 # small messages (the common case) need no look at each one: the first and
@@ -1035,6 +1034,25 @@ class Node:
                 else:
                     self._send_msgs(link, chunk, now, most)
         self._dirty.clear()
+
+    def _too_large(self, link: Link, what: str) -> None:
+        """Count (and log at the 1st, 2nd, 4th, 8th... time: a stream of them is no flood)
+        a message that no frame the peer of ``link`` accepts can hold."""
+        link.drops += 1
+        self._drop("link_frame_too_large")
+        n = self.dropped["link_frame_too_large"]
+        if n & (n - 1) == 0:
+            log.warning(
+                "link %s: %s does not fit in a frame %s accepts (at most %d bytes: its "
+                "max_frame_bytes %d plus %d); dropped (%d such messages so far)",
+                link.name,
+                what,
+                link.peer,
+                link.frame_limit,
+                link.peer_max_frame,
+                LINK_FRAME_SLACK,
+                n,
+            )
 
     def _send_large(self, link: Link, chunk: list[Any], most: int, now: float) -> None:
         """Messages that may be large: cut before the message whose payload would take the
@@ -1057,29 +1075,19 @@ class Node:
         next node accepts: cut by payload bytes (``most``, when not done yet), else in
         halves."""
         frame = wire.encode_link(wire.MSGS, chunk)
-        if len(frame) > self._link_frame_limit and most and len(chunk) > 1:
+        limit = link.frame_limit
+        if len(frame) > limit and most and len(chunk) > 1:
             self._send_large(link, chunk, most, now)
             return
-        if len(frame) > self._link_frame_limit:
+        if len(frame) > limit:
             if len(chunk) > 1:
                 half = len(chunk) // 2
                 self._send_msgs(link, chunk[:half], now)
                 self._send_msgs(link, chunk[half:], now)
                 return
-            # one message the next node would refuse (its publisher was within the limit,
-            # so its path or targets are what grew): lost here, counted and logged
-            link.drops += 1
-            self._drop("link_frame_too_large")
-            n = self.dropped["link_frame_too_large"]
-            if n & (n - 1) == 0:  # the 1st, 2nd, 4th, 8th...: a stream of them is no flood
-                log.warning(
-                    "link %s: a message of %d bytes on %r does not fit in a link frame "
-                    "(%d such messages dropped so far)",
-                    link.name,
-                    len(frame),
-                    chunk[0][0],
-                    n,
-                )
+            # one message the next node would refuse (its max_frame_bytes is smaller than
+            # its publisher's node's, or headers and path grew it): lost here, counted
+            self._too_large(link, f"a message of {len(frame)} bytes on {chunk[0][0]!r}")
             return
         if self._send_link(link, frame, now):
             link.msgs_out += len(chunk)
@@ -1110,7 +1118,7 @@ class Node:
                 # routes, which the receiver kept, are never withdrawn in between
                 entries.sort(key=lambda e: len(e) < 4)
             full = action.full
-            for chunk in _advert_chunks(entries, self._link_batch_bytes):
+            for chunk in _advert_chunks(entries, link.batch_bytes):
                 if not self._send_link(link, wire.encode_link(wire.ADVERT, full, chunk), now):
                     # losing an advertisement would leave the peer's table wrong: restart
                     reason = _SEND_ERRORS.get(self._send_error, self._send_error)
@@ -1361,6 +1369,7 @@ class Node:
             "static": list(cfg.static),
             "heartbeat_interval": cfg.heartbeat_interval,
             "heartbeat_timeout": cfg.heartbeat_timeout,
+            "max_frame_bytes": self.config.max_frame_bytes,
         }
         sock.send(wire.encode_link(wire.LINK_HELLO, hello))
         link.state = LinkState.HANDSHAKING
@@ -1435,6 +1444,12 @@ class Node:
         if not isinstance(peer, str) or type(inc) is not int:
             raise ProtocolError("bad_type", "LINK_WELCOME needs id and incarnation")
         problem = self._handshake_problem(peer, info)
+        peer_max = 0
+        if problem is None:
+            try:
+                peer_max = _peer_frame_max(info, self.config.max_frame_bytes)
+            except ProtocolError as exc:
+                problem = f"malformed handshake from {peer}: {exc.detail}"
         expected = link.config.peer if link.config is not None else None
         if problem is None and self.security is not None and expected and peer != expected:
             # CURVE proved the server holds `expected`'s key; a different ID is misconfigured
@@ -1449,6 +1464,7 @@ class Node:
             return
         link.peer = peer
         link.peer_incarnation = inc
+        _set_peer_frame_max(link, peer_max)
         self._up(link, now)
 
     def _is_self(self, peer: str, info: dict[str, Any]) -> bool:
@@ -1536,6 +1552,7 @@ class Node:
             duplex = _bool(info, "duplex")
             hb_interval = _num(info, "heartbeat_interval")
             hb_timeout = _num(info, "heartbeat_timeout")
+            peer_max = _peer_frame_max(info, self.config.max_frame_bytes)
         except (ProtocolError, ConfigError, InvalidTopic) as exc:
             self.handshakes_refused += 1
             reason = f"malformed handshake: {exc}"
@@ -1590,6 +1607,7 @@ class Node:
             peer=peer,
             peer_incarnation=inc,
         )
+        _set_peer_frame_max(link, peer_max)
         self._accepted[ident] = link
         welcome = {
             "id": self.broker_id,
@@ -1597,6 +1615,7 @@ class Node:
             "instance": self.instance,
             "group": self.config.group,
             "version": PROTOCOL_VERSION,
+            "max_frame_bytes": self.config.max_frame_bytes,
         }
         self._send_raw(ident, wire.encode_link(wire.LINK_WELCOME, welcome))
         self._up(link, now)
@@ -2317,8 +2336,17 @@ class Node:
             out = self._by_engine_id.get(q.engine_id)
             if out is None or out.state is not LinkState.UP:
                 continue
-            while q.sent_upto < q.entries[-1][0]:
-                frame, upto, n = fw.next_frame(q, LINK_BATCH, self._link_batch_bytes)
+            while q.entries and q.sent_upto < q.entries[-1][0]:
+                size = fw.next_size(q)
+                if size > out.frame_limit - _PMSGS_HEAD:
+                    # never fits a frame the peer takes (a smaller max_frame_bytes than
+                    # ours): dropped once what is before it is acknowledged, so that
+                    # the frame's base tells the peer not to wait for it
+                    if not fw.drop_next(q):
+                        break
+                    self._too_large(out, f"a persistent message of {size} bytes")
+                    continue
+                frame, upto, n = fw.next_frame(q, LINK_BATCH, out.batch_bytes)
                 if n == 0 or not self._send_link(out, frame, now):
                     break  # window full, or the socket's queue: the next pass goes on
                 fw.sent(q, upto, n)
@@ -2779,6 +2807,29 @@ _TS_MAX = 1e15
 
 
 _SEND_ERRORS = {"link_queue_full": "queue full", "link_peer_gone": "peer gone"}
+
+
+#: bytes of a PMSGS frame around its entries (type, epoch, base, array header), at most
+_PMSGS_HEAD = 32
+
+
+def _peer_frame_max(info: dict[str, Any], own: int) -> int:
+    """The max_frame_bytes a peer states in its LINK_HELLO or LINK_WELCOME. A node from
+    before this field states none: it is taken to share ours (as was assumed then)."""
+    v = info.get("max_frame_bytes")
+    if v is None:
+        return own
+    if type(v) is not int or not 64 <= v <= 1 << 30:
+        raise ProtocolError("bad_type", "max_frame_bytes must be an integer in 64..2**30")
+    return v
+
+
+def _set_peer_frame_max(link: Link, peer_max: int) -> None:
+    """Frames to this peer are cut for its limit: what it accepts on a link (its
+    max_frame_bytes plus LINK_FRAME_SLACK) and how many payload bytes one frame gathers."""
+    link.peer_max_frame = peer_max
+    link.frame_limit = peer_max + LINK_FRAME_SLACK
+    link.batch_bytes = min(LINK_BATCH_BYTES, peer_max)
 
 
 def _advert_chunks(entries: list[list[Any]], most: int) -> list[list[list[Any]]]:

@@ -687,6 +687,8 @@ class FrameGen:
             "heartbeat_interval": 0.5,
             "heartbeat_timeout": rng.choice((1.0, 2.0)),
         }
+        if rng.random() < 0.5:  # (absent: a node from before the field)
+            info["max_frame_bytes"] = rng.choice((4096, LIMIT, 1 << 30))
         return [wire.LINK_HELLO, info]
 
     def msgs_entry(self) -> list[Any]:
@@ -1625,3 +1627,30 @@ def test_regression_second_hello_on_a_connection_leaves_no_orphan_link(raw: RawP
     c = counters(b)
     up = [x for x in b.status()["links"] if x["state"] == "up"]
     assert c["links_up"] - c["links_down"] == len(up), (c["links_up"], c["links_down"], up)
+
+
+@pytest.mark.parametrize("bad", ["1048576", 63, 1 << 31, 1.5e6, True, [65536]])
+def test_a_hello_with_a_bad_max_frame_bytes_is_refused(raw: RawPeer, bad: Any) -> None:
+    """The frame limit a peer states decides how we cut frames for it: a value that is not
+    an integer in 64..2**30 refuses the handshake (malformed, no retry), no link."""
+    raw.link.send(wire.encode_link(wire.LINK_HELLO, {**link_hello(), "max_frame_bytes": bad}))
+    value = raw.expect(raw.link, lambda v: v[0] in (wire.LINK_WELCOME, wire.LINK_REFUSE))
+    assert value is not None and value[0] == wire.LINK_REFUSE, value
+    assert "max_frame_bytes" in value[1]["reason"] and value[1]["retry"] is False
+    assert raw.b.status()["links"] == []
+    assert counters(raw.b)["bad_input"] == 0
+
+
+def test_the_handshake_states_each_sides_frame_limit(raw: RawPeer) -> None:
+    """WELCOME states the node's max_frame_bytes; the link keeps the peer's (or, from a
+    peer that states none, a node older than the field, the node's own)."""
+    raw.link.send(wire.encode_link(wire.LINK_HELLO, {**link_hello(), "max_frame_bytes": 4096}))
+    value = raw.expect(raw.link, lambda v: v[0] in (wire.LINK_WELCOME, wire.LINK_REFUSE))
+    assert value is not None and value[0] == wire.LINK_WELCOME, value
+    assert value[1]["max_frame_bytes"] == LIMIT
+    [link] = raw.b.status()["links"]
+    assert link["peer_max_frame_bytes"] == 4096
+    raw.handshake(name="older")  # link_hello() states no limit
+    assert {x["name"]: x["peer_max_frame_bytes"] for x in raw.b.status()["links"]} == {
+        "older": LIMIT
+    }

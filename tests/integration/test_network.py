@@ -1217,6 +1217,120 @@ def test_large_persistent_messages_cross_a_link(
         assert c["bad_input"] == 0 and c["dropped"] == {}, c
 
 
+#: a larger limit, for the node that sends to a SMALL_FRAMES one
+LARGE_FRAMES = 1024 * 1024
+
+
+def test_link_frames_fit_the_limit_the_peer_states(
+    net: Net, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """Nodes with different max_frame_bytes: each states its limit in the link handshake
+    and the other cuts what it sends to fit. A (1 MiB) sent B (64 KiB) frames of up to
+    256 KiB, which B refused whole: most of 200 messages of 1-60 KB were lost at B. A
+    message within A's limit but over B's is dropped at A, where it is counted and logged
+    (it was counted at B as bad input, with every message of its frame)."""
+    a = net.start("A", max_frame_bytes=LARGE_FRAMES)
+    b = net.start("B", net.link("B", "A"), max_frame_bytes=SMALL_FRAMES)
+    wait_links(wait_until, {a: {("ba", "B")}, b: {("ba", "A")}})
+    assert link_named(a, "ba")["peer_max_frame_bytes"] == SMALL_FRAMES
+    assert link_named(b, "ba")["peer_max_frame_bytes"] == LARGE_FRAMES
+    got = Collector()
+    client_factory(b.endpoint).subscribe("MIX.>", got)
+    assert wait_until(lambda: has_route(a, "MIX.>", "B"), WAIT)
+    n = 200
+    sizes = [1_000 + (i * 7_919) % 59_000 for i in range(n)]
+    too_large = 3 * SMALL_FRAMES  # within A's limit, over what B takes on a link
+    pub = client_factory(a.endpoint)
+    for i, size in enumerate(sizes):
+        pub.publish("MIX.X", bytes([i % 256]) * size)
+        if i % 50 == 49:
+            pub.publish("MIX.X", b"T" * too_large)
+    pub.publish("MIX.END", b"end")
+    assert got.wait_topic("MIX.END"), got.topics()
+    payloads = got.payloads("MIX.X")
+    assert [len(p) for p in payloads] == sizes
+    assert [p[0] for p in payloads] == [i % 256 for i in range(n)]
+    assert got.topics() == {"MIX.X": n, "MIX.END": 1}
+    ca, cb = counters(a), counters(b)
+    assert ca["dropped"] == {"link_frame_too_large": 4}, ca
+    assert link_named(a, "ba")["drops"] == 4
+    assert cb["bad_input"] == 0 and cb["dropped"] == {}, cb
+    assert ca["forwarded"] == n + 1
+
+
+def test_persistent_messages_over_the_peers_limit_do_not_block_the_queue(
+    net: Net, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """Store-and-forward toward a node with a smaller max_frame_bytes: frames fit its
+    limit, and an entry that can never fit is dropped from the queue (counted) once the
+    entries before it are acknowledged. It was sent, refused and resent for ever, and every
+    persistent message behind it waited with it."""
+    a = net.start("A", max_frame_bytes=LARGE_FRAMES)
+    b = net.start("B", net.link("B", "A"), max_frame_bytes=SMALL_FRAMES)
+    wait_links(wait_until, {a: {("ba", "B")}, b: {("ba", "A")}})
+    sub = client_factory(b.endpoint)
+    sub.subscribe("PMIX.>", Collector(), durable="pmix").unsubscribe()  # kept on B
+    assert wait_until(lambda: has_route(a, "PMIX.>", "B"), WAIT)
+    n = 30
+    sizes = [20_000 + (i * 3_001) % 40_000 for i in range(n)]
+    pub = client_factory(a.endpoint)
+    pending = []
+    for i, size in enumerate(sizes):
+        pending.append(pub.publish("PMIX.X", bytes([i]) * size, persistent=True))
+        if i in (0, 14):  # one right behind the first, one in the middle
+            pending.append(pub.publish("PMIX.X", b"T" * (3 * SMALL_FRAMES), persistent=True))
+    for fut in pending:
+        fut.result(WAIT)
+
+    def stored() -> list[bytes]:
+        def read(node: Any) -> list[bytes]:
+            node.store.commit()
+            return [r[2] for r in node.store.pending_durable("pmix", 0, 1_000)]
+
+        result: list[bytes] = b.call(read)
+        return result
+
+    assert wait_until(lambda: len(stored()) >= n, WAIT), len(stored())
+    assert stored() == [bytes([i]) * size for i, size in enumerate(sizes)]
+    assert wait_until(lambda: a.status()["forward"]["held"] == 0, WAIT)
+    fa, fb = a.status()["forward"], b.status()["forward"]
+    assert fa["dropped_too_large"] == 2 and fa["dropped_full"] == 0, fa
+    assert fb["lost"] == 2, fb  # B saw the sequence skip them
+    assert counters(a)["dropped"] == {"link_frame_too_large": 2}
+    cb = counters(b)
+    assert cb["bad_input"] == 0 and cb["dropped"] == {}, cb
+
+
+def test_an_interest_table_fits_the_limit_of_the_neighbour_it_goes_to(
+    net: Net, wait_until: WaitUntil
+) -> None:
+    """A (1 MiB frames) with 4,000 subscriptions (about 200 KB of table) gains a neighbour
+    whose limit is 64 KiB: the advertisement is cut for the neighbour's limit, not A's."""
+    import zmq
+
+    n = 4_000
+    a = net.start("A", max_frame_bytes=LARGE_FRAMES)
+    ctx = zmq.Context.instance()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SNDHWM, 0)
+    try:
+        sub.connect(endpoint(a.ports["deliver"]))
+        for i in range(n):
+            sub.setsockopt(zmq.SUBSCRIBE, f"TABLE.EXCHANGE.SYMBOL{i:07d}.>".encode() + b"\0")
+        assert wait_until(lambda: a.status()["subscriptions"]["count"] == n, WAIT)
+        b = net.start("B", net.link("B", "A"), max_frame_bytes=SMALL_FRAMES)
+        wait_links(wait_until, {a: {("ba", "B")}, b: {("ba", "A")}})
+
+        def learned() -> int:
+            return sum(1 for r in routes(b) if r["origin"] == "A" and r["link"] == "ba")
+
+        assert wait_until(lambda: learned() == n, WAIT), learned()
+        assert counters(b)["bad_input"] == 0 and counters(b)["dropped"] == {}
+    finally:
+        sub.close()
+
+
 def test_a_large_interest_table_reaches_a_new_neighbour(net: Net, wait_until: WaitUntil) -> None:
     """A node with 30,000 subscriptions (its table encodes to about 1.3 MB) gains a
     neighbour: the first, full advertisement leaves in frames under the neighbour's
