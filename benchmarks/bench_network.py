@@ -214,8 +214,10 @@ def run_chain(
     n: int,
     rate: float = 0.0,
     profile_dir: str | None = None,
+    keep_samples: bool = False,
 ) -> dict[str, Any]:
-    """Publisher on A, subscriber on C; like ``bench_node.run_zb`` with two endpoints."""
+    """Publisher on A, subscriber on C; like ``bench_node.run_zb`` with two endpoints.
+    ``keep_samples``: a latency run's every latency (ns) in ``lat_ns``, to pool runs."""
     a, c = nodes[0], nodes[-1]
     q = ctx.Queue()
     inbox = bn._Inbox(q)
@@ -311,6 +313,8 @@ def run_chain(
         res["latency"] = bn._lat_stats(sub_res["lat_ns"])
         res["hop1_publish_to_node"] = bn._lat_stats(sub_res["hop1_ns"])
         res["hop2_node_to_callback"] = bn._lat_stats(sub_res["hop2_ns"])
+        if keep_samples:
+            res["lat_ns"] = sub_res["lat_ns"]
     return res
 
 

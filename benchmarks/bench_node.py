@@ -667,10 +667,16 @@ def _per_msg(res: dict[str, Any], mid_cpu_s: float) -> dict[str, float]:
 
 
 def run_raw(
-    ctx: Any, mode: str, n: int, rate: float = 0.0, relay: dict[str, Any] | None = None
+    ctx: Any,
+    mode: str,
+    n: int,
+    rate: float = 0.0,
+    relay: dict[str, Any] | None = None,
+    keep_samples: bool = False,
 ) -> dict[str, Any]:
     """Raw pyzmq: PUB -> SUB directly, or PUSH -> relay process -> SUB when ``relay``
-    (``relay["pids"]``, when given, lists every relay process of a chain of them)."""
+    (``relay["pids"]``, when given, lists every relay process of a chain of them).
+    ``keep_samples``: a latency run's every latency (ns) in ``lat_ns``, to pool runs."""
     q = ctx.Queue()
     inbox = _Inbox(q)
     sub_ready, started, pub_done, sub_done = (ctx.Event() for _ in range(4))
@@ -709,6 +715,8 @@ def run_raw(
     if mode == "latency":
         res["rate"] = rate
         res["latency"] = _lat_stats(sub_res["lat_ns"])
+        if keep_samples:
+            res["lat_ns"] = sub_res["lat_ns"]
     return res
 
 
