@@ -13,7 +13,8 @@ noise changes from minute to minute. Here both pipelines run all along, and late
 alternate between them (chain, reference, reference, chain, ...: each goes first in half
 the rounds), so both meet the same machine:
 
-* per round: p50 / p99 of the chain and of the reference, and the CPU stolen by the host;
+* per round: p50 / p99 of the chain and of the reference, the CPU time of all five
+  processes per message, and the CPU stolen by the host;
 * pooled over all rounds: the p50 / p99 / p99.9 of every sample of each (80,000 per
   pipeline by default), and the chain's p99 against the target (3 ms) and against the
   reference's.
@@ -50,10 +51,16 @@ DEADLINE_PER_ROUND_S = 120
 def _round_line(i: int, order: str, chain: dict[str, Any], ref: dict[str, Any]) -> str:
     c, r = chain["latency"], ref["latency"]
     return (
-        f"  round {i} ({order}): chain p50 {c['p50_ms']:.3f} p99 {c['p99_ms']:.3f} ms "
-        f"(steal {chain['steal_pct']:.1f} %), reference p50 {r['p50_ms']:.3f} p99 "
-        f"{r['p99_ms']:.3f} ms (steal {ref['steal_pct']:.1f} %)"
+        f"  round {i} ({order}): chain p50 {c['p50_ms']:.3f} p99 {c['p99_ms']:.3f} ms, "
+        f"{chain['cpu_us_per_msg']['total']:.0f} us CPU/msg (steal {chain['steal_pct']:.1f} %); "
+        f"reference p50 {r['p50_ms']:.3f} p99 {r['p99_ms']:.3f} ms, "
+        f"{ref['cpu_us_per_msg']['total']:.0f} us CPU/msg (steal {ref['steal_pct']:.1f} %)"
     )
+
+
+def _median(values: list[float]) -> float:
+    s = sorted(values)
+    return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,8 +136,16 @@ def main(argv: list[str] | None = None) -> int:
             result["rounds"].append(
                 {
                     "order": order,
-                    "chain": {**chain["latency"], "steal_pct": chain["steal_pct"]},
-                    "ref": {**ref["latency"], "steal_pct": ref["steal_pct"]},
+                    "chain": {
+                        **chain["latency"],
+                        "steal_pct": chain["steal_pct"],
+                        "cpu_us_per_msg": chain["cpu_us_per_msg"],
+                    },
+                    "ref": {
+                        **ref["latency"],
+                        "steal_pct": ref["steal_pct"],
+                        "cpu_us_per_msg": ref["cpu_us_per_msg"],
+                    },
                     "chain_delivered": chain["delivered"],
                     "ref_delivered": ref["delivered"],
                 }
@@ -162,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         "rounds_ref_within_target": ref_passed,
         "rounds": len(rounds),
         "max_steal_pct": max(max(r["chain"]["steal_pct"], r["ref"]["steal_pct"]) for r in rounds),
+        # CPU time of all five processes per message (median round): the five share 2 vCPUs
+        "chain_cpu_us_per_msg": _median([r["chain"]["cpu_us_per_msg"]["total"] for r in rounds]),
+        "ref_cpu_us_per_msg": _median([r["ref"]["cpu_us_per_msg"]["total"] for r in rounds]),
     }
     if args.json:
         print(json.dumps(result, indent=2, default=str))
@@ -175,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
             f"p99 {st['p99_ms']:.3f}  p99.9 {st['p999_ms']:.3f}  max {st['max_ms']:.3f} ms"
         )
     print(f"chain p99 / reference p99    {s['p99_ratio']:.2f}")
+    print(
+        f"CPU per message, five processes (median round): chain "
+        f"{s['chain_cpu_us_per_msg']:.0f} us, reference {s['ref_cpu_us_per_msg']:.0f} us"
+    )
     print(
         f"rounds with p99 <= {s['target_p99_ms']:g} ms: chain {passed} of {len(rounds)}, "
         f"reference {ref_passed} of {len(rounds)}; max steal {s['max_steal_pct']:.1f} %"
