@@ -1410,7 +1410,7 @@ class _ClientLoop:
         if self.ready.done():
             log.info("connected to node %s at %s", session.hello.get("broker_id"), session.endpoint)
         for req_id, op, body in self.waiting:
-            _send(session, wire.encode_control(op, req_id, body))
+            self._send_request(session, req_id, op, body)
         self.waiting.clear()
         if self.ready.done():
             self._reattach_durables(session)
@@ -1467,9 +1467,27 @@ class _ClientLoop:
                 self.pending[req_id] = (fut, time.monotonic() + c.timeout)
                 if self.primary is None:
                     self.waiting.append((req_id, op, body))  # sent once a node answers
-                elif not _send(self.primary, wire.encode_control(op, req_id, body)):
-                    self.pending.pop(req_id, None)
-                    fut.set_exception(BrokerUnreachable("the request could not be sent"))
+                else:
+                    self._send_request(self.primary, req_id, op, body)
+
+    def _send_request(self, session: _Session, req_id: int, op: int, body: Any) -> None:
+        """Send a pending request, or fail it at once: a request over the node's
+        max_frame_bytes is counted and dropped there without a reply, so it would only
+        have waited out the client's timeout as if the node were gone."""
+        frame = wire.encode_control(op, req_id, body)
+        limit = self.client._frame_max
+        if limit and len(frame) > limit:
+            error: Exception = PayloadError(
+                f"request of {len(frame)} bytes is over the node's limit of {limit} bytes "
+                "(its max_frame_bytes)"
+            )
+        elif _send(session, frame):
+            return
+        else:
+            error = BrokerUnreachable("the request could not be sent")
+        pending = self.pending.pop(req_id, None)
+        if pending is not None and not pending[0].done():
+            pending[0].set_exception(error)
 
     def _on_deliver(self) -> None:
         recv = self.sub.recv

@@ -143,14 +143,37 @@ def commit_staged(
             raise ValueError("a commit naming its writer needs the batch number too")
         body["writer"] = writer
         body["batch"] = batch
-    return client.request(wire.STAGE_COMMIT, body)
+    try:
+        return client.request(wire.STAGE_COMMIT, body)
+    except PayloadError as exc:
+        # one request names every token: a job of some 25,000 tasks passes 1 MiB
+        raise PayloadError(
+            f"the commit of {len(body['tokens'])} tokens does not fit in one request to the "
+            f"node ({exc}); raise the node's limits.max_frame_bytes or write with fewer "
+            "partitions. Nothing was published; the rows stay staged until aborted"
+        ) from exc
 
 
 def abort_staged(client: Client, tokens: Iterable[str], group: str | None = None) -> int:
     """Discard the rows staged under ``tokens`` (and all of ``group``'s); returns how many
-    rows were dropped."""
-    body: dict[str, Any] = {"tokens": list(tokens)}
-    if group is not None:
-        body["group"] = group
-    reply = client.request(wire.STAGE_ABORT, body)
-    return int(reply.get("discarded", 0))
+    rows were dropped. Unlike a commit, an abort needs no atomicity: many tokens go in
+    several requests that each fit the node's limit (the group with the last)."""
+    names = list(tokens)
+    budget = client._frame_max - _STAGE_ENVELOPE if client._frame_max else 0
+    chunks: list[list[str]] = [[]]
+    size = 0
+    for t in names:
+        n = len(t.encode()) + 5  # str header, at most 5 bytes
+        if budget > 0 and chunks[-1] and size + n > budget:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(t)
+        size += n
+    discarded = 0
+    for i, chunk in enumerate(chunks):
+        body: dict[str, Any] = {"tokens": chunk}
+        if group is not None and i == len(chunks) - 1:
+            body["group"] = group
+        reply = client.request(wire.STAGE_ABORT, body)
+        discarded += int(reply.get("discarded", 0))
+    return discarded

@@ -251,3 +251,50 @@ def test_large_rows_are_staged_in_requests_the_node_takes(
     assert [m.headers for m in inbox.messages[:4]] == [{"i": 0}, {}, {}, {"i": 3}]
     counters = client.request(wire.STATUS)["counters"]
     assert counters["bad_input"] == 0 and counters["dropped"] == {}
+
+
+def test_a_commit_over_the_nodes_limit_fails_at_once_and_an_abort_still_clears_it(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    """A commit names every token of a job in one request; past the node's max_frame_bytes
+    the node counted it as oversized and never answered, so the driver waited out its
+    timeout and was told the node was unreachable. It now fails at once with the reason,
+    publishes nothing, and the abort that follows (no atomicity needed) goes in requests
+    that fit, so every staged row is discarded."""
+    from zbroker import PayloadError
+
+    broker = broker_factory(max_frame_bytes=4096)
+    client = client_factory(broker.endpoint)
+    inbox = Inbox()
+    client.subscribe("MANY.>", inbox)
+    tokens = [
+        staged(client, [f"t{i}-{j}".encode() for j in range(3)], "MANY.X") for i in range(200)
+    ]
+    assert client.request(wire.STATUS)["staging"]["rows"] == 600
+    t0 = time.monotonic()
+    with pytest.raises(PayloadError, match="commit of 200 tokens does not fit") as exc:
+        commit_staged(client, tokens, writer="many", batch=0)
+    assert time.monotonic() - t0 < client.timeout / 2  # not a timeout
+    assert "over the node's limit of 4096 bytes" in str(exc.value)
+    assert abort_staged(client, [t for t, _ in tokens]) == 600
+    status = client.request(wire.STATUS)
+    assert status["staging"]["rows"] == 0
+    assert status["counters"]["bad_input"] == 0 and status["counters"]["received"] == 0
+    time.sleep(GRACE)
+    assert inbox.payloads() == []
+    # a commit that fits still works on the same node and client
+    token, n = staged(client, [b"after"], "MANY.X")
+    assert commit_staged(client, [(token, n)], writer="many", batch=1)["applied"] == 1
+    assert inbox.wait_count(1) and inbox.payloads() == [b"after"]
+
+
+def test_any_request_over_the_nodes_limit_fails_at_once(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    broker = broker_factory(max_frame_bytes=4096)
+    client = client_factory(broker.endpoint)
+    from zbroker import PayloadError
+
+    with pytest.raises(PayloadError, match="over the node's limit of 4096 bytes"):
+        client.request(wire.STAGE_ABORT, {"tokens": ["x" * 40] * 200})
+    assert client.request(wire.STATUS)["counters"]["bad_input"] == 0
