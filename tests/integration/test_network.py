@@ -1138,6 +1138,18 @@ def test_msgs_before_the_handshake_are_counted_in_messages(
 
 # -- large messages, large tables -----------------------------------------------------------------
 
+
+def durable_payloads(broker: Broker, name: str) -> list[bytes]:
+    """The payloads a node holds for durable subscription ``name``, oldest first."""
+
+    def read(node: Any) -> list[bytes]:
+        node.store.commit()
+        return [r[2] for r in node.store.pending_durable(name, 0, 1_000)]
+
+    result: list[bytes] = broker.call(read)
+    return result
+
+
 #: a small frame limit for these tests: the same rules, with megabytes fewer
 SMALL_FRAMES = 64 * 1024
 
@@ -1202,12 +1214,7 @@ def test_large_persistent_messages_cross_a_link(
         fut.result(WAIT)
 
     def stored() -> list[bytes]:
-        def read(node: Any) -> list[bytes]:
-            node.store.commit()
-            return [r[2] for r in node.store.pending_durable("pbig", 0, 1_000)]
-
-        result: list[bytes] = b.call(read)
-        return result
+        return durable_payloads(b, "pbig")
 
     assert wait_until(lambda: len(stored()) >= n, WAIT), len(stored())
     assert stored() == [bytes([i]) * size for i, size in enumerate(sizes)]
@@ -1283,12 +1290,7 @@ def test_persistent_messages_over_the_peers_limit_do_not_block_the_queue(
         fut.result(WAIT)
 
     def stored() -> list[bytes]:
-        def read(node: Any) -> list[bytes]:
-            node.store.commit()
-            return [r[2] for r in node.store.pending_durable("pmix", 0, 1_000)]
-
-        result: list[bytes] = b.call(read)
-        return result
+        return durable_payloads(b, "pmix")
 
     assert wait_until(lambda: len(stored()) >= n, WAIT), len(stored())
     assert stored() == [bytes([i]) * size for i, size in enumerate(sizes)]
