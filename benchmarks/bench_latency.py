@@ -33,6 +33,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -56,11 +57,6 @@ def _round_line(i: int, order: str, chain: dict[str, Any], ref: dict[str, Any]) 
         f"reference p50 {r['p50_ms']:.3f} p99 {r['p99_ms']:.3f} ms, "
         f"{ref['cpu_us_per_msg']['total']:.0f} us CPU/msg (steal {ref['steal_pct']:.1f} %)"
     )
-
-
-def _median(values: list[float]) -> float:
-    s = sorted(values)
-    return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,8 +174,12 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": len(rounds),
         "max_steal_pct": max(max(r["chain"]["steal_pct"], r["ref"]["steal_pct"]) for r in rounds),
         # CPU time of all five processes per message (median round): the five share 2 vCPUs
-        "chain_cpu_us_per_msg": _median([r["chain"]["cpu_us_per_msg"]["total"] for r in rounds]),
-        "ref_cpu_us_per_msg": _median([r["ref"]["cpu_us_per_msg"]["total"] for r in rounds]),
+        "chain_cpu_us_per_msg": statistics.median(
+            r["chain"]["cpu_us_per_msg"]["total"] for r in rounds
+        ),
+        "ref_cpu_us_per_msg": statistics.median(
+            r["ref"]["cpu_us_per_msg"]["total"] for r in rounds
+        ),
     }
     if args.json:
         print(json.dumps(result, indent=2, default=str))
