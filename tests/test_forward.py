@@ -19,7 +19,7 @@ from typing import Any
 import msgpack
 
 from zbroker import wire
-from zbroker.forward import RETRANSMIT_AFTER, Forwarder
+from zbroker.features.forward import RETRANSMIT_AFTER, Forwarder
 from zbroker.store import Store
 
 
@@ -162,7 +162,7 @@ def test_stale_ack_and_unknown_link(tmp_path: Path) -> None:
 
 
 def test_the_window_bounds_what_is_in_flight(tmp_path: Path) -> None:
-    from zbroker.forward import WINDOW
+    from zbroker.features.forward import WINDOW
 
     _, s = make(tmp_path / "s.db")
     q = s.attach("l", "B", "B/l", 0.0)
@@ -247,7 +247,7 @@ def test_an_entry_no_frame_can_hold_is_dropped_once_it_is_the_oldest(tmp_path: P
 def test_persistent_dedupe_with_permanent_gaps() -> None:
     """A branch sees every third persistent message of an origin: repeats are caught, new
     ones are not, and the state stays bounded."""
-    from zbroker.forward import PersistentDedupe
+    from zbroker.features.forward import PersistentDedupe
 
     d = PersistentDedupe(window=100)
     mine = list(range(1, 30_000, 3))

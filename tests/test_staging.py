@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zbroker.staging import Staging, StagingError
+from zbroker.features.staging import Staging, StagingError
 
 
 def rows(n: int, topic: str = "T.A", start: int = 0) -> list[list[Any]]:

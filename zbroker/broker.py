@@ -26,12 +26,36 @@ import zmq
 from .config import NodeConfig, default_data_dir
 from .const import START_TIMEOUT, STOP_TIMEOUT
 from .errors import ZBrokerError
+from .features.discovery import LanDiscovery
+from .features.durables import Durables
+from .features.forward import StoreAndForward
+from .features.introspection import Introspection
+from .features.persistent import PersistentPublish
+from .features.retention import Retention
+from .features.staging import StagedWrites
 from .identity import DataDirLock, Identity, open_identity
-from .node import CALL, STOP, Node, command_client, format_endpoint
+from .node import CALL, STOP, Feature, Node, command_client, format_endpoint
 
-__all__ = ["Broker"]
+__all__ = ["Broker", "node_features"]
 
 log = logging.getLogger("zbroker.broker")
+
+
+def node_features(config: NodeConfig) -> list[Feature]:
+    """The features a node runs, in the order the kernel calls them at each phase.
+
+    The order matters where features answer the same question: admission asks retention
+    first, then durables, then store-and-forward (a refusal names the first full one);
+    after each commit, store-and-forward sends before the durable pump."""
+    return [
+        Introspection(),
+        Retention(),
+        PersistentPublish(),
+        StagedWrites(),
+        StoreAndForward(),
+        Durables(),
+        LanDiscovery(),
+    ]
 
 
 class Broker:
@@ -79,7 +103,7 @@ class Broker:
             raise
         self._ctx = zmq.Context()
         endpoint = f"inproc://zbroker-cmd-{uuid.uuid4().hex}"
-        self._node = Node(cfg, self._identity, self._ctx, endpoint)
+        self._node = Node(cfg, self._identity, self._ctx, endpoint, node_features(cfg))
         self._thread = threading.Thread(
             target=self._run, name=f"zbroker-node-{self._identity.broker_id}", daemon=True
         )

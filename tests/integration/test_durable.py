@@ -1099,7 +1099,7 @@ def test_a_killed_subscriber_is_detached_and_what_it_had_comes_again(
     node's probe (a PING it ignores, every DURABLE_PROBE_INTERVAL) finds the connection
     gone and detaches it; the next subscriber gets everything not acknowledged, the
     in-flight ones flagged redelivered."""
-    from zbroker.node import DURABLE_PROBE_INTERVAL
+    from zbroker.features.durables import DURABLE_PROBE_INTERVAL
 
     setup = client_factory(broker.endpoint)
     detach_and_sync(setup, setup.subscribe("KILL.>", lambda m: None, durable="killed"))

@@ -72,7 +72,7 @@ from zbroker import Broker, Client, Message, PublishTimeout, wire
 from zbroker.config import validate_broker_id
 from zbroker.const import LINK_FRAME_SLACK, PROTOCOL_VERSION
 from zbroker.errors import ConfigError, InvalidTopic, ProtocolError
-from zbroker.staging import Staging, StagingError
+from zbroker.features.staging import Staging, StagingError
 from zbroker.store import RetainRule
 from zbroker.topics import validate_pattern, validate_publish_topic, validate_topic
 

@@ -594,7 +594,7 @@ def test_middle_node_restart_rebuilds_links_and_interest(
     old_incarnation = b.incarnation
 
     if crash:
-        b.call(lambda node: setattr(node, "_say_goodbye", lambda: None))
+        b.call(lambda node: setattr(node.links, "goodbye", lambda now: None))
         b.stop()
         # nobody noticed: the neighbours still hold the links and the routes through them
         assert up_links(a) == {("ab", "B")} and up_links(c) == {("bc", "B")}
@@ -613,7 +613,7 @@ def test_middle_node_restart_rebuilds_links_and_interest(
         lambda: counters(a)["links_up"] == 2 and counters(c)["links_up"] == 2, WAIT
     ), (links_of(a), links_of(c))
     wait_links(wait_until, {a: {("ab", "B")}, b: {("ab", "A"), ("bc", "C")}, c: {("bc", "B")}})
-    assert a.call(lambda node: node._dialers["ab"].peer_incarnation) == old_incarnation + 1
+    assert a.call(lambda node: node.links.dialers["ab"].peer_incarnation) == old_incarnation + 1
     assert len(links_of(c)) == 1  # the old incarnation's accepted link is gone
     assert wait_until(lambda: has_route(a, "MID.>", "C", hops=2, via="ab"), WAIT), routes(a)
     # no stale routes anywhere
@@ -831,7 +831,7 @@ def test_restarted_dialer_replaces_its_stale_link(
     old_incarnation = a.incarnation
 
     # A vanishes without a goodbye, as a crashed process would
-    a.call(lambda node: setattr(node, "_say_goodbye", lambda: None))
+    a.call(lambda node: setattr(node.links, "goodbye", lambda now: None))
     a.stop()
     assert up_links(b) == {("ab", "A")}  # B still believes in the old link
 

@@ -182,7 +182,7 @@ def test_a_read_page_is_bounded_by_bytes_too(
 ) -> None:
     """Large payloads: a READ reply stops at about 8 MB (READ_PAGE_BYTES) and says where
     to continue; Client.read pages on and returns every message once."""
-    from zbroker.node import READ_PAGE_BYTES
+    from zbroker.features.retention import READ_PAGE_BYTES
 
     broker = retaining(broker_factory, RetainRule("BIG.>"))
     client = client_factory(broker.endpoint)
@@ -205,9 +205,9 @@ def test_a_sparse_pattern_is_read_in_bounded_scans(
     """A READ examines at most READ_SCAN_ROWS rows (here 7 of the 40), so a pattern that
     matches little of a long log never holds the node's loop for the whole log: pages may
     hold no rows and still say where to go on; Client.read pages through them."""
-    import zbroker.node
+    import zbroker.features.retention
 
-    monkeypatch.setattr(zbroker.node, "READ_SCAN_ROWS", 7)
+    monkeypatch.setattr(zbroker.features.retention, "READ_SCAN_ROWS", 7)
     page = log40.request(wire.READ, {"pattern": "NOPE.>", "start": 1, "limit": 100})
     assert (page["rows"], page["next"], page["last_seq"]) == ([], 8, 40)
     page = log40.request(wire.READ, {"pattern": "RD.A", "start": 8, "limit": 100})

@@ -30,7 +30,8 @@ dropped and counted (``dropped_full``); frames carry ``base`` (the oldest entry 
 sender still holds), so a receiver stops waiting for dropped ones.
 
 This module holds no socket and no clock: the node passes ``now`` and sends the frames.
-The SQL lives in :mod:`zbroker.store` (``fwd_*``).
+The SQL lives in :mod:`zbroker.store` (``fwd_*``); the dedupe by ``(origin, incarnation,
+pseq)`` in :mod:`.dedupe`.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ from typing import Any, Protocol
 
 import msgpack
 
-from . import wire
+from ... import wire
 
-__all__ = ["RETRANSMIT_AFTER", "WINDOW", "Forwarder", "OutQueue", "PersistentDedupe"]
+__all__ = ["RETRANSMIT_AFTER", "WINDOW", "Forwarder", "OutQueue"]
 
 #: entries sent but not yet acknowledged per link: the receiver's commit paces the sender
 WINDOW = 20_000
@@ -391,58 +392,6 @@ class Forwarder:
             "max_bytes": self.max_bytes,
             "queues": [q.describe() for q in sorted(self.queues.values(), key=lambda q: q.qkey)],
         }
-
-
-class PersistentDedupe:
-    """Repeats of persistent messages by ``(origin, incarnation, pseq)``.
-
-    Like :class:`~zbroker.routing.dedupe.DedupeWindow` (a floor below which everything was
-    seen, plus the seqs seen above it), but built for a stream with permanent gaps: a node
-    on one branch sees only the persistent messages routed to it, so the set above the
-    floor never fills its gaps. When it outgrows ``window`` the older half is folded into
-    the floor at once (amortized O(log n) per message, where the MSGS window pays O(window)
-    per message once full). A copy arriving by another path more than ``window / 2``
-    messages late would be taken for a repeat: routes in a mesh converge long before that.
-    """
-
-    def __init__(self, window: int = 65_536, max_origins: int = 65_536) -> None:
-        self._window = window
-        self._max_origins = max_origins
-        self._origins: dict[tuple[str, int], tuple[list[int], set[int]]] = {}
-        self.duplicates = 0
-
-    def seen(self, origin: str, incarnation: int, pseq: int) -> bool:
-        key = (origin, incarnation)
-        state = self._origins.get(key)
-        if state is None:
-            if len(self._origins) >= self._max_origins:
-                del self._origins[next(iter(self._origins))]
-            self._origins[key] = ([pseq], set())
-            return False
-        floor, above = state
-        if pseq <= floor[0] or pseq in above:
-            self.duplicates += 1
-            return True
-        if pseq == floor[0] + 1:
-            f = pseq
-            while f + 1 in above:
-                f += 1
-                above.discard(f)
-            floor[0] = f
-            return False
-        above.add(pseq)
-        if len(above) > self._window:
-            ordered = sorted(above)
-            cut = len(ordered) // 2
-            floor[0] = ordered[cut - 1]
-            above.clear()
-            above.update(ordered[cut:])
-            f = floor[0]
-            while f + 1 in above:
-                f += 1
-                above.discard(f)
-            floor[0] = f
-        return False
 
 
 def _islice(

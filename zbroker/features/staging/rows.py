@@ -30,8 +30,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidTopic
-from .topics import validate_publish_topic
+from ...errors import InvalidTopic
+from ...topics import validate_publish_topic
 
 __all__ = [
     "DEFAULT_STAGE_MAX_BYTES",

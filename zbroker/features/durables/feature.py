@@ -1,0 +1,287 @@
+"""The durables feature: messages in, requests, admission and status.
+
+Each durable's pattern is sticky local interest (source ``durable:NAME``): it stays
+routed while links toward it are down, so what is published meanwhile waits in the
+store-and-forward queue of the link that is down. The sink appends each matching message
+to every matching durable's queue (or refuses it, counted, when a ``reject-new`` queue is
+full). DURABLE_OPEN attaches a subscriber (everything not acknowledged is sent again,
+flagged redelivered), DURABLE_ACK frees credit, DURABLE_CLOSE detaches, DURABLE_DELETE
+removes the durable and its messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ... import wire
+from ...config import validate_broker_id
+from ...errors import ConfigError, InvalidTopic
+from ...node import Feature, Op, Refusal, Request
+from ...node.context import Context
+from ...node.events import DurableAttached, DurableDetached
+from ...store import OVERFLOW_POLICIES
+from ...sublist import Sublist
+from ...topics import validate_pattern
+from .pump import probe, pump
+from .state import Durable
+
+__all__ = ["DURABLE_PROBE_INTERVAL", "Durables"]
+
+#: seconds between checks that attached durable subscribers are still connected
+DURABLE_PROBE_INTERVAL = 1.0
+_I64 = 1 << 63
+
+
+class Durables(Feature):
+    name = "durables"
+    sink_sources = ("durable",)
+
+    def __init__(self) -> None:
+        self._durables: dict[str, Durable] = {}
+        self._match: Sublist[str] = Sublist()
+        self._pump: set[str] = set()  # durables with something to send
+        self._next_probe = 0.0
+        self.stored = 0
+        self.delivered = 0
+        self.acked = 0
+
+    def attach(self, ctx: Context) -> None:
+        self._ctx = ctx
+        assert ctx.store is not None
+        for name, (pattern, next_q, max_msgs) in ctx.store.durables().items():
+            self._add(Durable(name, pattern, next_q, max_msgs))
+
+    def _add(self, d: Durable) -> None:
+        self._durables[d.name] = d
+        self._match.insert(d.pattern, d.name)
+        self._ctx.add_interest(d.pattern, "durable:" + d.name)
+
+    def ops(self) -> Sequence[Op]:
+        return (
+            Op(wire.DURABLE_OPEN, self._open, _open_subjects),
+            Op(wire.DURABLE_ACK, self._ack, self._subjects),
+            Op(wire.DURABLE_CLOSE, self._close, self._subjects),
+            Op(wire.DURABLE_DELETE, self._delete, self._subjects),
+        )
+
+    def _subjects(self, body: dict[str, Any]) -> Iterable[tuple[str, str]]:
+        name = body.get("name")
+        d = self._durables.get(name) if isinstance(name, str) else None
+        return (("subscribe", d.pattern),) if d is not None else ()
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def sink(self, batch: list[list[Any]]) -> None:
+        store = self._ctx.store
+        assert store is not None
+        durables, match = self._durables, self._match.match
+        for m in batch:
+            row = tuple(m[:8])  # (topic, payload, fmt, headers, origin, inc, seq, ts)
+            size = len(m[1]) + len(m[0])
+            for name in match(m[0]):
+                d = durables[name]
+                if store.durable_rejects(name, 1, size):
+                    # reject-new and full: what is stored stays; this one is not queued
+                    self._ctx.drop("durable_reject_new")
+                    continue
+                store.enqueue(name, d.next_q, row)
+                d.next_q += 1
+                self.stored += 1
+                if d.consumer is not None:
+                    self._pump.add(name)
+
+    def admit(self, topics: dict[str, list[int]], *, batch: bool) -> Refusal | None:
+        store = self._ctx.store
+        if not self._durables or store is None:
+            return None
+        adds: dict[str, list[int]] = {}
+        total = 0
+        for topic, (n, size) in topics.items():
+            total += n
+            for name in self._match.match(topic):
+                a = adds.setdefault(name, [0, 0])
+                a[0] += n
+                a[1] += size
+        for name, (n, size) in adds.items():
+            if store.durable_rejects(name, n, size):
+                return Refusal(
+                    f"refused: durable subscription {name!r} is full (overflow policy "
+                    "reject-new): it must be drained or deleted first"
+                    + ("; the rows stay staged until aborted" if batch else ""),
+                    total,
+                )
+        return None
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _named(self, req: Request) -> str | None:
+        name = req.body.get("name")
+        try:
+            validate_broker_id(name, "durable name")
+        except ConfigError as exc:
+            self._refuse(req, str(exc))
+            return None
+        assert isinstance(name, str)
+        return name
+
+    def _refuse(self, req: Request, message: str) -> None:
+        if req.req_id:  # (a request sent without an id wants no answer)
+            self._ctx.error(req, message)
+
+    def _open(self, req: Request) -> None:
+        name = self._named(req)
+        if name is None:
+            return
+        store = self._ctx.store
+        assert store is not None
+        opts = _open_options(req.body)
+        if isinstance(opts, str):
+            self._refuse(req, opts)
+            return
+        pattern = opts["pattern"]
+        d = self._durables.get(name)
+        created = d is None
+        if d is None:
+            store.create_durable(
+                name,
+                pattern,
+                opts["max_msgs"],
+                opts["max_bytes"],
+                opts["max_age"],
+                opts["overflow"],
+            )
+            d = Durable(name, pattern, 1, opts["max_msgs"])
+            self._add(d)
+        elif d.pattern != pattern:
+            self._refuse(req, f"durable subscription {name!r} exists with pattern {d.pattern!r}")
+            return
+        # (re)attach: everything not acknowledged is sent again, flagged redelivered
+        d.consumer = req.ident
+        d.window.reset(opts["credit"])
+        store.set_attached(name, True)
+        self._pump.add(name)
+        store.commit()
+        self._ctx.emit(DurableAttached(name=name))
+        reply = {
+            "name": name,
+            "pattern": pattern,
+            "stored": store.durable_depth(name),
+            "dropped": store.durable_dropped(name),
+            "created": created,
+        }
+        if req.req_id:
+            self._ctx.reply(req, wire.DURABLE_OPEN, reply)
+
+    def _ack(self, req: Request) -> None:
+        name = self._named(req)
+        d = self._durables.get(name) if name is not None else None
+        upto = req.body.get("upto")
+        if d is None or type(upto) is not int or not 0 <= upto < _I64 or d.consumer != req.ident:
+            return
+        assert self._ctx.store is not None
+        self._ctx.store.ack(d.name, upto)
+        d.window.acked(upto)
+        self.acked += 1
+        self._pump.add(d.name)
+
+    def _close(self, req: Request) -> None:
+        name = self._named(req)
+        d = self._durables.get(name) if name is not None else None
+        if d is not None and d.consumer == req.ident:
+            d.consumer = None
+            assert self._ctx.store is not None
+            self._ctx.store.set_attached(d.name, False)
+            self._ctx.emit(DurableDetached(name=d.name, reason="closed"))
+
+    def _delete(self, req: Request) -> None:
+        name = self._named(req)
+        if name is None:
+            return
+        d = self._durables.pop(name, None)
+        deleted = 0
+        if d is not None:
+            self._match.remove(d.pattern, name)
+            self._ctx.drop_interest(d.pattern, "durable:" + name)
+            self._pump.discard(name)
+            assert self._ctx.store is not None
+            deleted = self._ctx.store.delete_durable(name)
+        if req.req_id:
+            self._ctx.reply(req, wire.DURABLE_DELETE, {"deleted": deleted})
+
+    # -- the pass ---------------------------------------------------------------------------
+
+    def before_commit(self) -> None:
+        if self._pump:
+            # durables the pump serves next keep their bounds until it has sent what their
+            # subscribers have credit for (Store.trim_hold)
+            assert self._ctx.store is not None
+            self._ctx.store.trim_hold = self._pump
+
+    def after_commit(self) -> None:
+        if self._pump:
+            names, self._pump = self._pump, set()
+            ready = [d for n in names if (d := self._durables.get(n)) is not None]
+            self.delivered += pump(self._ctx, ready)
+
+    def tick(self, now: float) -> None:
+        if self._durables and now >= self._next_probe:
+            self._next_probe = now + DURABLE_PROBE_INTERVAL
+            frame = wire.encode_control(wire.PING, 0, {"incarnation": self._ctx.incarnation})
+            for d in probe(self._ctx, list(self._durables.values()), frame):
+                self._ctx.emit(DurableDetached(name=d.name, reason="subscriber gone"))
+
+    def status(self, out: dict[str, Any]) -> None:
+        out["counters"]["durable_stored"] = self.stored
+        out["counters"]["durable_delivered"] = self.delivered
+        store = self._ctx.store
+        assert store is not None
+        out["durables"] = [
+            {
+                "name": d.name,
+                "pattern": d.pattern,
+                "attached": d.consumer is not None,
+                "in_flight": d.window.in_flight(),
+                "stored": store.durable_depth(d.name),
+                "dropped": store.durable_dropped(d.name),
+                "max_msgs": d.max_msgs,
+            }
+            for d in self._durables.values()
+        ]
+
+
+def _open_subjects(body: dict[str, Any]) -> Iterable[tuple[str, str]]:
+    pattern = body.get("pattern", ">")
+    return (("subscribe", pattern),) if isinstance(pattern, str) else ()
+
+
+def _open_options(body: dict[str, Any]) -> dict[str, Any] | str:
+    """DURABLE_OPEN's options, checked; a string says what is wrong."""
+    pattern = body.get("pattern")
+    credit = body.get("credit", 100)
+    max_msgs = body.get("max_msgs", 0)
+    max_bytes = body.get("max_bytes", 0)
+    max_age = body.get("max_age", 0.0)
+    overflow = body.get("overflow", "drop-oldest")
+    if overflow not in OVERFLOW_POLICIES:
+        return f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}"
+    try:
+        validate_pattern(pattern)
+    except InvalidTopic as exc:
+        return str(exc)
+    if type(credit) is not int or not 1 <= credit <= 100_000:
+        return "credit must be an integer in 1..100000"
+    if type(max_msgs) is not int or not 0 <= max_msgs < _I64:
+        return "max_msgs must be a non-negative integer"
+    if type(max_bytes) is not int or not 0 <= max_bytes < _I64:
+        return "max_bytes must be a non-negative integer"
+    if type(max_age) not in (int, float) or not 0 <= max_age < 1e10:
+        return "max_age must be a non-negative number of seconds"
+    return {
+        "pattern": pattern,
+        "credit": credit,
+        "max_msgs": max_msgs,
+        "max_bytes": max_bytes,
+        "max_age": float(max_age),
+        "overflow": str(overflow),
+    }

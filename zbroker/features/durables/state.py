@@ -1,0 +1,19 @@
+"""A durable subscription's live state (its messages are in the store)."""
+
+from __future__ import annotations
+
+from ...credit import CreditWindow
+
+__all__ = ["Durable"]
+
+
+class Durable:
+    __slots__ = ("consumer", "max_msgs", "name", "next_q", "pattern", "window")
+
+    def __init__(self, name: str, pattern: str, next_q: int, max_msgs: int) -> None:
+        self.name = name
+        self.pattern = pattern
+        self.next_q = next_q  # the queue position the next stored message takes
+        self.max_msgs = max_msgs
+        self.consumer: bytes | None = None  # routing id of the attached client session
+        self.window = CreditWindow()

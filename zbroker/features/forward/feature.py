@@ -1,0 +1,263 @@
+"""The store-and-forward feature: persistent messages cross links through per-link
+queues in the store, acknowledged hop by hop (the rules are in :mod:`.queues`).
+
+* The pipeline hands it every persistent message's sends (:meth:`persist`): one copy per
+  link, up or down (a sticky route's ghost), appended in the pass's transaction.
+* PMSGS from a link: entries taken once per link sequence, checked, loop- and
+  dedupe-checked, then given to the pipeline as persistent messages; the inbound position
+  is committed with what they produced, and a PACK follows after the commit.
+* After each commit: PACKs for what inbound links gave us, then the frames of every
+  outbound queue with something unsent (within the window).
+* Back-pressure (``[forward] overflow = "reject-new"``): a full queue refuses persistent
+  publishes at the origin (admission) and stops taking PMSGS entries downstream.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ... import wire
+from ...const import LINK_BATCH
+from ...errors import InvalidTopic, ProtocolError
+from ...links.flush import too_large
+from ...links.state import Link, LinkState, link_key
+from ...node import Feature, Refusal
+from ...node.context import Context
+from ...topics import validate_topic
+from .dedupe import PersistentDedupe
+from .queues import Forwarder
+from .sticky import expire_sticky_routes, restore_sticky_routes, save_sticky_routes
+
+if TYPE_CHECKING:
+    from ...node.pipeline import Send
+
+__all__ = ["StoreAndForward"]
+
+#: bytes of a PMSGS frame around its entries (type, epoch, base, array header), at most
+_PMSGS_HEAD = 32
+_I64 = 1 << 63
+_TS_MAX = 1e15
+
+
+class StoreAndForward(Feature):
+    name = "forward"
+
+    def __init__(self) -> None:
+        self.pdedupe = PersistentDedupe()  # persistent messages: by (origin, inc, pseq)
+        self.pseq = 0  # persistent messages originated in this incarnation
+        self._pack_due: dict[Link, None] = {}  # inbound links to acknowledge after commit
+
+    def attach(self, ctx: Context) -> None:
+        self._ctx = ctx
+        assert ctx.store is not None
+        cfg = ctx.config
+        self.fw = Forwarder(
+            ctx.store, max_msgs=cfg.forward_max_msgs, max_bytes=cfg.forward_max_bytes
+        )
+        self._backpressure = cfg.forward_overflow == "reject-new"
+        restore_sticky_routes(ctx, self.fw, time.monotonic())
+        ctx.pipeline.persist = self.persist
+
+    def link_frames(self) -> Mapping[int, Callable[[Link, list[Any]], int]]:
+        return {wire.PMSGS: self._on_pmsgs, wire.PACK: self._on_pack}
+
+    # -- out --------------------------------------------------------------------------------
+
+    def persist(self, sends: list[Send], msg: list[Any], pseq: int | None) -> None:
+        """Queue a persistent message (``msg``: fields up to its path, which ends with us)
+        in the store-backed queue of each send's link, up or down (a sticky route)."""
+        if pseq is None:
+            self.pseq += 1
+            pseq = self.pseq
+        fw = self.fw
+        for link_id, targets, _copies in sends:
+            # one copy per link even with conduit off: the receiver's dedupe would fold the
+            # others, and a stored copy is not free
+            if not fw.put(link_id, [*msg, None if targets is None else list(targets), pseq]):
+                self._ctx.drop("forward_no_queue")
+
+    def _full(self, sends: list[Send], n: int, size: int) -> str | None:
+        """The link of ``sends`` whose queue cannot take ``n`` more messages of ``size``
+        bytes in all (reject-new), None if they fit."""
+        fw = self.fw
+        for link_id, _targets, _copies in sends:
+            q = fw.by_engine.get(link_id)
+            if q is None:
+                continue
+            if (fw.max_msgs and len(q.entries) + n > fw.max_msgs) or (
+                fw.max_bytes and q.nbytes + size > fw.max_bytes
+            ):
+                return f"{q.qkey} (toward {q.peer}: {len(q.entries)} messages waiting)"
+        return None
+
+    def admit(self, topics: dict[str, list[int]], *, batch: bool) -> Refusal | None:
+        if not self._backpressure:
+            return None
+        total = sum(n for n, _ in topics.values())
+        for topic, (n, size) in topics.items():
+            _, sends = self._ctx.engine.route(topic, (), None)
+            full = self._full(sends, n, size) if sends else None
+            if full is not None:
+                message = (
+                    f"refused: the store-and-forward queue of link {full} is full "
+                    "(overflow policy reject-new): the network downstream is slow or cut; "
+                    "retry later"
+                )
+                return Refusal(
+                    message + ("; the rows stay staged until aborted" if batch else ""), total
+                )
+        return None
+
+    # -- in ---------------------------------------------------------------------------------
+
+    def _on_pack(self, link: Link, value: list[Any]) -> int:
+        epoch, upto = wire.decode_pack(value)
+        self.fw.on_ack(link.engine_id, epoch, upto, time.monotonic())
+        return 0
+
+    def _on_pmsgs(self, link: Link, value: list[Any]) -> int:
+        epoch, base, entries = wire.decode_pmsgs(value)
+        if not link.can_receive:
+            link.drops += len(entries)
+            self._ctx.drop("wrong_direction", len(entries))
+            return 0
+        link.msgs_in += len(entries)
+        self._take(link, epoch, base, entries)
+        self._pack_due[link] = None
+        return len(entries)
+
+    def _take(self, link: Link, epoch: int, base: int, entries: list[Any]) -> None:
+        """Entries taken once per link sequence (the position is committed with what they
+        produce here), then checked, loop- and dedupe-checked, and handed on."""
+        ikey = link_key(link)
+        fw = self.fw
+        msgs: list[list[Any]] = []
+        routing: list[tuple[tuple[str, ...], tuple[str, ...] | None, int]] = []
+        for m in entries:
+            try:
+                lseq = wire.pmsgs_lseq(m)
+            except ProtocolError as exc:
+                self._ctx.bad(link.source, exc.reason, exc.detail)
+                continue
+            if (
+                self._backpressure
+                and lseq == fw.inbound.get(ikey, (0, 0))[1] + 1
+                and self._blocked(m)
+            ):
+                self._ctx.drop("forward_backpressure")
+                break
+            if not fw.accept(ikey, epoch, base, lseq):
+                continue
+            taken = self._checked(link, m)
+            if taken is None:
+                continue
+            msgs.append(taken[0])
+            routing.append(taken[1])
+            if self._backpressure:
+                # each entry is queued onward before the next one's room is judged
+                self._ctx.pipeline.take(msgs, routing, persistent=True)
+                msgs, routing = [], []
+        if msgs:
+            self._ctx.pipeline.take(msgs, routing, persistent=True)
+
+    def _blocked(self, m: Any) -> bool:
+        """The next entry must be queued onward: if a queue it would go to is full it is
+        not taken (no PACK for it), so the sender keeps it and its own queue fills back
+        toward the origin."""
+        try:
+            route = self._ctx.engine.route(
+                m[1], tuple(m[9]), None if m[10] is None else tuple(m[10])
+            )
+        except (TypeError, IndexError, ValueError):
+            return False  # malformed: accepted and counted by the checks
+        size = len(m[2]) if type(m[2]) is bytes else 0
+        return bool(route[1]) and self._full(route[1], 1, size) is not None
+
+    def _checked(
+        self, link: Link, m: Any
+    ) -> tuple[list[Any], tuple[tuple[str, ...], tuple[str, ...] | None, int]] | None:
+        """A taken entry, checked: (message with our ID on its path, (path, targets, pseq));
+        None if bad (counted; it is never asked for again), a loop or a repeat."""
+        ctx = self._ctx
+        try:
+            wire.check_pmsgs_entry(m)
+            (_, topic, payload, fmt, headers, origin, inc, seq, ts, path, targets, pseq) = m
+            if not all(type(p) is str for p in path) or (
+                targets is not None and not all(type(t) is str for t in targets)
+            ):
+                raise ProtocolError("bad_type", "PMSGS path and targets must be strings")
+            if not (0 <= inc < _I64 and 0 <= seq < _I64 and -_TS_MAX < ts < _TS_MAX):
+                raise ProtocolError("bad_value", "PMSGS entry has out-of-range numbers")
+            validate_topic(topic)
+        except ProtocolError as exc:
+            ctx.bad(link.source, exc.reason, exc.detail)
+            return None
+        except InvalidTopic as exc:
+            ctx.bad(link.source, "bad_topic", str(exc))
+            return None
+        if ctx.broker_id in path:
+            ctx.drop("loop")
+            return None
+        if self.pdedupe.seen(origin, inc, pseq):
+            return None  # the same message by another path
+        msg = [topic, payload, fmt, headers, origin, inc, seq, ts, [*path, ctx.broker_id]]
+        key_targets = None if targets is None else tuple(targets)
+        return msg, (tuple(path), key_targets, pseq)
+
+    # -- links and the pass -------------------------------------------------------------------
+
+    def link_up(self, link: Link, now: float) -> None:
+        # resume: everything unacknowledged on this link goes again, in order
+        self.fw.attach(link.engine_id, link.peer, link_key(link), now)
+        save_sticky_routes(self._ctx, self.fw, link)
+
+    def link_down(self, link: Link, now: float) -> None:
+        self._pack_due.pop(link, None)
+        self.fw.detach(link.engine_id, now)
+
+    def advert_in(self, link: Link) -> None:
+        save_sticky_routes(self._ctx, self.fw, link)
+
+    def after_commit(self) -> None:
+        """Acknowledge what inbound links gave us (it is stored), then send what outbound
+        queues hold (it is stored under its sequence)."""
+        now = time.monotonic()
+        links = self._ctx.links
+        if self._pack_due:
+            due, self._pack_due = self._pack_due, {}
+            for inbound in due:
+                pos = self.fw.position(link_key(inbound))
+                if pos is not None and inbound.state is LinkState.UP:
+                    links.send(inbound, wire.encode_link(wire.PACK, pos[0], pos[1]), now)
+        for q in list(self.fw.ready()):
+            out = links.by_engine_id.get(q.engine_id)
+            if out is not None and out.state is LinkState.UP:
+                self._send_queue(q, out, now)
+
+    def _send_queue(self, q: Any, out: Link, now: float) -> None:
+        fw = self.fw
+        while q.entries and q.sent_upto < q.entries[-1][0]:
+            size = fw.next_size(q)
+            if size > out.frame_limit - _PMSGS_HEAD:
+                # never fits a frame the peer takes (a smaller max_frame_bytes than ours):
+                # dropped once what is before it is acknowledged, so that the frame's base
+                # tells the peer not to wait for it
+                if not fw.drop_next(q):
+                    break
+                too_large(self._ctx.links, out, f"a persistent message of {size} bytes")
+                continue
+            frame, upto, n = fw.next_frame(q, LINK_BATCH, out.batch_bytes)
+            if n == 0 or not self._ctx.links.send(out, frame, now):
+                break  # window full, or the socket's queue: the next pass goes on
+            fw.sent(q, upto, n)
+            out.msgs_out += n
+            self._ctx.counters.forwarded += n
+
+    def tick(self, now: float) -> None:
+        self.fw.retransmit(now)
+        expire_sticky_routes(self._ctx, self.fw, now)
+
+    def status(self, out: dict[str, Any]) -> None:
+        out["forward"] = {**self.fw.stats(), "sticky_ghost_links": self._ctx.engine.ghosts()}

@@ -1,0 +1,173 @@
+"""The dialer side of links: a DEALER per configured or discovered link, connected to
+the peer's ROUTER, its handshake, and the frames it receives.
+
+Its routing id is ``broker_id/link_name`` (with security, plus a random part per dial:
+with ROUTER_HANDOVER off nobody can take the connection's place on the peer).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, cast
+
+import zmq
+
+from .. import wire
+from ..const import DRAIN_BATCH
+from ..errors import ProtocolError
+from .handshake import hello_body, peer_frame_max, problem
+from .state import Link, LinkState
+
+if TYPE_CHECKING:
+    from ..security import Security
+    from .table import LinkTable
+
+__all__ = ["Dialer"]
+
+log = logging.getLogger("zbroker.node")
+
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+
+
+class Dialer:
+    def __init__(
+        self, table: LinkTable, zctx: zmq.Context[zmq.Socket[bytes]], security: Security | None
+    ) -> None:
+        self._table = table
+        self._zctx = zctx
+        self._security = security
+
+    def dial(self, link: Link, now: float) -> None:
+        cfg = link.config
+        assert cfg is not None
+        table = self._table
+        sock = self._socket(link)
+        if sock is None:
+            return
+        try:
+            sock.connect(cfg.uri)
+        except zmq.ZMQError as exc:
+            sock.close()
+            self._failed(link, f"cannot connect to {cfg.uri}: {exc}")
+            return
+        link.socket = sock
+        sock.send(wire.encode_link(wire.LINK_HELLO, hello_body(table.me, link.name, cfg)))
+        link.dialling(now)
+        table.sockets.add(sock, lambda: self.on_frames(link))
+        log.debug("link %s: dialling %s (attempt %d)", link.name, cfg.uri, link.attempts)
+
+    def _socket(self, link: Link) -> zmq.Socket[bytes] | None:
+        cfg = link.config
+        assert cfg is not None
+        sock = self._zctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        ident = f"{self._table.me.broker_id}/{link.name}"
+        if self._security is not None:
+            # unguessable per dial: with handover off, nobody can take this connection's
+            # place on the peer's ROUTER
+            ident += "/" + uuid.uuid4().hex[:16]
+        sock.setsockopt(zmq.ROUTING_ID, ident.encode())
+        hwm = self._table.config.hwm
+        sock.setsockopt(zmq.SNDHWM, hwm)
+        sock.setsockopt(zmq.RCVHWM, hwm)
+        if "[" in cfg.uri:
+            sock.setsockopt(zmq.IPV6, 1)
+        if self._security is not None:
+            trouble = self._security.dial(sock, cfg.peer or link.peer or None)
+            if trouble is not None:
+                sock.close()
+                self._failed(link, trouble)
+                return None
+        return sock
+
+    @staticmethod
+    def _failed(link: Link, why: str) -> None:
+        link.last_error = why
+        log.error("link %s: %s", link.name, why)
+        link.state = LinkState.FAILED
+
+    def on_frames(self, link: Link) -> None:
+        """Drain a dialer's DEALER: the handshake's answer, then the link's frames."""
+        sock = link.socket
+        table = self._table
+        budget = DRAIN_BATCH  # messages, not frames: a MSGS frame holds up to LINK_BATCH
+        first = True
+        while budget > 0:
+            budget -= 1
+            if sock is None or link.socket is not sock:
+                return  # the link was torn down while draining
+            if not first and not cast(int, sock.getsockopt(_EVENTS)) & _POLLIN:
+                return  # (no zmq.Again per pass: see the pipeline)
+            first = False
+            try:
+                body = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            now = time.monotonic()
+            try:
+                if len(body) > table.frame_limit:
+                    raise ProtocolError("oversized", f"{len(body)} bytes")
+                value = wire.decode_frame(body)
+                if link.state is LinkState.HANDSHAKING:
+                    self._on_reply(link, value, now)
+                elif link.state is LinkState.UP:
+                    budget -= table.on_frame(link, value, len(body), now)
+            except ProtocolError as exc:
+                table.counters.bad(link.source, exc.reason, exc.detail)
+
+    def _on_reply(self, link: Link, value: list[Any], now: float) -> None:
+        op = value[0]
+        if op == wire.LINK_REFUSE:
+            self._refused(link, wire.check_link_map(value), now)
+            return
+        if op != wire.LINK_WELCOME:
+            if op == wire.MSGS and len(value) == 2 and type(value[1]) is list:
+                # counted in messages: one bad frame may have held hundreds
+                link.drops += len(value[1])
+                self._table.counters.drop("link_not_ready", len(value[1]))
+            raise ProtocolError("unexpected", f"frame type {op} before the handshake finished")
+        info = wire.check_link_map(value)
+        peer = info.get("id")
+        inc = info.get("incarnation")
+        if not isinstance(peer, str) or type(inc) is not int:
+            raise ProtocolError("bad_type", "LINK_WELCOME needs id and incarnation")
+        trouble = problem(self._table.me, peer, info)
+        peer_max = 0
+        if trouble is None:
+            try:
+                peer_max = peer_frame_max(info, self._table.config.max_frame_bytes)
+            except ProtocolError as exc:
+                trouble = f"malformed handshake from {peer}: {exc.detail}"
+        expected = link.config.peer if link.config is not None else None
+        if trouble is None and self._security is not None and expected and peer != expected:
+            # CURVE proved the server holds `expected`'s key; a different ID is misconfigured
+            trouble = f"refused peer {peer}: the key we dialled is {expected!r}'s"
+        if trouble is not None:
+            self._table.counters.handshakes_refused += 1
+            self._table.close_dialer(link)
+            link.wait(trouble, now)
+            log.warning("link %s: %s", link.name, trouble)
+            return
+        link.peer = peer
+        link.peer_incarnation = inc
+        link.set_peer_frame_max(peer_max)
+        self._table.up(link, now)
+
+    def _refused(self, link: Link, info: dict[str, Any], now: float) -> None:
+        self._table.counters.handshakes_refused += 1
+        reason = str(info.get("reason", "no reason given"))
+        retry = info.get("retry", True) is not False
+        self._table.close_dialer(link)
+        uri = link.config and link.config.uri
+        if retry:
+            delay = link.wait(f"refused by peer: {reason}", now)
+            log.warning(
+                "link %s to %s refused: %s (retrying in %.1f s)", link.name, uri, reason, delay
+            )
+        else:
+            link.last_error = f"refused by peer: {reason}"
+            link.state = LinkState.REFUSED
+            log.error("link %s to %s refused: %s (not retrying)", link.name, uri, reason)

@@ -1,0 +1,106 @@
+"""The end of a pass for links: every message queued for a link leaves in MSGS frames
+cut for the peer's limit (:mod:`.outbox`), then the routing engine's batched interest
+changes leave as ADVERT frames.
+
+A ROUTER adds an identity frame per send, and in pyzmq each frame costs about as much as
+a message: one frame per link per pass amortizes both, and costs no latency because a
+batch is only what one pass found.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from .. import wire
+from ..const import LINK_FRAME_SLACK
+from .outbox import advert_chunks, cut_msgs
+from .state import Link, LinkState
+
+if TYPE_CHECKING:
+    from .table import LinkTable
+
+__all__ = ["flush_adverts", "flush_outboxes", "too_large"]
+
+log = logging.getLogger("zbroker.node")
+
+
+def _encode_msgs(chunk: list[Any]) -> bytes:
+    return wire.encode_link(wire.MSGS, chunk)
+
+
+def flush_outboxes(table: LinkTable) -> None:
+    now = time.monotonic()
+    counters = table.counters
+    for link in table.dirty:
+        box = link.outbox
+        link.outbox = []
+        if link.state is not LinkState.UP:
+            link.drops += len(box)
+            counters.drop("link_down", len(box))
+            continue
+        limit = link.frame_limit
+        for frame, chunk in cut_msgs(box, link.batch_bytes, limit, _encode_msgs):
+            if len(frame) > limit:
+                # one message the next node would refuse (its max_frame_bytes is smaller
+                # than its publisher's node's, or headers and path grew it): counted
+                too_large(table, link, f"a message of {len(frame)} bytes on {chunk[0][0]!r}")
+            elif table.send(link, frame, now):
+                link.msgs_out += len(chunk)
+                counters.forwarded += len(chunk)
+            else:
+                link.drops += len(chunk)
+                counters.drop(table.send_error, len(chunk))
+    table.dirty.clear()
+
+
+def too_large(table: LinkTable, link: Link, what: str) -> None:
+    """Count (and log at the 1st, 2nd, 4th, 8th... time: a stream of them is no flood)
+    a message that no frame the peer of ``link`` accepts can hold."""
+    link.drops += 1
+    table.counters.drop("link_frame_too_large")
+    n = table.counters.dropped["link_frame_too_large"]
+    if n & (n - 1) == 0:
+        log.warning(
+            "link %s: %s does not fit in a frame %s accepts (at most %d bytes: its "
+            "max_frame_bytes %d plus %d); dropped (%d such messages so far)",
+            link.name,
+            what,
+            link.peer,
+            link.frame_limit,
+            link.peer_max_frame,
+            LINK_FRAME_SLACK,
+            n,
+        )
+
+
+def flush_adverts(table: LinkTable) -> None:
+    actions = table.engine.flush()
+    if not actions:
+        return
+    now = time.monotonic()
+    for action in actions:
+        link = table.by_engine_id.get(action.link)
+        if link is None or link.state is not LinkState.UP:
+            continue
+        sticky = action.sticky
+        entries = [
+            [p, o, None if path is None else list(path)]
+            if (p, o) not in sticky
+            else [p, o, list(path or ()), True]  # durable-backed: kept while down
+            for p, o, path in action.entries
+        ]
+        if sticky:
+            # a long table leaves in several frames and only the first says "full"
+            # (replace): sticky entries first, so a returning ghost link's sticky routes,
+            # which the receiver kept, are never withdrawn in between
+            entries.sort(key=lambda e: len(e) < 4)
+        full = action.full
+        for chunk in advert_chunks(entries, link.batch_bytes):
+            if not table.send(link, wire.encode_link(wire.ADVERT, full, chunk), now):
+                # losing an advertisement would leave the peer's table wrong: restart
+                reason = table.send_failed_reason()
+                table.down(link, f"advertisement could not be sent ({reason})", now)
+                break
+            full = False

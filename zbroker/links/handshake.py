@@ -1,0 +1,175 @@
+"""Link handshakes (sans-IO): what a LINK_HELLO and a LINK_WELCOME say, and the checks
+that decide whether a peer may link.
+
+A HELLO states the dialer's broker ID, incarnation, instance mark, group, protocol
+version, link name and options, heartbeats and frame limit; the WELCOME answers with the
+acceptor's ID, incarnation, instance mark, group, version and frame limit. A peer is
+refused when it is this very process (its own dial came back), when it uses our broker ID
+from another process (two nodes under one ID would break the loop rules), or when its
+group or protocol version differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import LinkConfig, validate_broker_id
+from ..const import PROTOCOL_VERSION
+from ..errors import ConfigError, InvalidTopic, ProtocolError
+from ..routing import LinkOptions
+from ..topics import validate_pattern
+
+__all__ = ["Hello", "Me", "hello_body", "parse_hello", "peer_frame_max", "problem", "welcome_body"]
+
+
+@dataclass(frozen=True, slots=True)
+class Me:
+    """What this node says of itself in handshakes."""
+
+    broker_id: str
+    incarnation: int
+    instance: str  # this process's mark: our own dial coming back carries it
+    group: str
+    max_frame_bytes: int
+
+    def is_self(self, peer: str, info: dict[str, Any]) -> bool:
+        """Our own HELLO or WELCOME: our broker ID and this process's mark (a peer that
+        sends no mark is an older node: its ID alone decides)."""
+        return peer == self.broker_id and info.get("instance") in (None, self.instance)
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """A checked LINK_HELLO."""
+
+    peer: str
+    name: str
+    incarnation: int
+    options: LinkOptions
+    duplex: bool
+    heartbeat_interval: float
+    heartbeat_timeout: float
+    peer_max_frame: int
+
+
+def hello_body(me: Me, name: str, cfg: LinkConfig) -> dict[str, Any]:
+    return {
+        **_common(me),
+        "name": name,
+        "duplex": cfg.duplex,
+        "ttl": cfg.ttl,
+        "conduit": cfg.conduit,
+        "include": list(cfg.include),
+        "exclude": list(cfg.exclude),
+        "static": list(cfg.static),
+        "heartbeat_interval": cfg.heartbeat_interval,
+        "heartbeat_timeout": cfg.heartbeat_timeout,
+    }
+
+
+def welcome_body(me: Me) -> dict[str, Any]:
+    return _common(me)
+
+
+def _common(me: Me) -> dict[str, Any]:
+    return {
+        "id": me.broker_id,
+        "incarnation": me.incarnation,
+        "instance": me.instance,
+        "group": me.group,
+        "version": PROTOCOL_VERSION,
+        "max_frame_bytes": me.max_frame_bytes,
+    }
+
+
+def parse_hello(info: dict[str, Any], own_max: int) -> Hello:
+    """Check a LINK_HELLO's fields; ProtocolError (or ConfigError, InvalidTopic for a bad
+    name or pattern) names the first one wrong."""
+    peer = info.get("id")
+    name = info.get("name")
+    if not isinstance(peer, str) or not isinstance(name, str):
+        raise ProtocolError("bad_type", "LINK_HELLO needs id and name strings")
+    validate_broker_id(peer)
+    validate_broker_id(name)
+    inc = info.get("incarnation")
+    if type(inc) is not int:
+        raise ProtocolError("bad_type", "LINK_HELLO incarnation must be an integer")
+    options = LinkOptions(
+        ttl=_int(info, "ttl", 1, 255),
+        conduit=_bool(info, "conduit"),
+        include=_patterns(info, "include"),
+        exclude=_patterns(info, "exclude"),
+        static=_patterns(info, "static"),
+    )
+    return Hello(
+        peer=peer,
+        name=name,
+        incarnation=inc,
+        options=options,
+        duplex=_bool(info, "duplex"),
+        heartbeat_interval=_num(info, "heartbeat_interval"),
+        heartbeat_timeout=_num(info, "heartbeat_timeout"),
+        peer_max_frame=peer_frame_max(info, own_max),
+    )
+
+
+#: what parse_hello raises for a malformed HELLO
+HELLO_ERRORS = (ProtocolError, ConfigError, InvalidTopic)
+
+
+def problem(me: Me, peer: str, info: dict[str, Any]) -> str | None:
+    """Why ``peer`` (its HELLO or WELCOME fields ``info``) may not link to us, or None."""
+    if peer == me.broker_id:
+        if me.is_self(peer, info):
+            return f"refused link to self ({peer})"
+        return (
+            f"refused peer {peer}: another node uses our broker ID {peer!r} (broker IDs "
+            "must be unique: give each node its own --id, or its own data directory)"
+        )
+    group = info.get("group")
+    if group != me.group:
+        return f"refused peer {peer}: it is in group {group!r}, we are in {me.group!r}"
+    version = info.get("version")
+    if version != PROTOCOL_VERSION:
+        return f"refused peer {peer}: protocol version {version!r}, we speak {PROTOCOL_VERSION}"
+    return None
+
+
+def peer_frame_max(info: dict[str, Any], own: int) -> int:
+    """The max_frame_bytes a peer states in its LINK_HELLO or LINK_WELCOME. A node from
+    before this field states none: it is taken to share ours (as was assumed then)."""
+    v = info.get("max_frame_bytes")
+    if v is None:
+        return own
+    if type(v) is not int or not 64 <= v <= 1 << 30:
+        raise ProtocolError("bad_type", "max_frame_bytes must be an integer in 64..2**30")
+    return v
+
+
+def _int(info: dict[str, Any], key: str, lo: int, hi: int) -> int:
+    v = info.get(key)
+    if type(v) is not int or not lo <= v <= hi:
+        raise ProtocolError("bad_type", f"{key} must be an integer in {lo}..{hi}")
+    return v
+
+
+def _bool(info: dict[str, Any], key: str) -> bool:
+    v = info.get(key)
+    if type(v) is not bool:
+        raise ProtocolError("bad_type", f"{key} must be a boolean")
+    return v
+
+
+def _num(info: dict[str, Any], key: str) -> float:
+    v = info.get(key)
+    if not isinstance(v, int | float) or isinstance(v, bool) or not 0 < v < 86400:
+        raise ProtocolError("bad_type", f"{key} must be a positive number of seconds")
+    return float(v)
+
+
+def _patterns(info: dict[str, Any], key: str) -> tuple[str, ...]:
+    v = info.get(key, [])
+    if type(v) is not list:
+        raise ProtocolError("bad_type", f"{key} must be a list of patterns")
+    return tuple(validate_pattern(p) for p in v)

@@ -1,0 +1,97 @@
+"""Local interest: which patterns this node wants, and on whose behalf.
+
+Interest has *sources*: ``clients`` (subscribers on the XPUB), and what features add
+(``retain``, ``durable:NAME``...). The routing engine hears a pattern's first source
+(LocalSubscribe) and its last (LocalUnsubscribe); interest backed by a durable source is
+*sticky* (it stays routed while links toward it are down), so a change of stickiness is
+said again.
+
+It also answers the pipeline's one per-message question about features: which sinks take
+a message whose local patterns are ``patterns`` (the engine's cached frozenset per
+topic). The answer is resolved once per distinct pattern set and cached until interest
+changes, so a message costs one dict lookup, and nothing while no sink has interest.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..routing import LocalSubscribe, LocalUnsubscribe, RoutingEngine
+
+if TYPE_CHECKING:
+    from .feature import Feature
+
+__all__ = ["LocalInterest"]
+
+#: sources whose interest stays routed while links toward it are down
+STICKY_SOURCE = "durable"
+
+
+class LocalInterest:
+    def __init__(self, engine: RoutingEngine) -> None:
+        self._engine = engine
+        self._sources: dict[str, set[str]] = {}  # pattern -> sources
+        self._sink_owner: dict[str, Feature] = {}  # source name -> its sink
+        self._sinks: dict[frozenset[str], tuple[Feature, ...]] = {}
+        self._sink_refs = 0  # (pattern, source) pairs whose source has a sink
+        #: some sink has interest: the pipeline looks sinks up only then
+        self.has_sinks = False
+
+    def register_sink(self, feature: Feature) -> None:
+        for name in feature.sink_sources:
+            self._sink_owner[name] = feature
+
+    def sources(self, pattern: str) -> frozenset[str]:
+        return frozenset(self._sources.get(pattern, ()))
+
+    def add(self, pattern: str, source: str) -> None:
+        sources = self._sources.setdefault(pattern, set())
+        was_sticky = _sticky(sources)
+        first = not sources
+        if source not in sources:
+            sources.add(source)
+            self._counted(source, 1)
+        if first or _sticky(sources) != was_sticky:
+            self._engine.handle(LocalSubscribe(pattern=pattern, sticky=_sticky(sources)))
+
+    def drop(self, pattern: str, source: str) -> None:
+        sources = self._sources.get(pattern)
+        if sources is None or source not in sources:
+            return
+        was_sticky = _sticky(sources)
+        sources.discard(source)
+        self._counted(source, -1)
+        if not sources:
+            del self._sources[pattern]
+            self._engine.handle(LocalUnsubscribe(pattern=pattern))
+        elif was_sticky and not _sticky(sources):
+            self._engine.handle(LocalSubscribe(pattern=pattern, sticky=False))
+
+    def sinks_for(self, patterns: frozenset[str]) -> tuple[Feature, ...]:
+        """The features whose sinks take a message matching ``patterns`` (cached)."""
+        hit = self._sinks.get(patterns)
+        if hit is not None:
+            return hit
+        owners: list[Feature] = []
+        for pattern in patterns:
+            for source in self._sources.get(pattern, ()):
+                f = self._sink_owner.get(source.split(":", 1)[0])
+                if f is not None and f not in owners:
+                    owners.append(f)
+        result = tuple(owners)
+        if len(self._sinks) >= 4096:
+            self._sinks.clear()
+        self._sinks[patterns] = result
+        return result
+
+    def _counted(self, source: str, delta: int) -> None:
+        """A source came or went: the sink cache changes only if it has a sink."""
+        if source.split(":", 1)[0] in self._sink_owner:
+            self._sink_refs += delta
+            self.has_sinks = self._sink_refs > 0
+            self._sinks.clear()
+
+
+def _sticky(sources: set[str]) -> bool:
+    """Is local interest with these sources backed by a durable subscription?"""
+    return any(s.startswith(STICKY_SOURCE + ":") for s in sources)

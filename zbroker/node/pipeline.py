@@ -1,0 +1,338 @@
+"""The one message path: every message a node handles goes through here.
+
+Three ingresses — client publishes (the PULL socket), link MSGS frames, and messages
+originated on the node (persistent publishes, staged commits, PMSGS the store-and-forward
+feature took) — share one sequence of steps, each batch at a time:
+
+1. checks (:mod:`._decode`, once per batch) and, for a relayed message, the loop check
+   (our ID on its path) and dedupe by message ID;
+2. route (the engine's cached ``(local patterns, sends)`` per topic, path and targets);
+3. link outboxes: one copy per send, on the link's outbox for this pass (the link table
+   cuts and sends frames when the pass ends), or for a persistent message the
+   store-and-forward hook;
+4. feature sinks: messages whose local patterns hold a feature's interest, in order,
+   one call per feature per batch;
+5. delivery buckets: per pattern that clients hold, sent as batch frames at batch end.
+
+The hot loops are written for speed: locals for everything, no per-message objects beyond
+the decoded frame (a publish's delivery envelope reuses its frame's bytes), counters
+summed per batch.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+import msgpack
+import zmq
+
+from .. import wire
+from ..const import DRAIN_BATCH
+from ..routing import DedupeWindow, RoutingEngine
+from ._decode import check_msgs, check_publishes, publish_elements
+from .counters import Counters
+from .delivery import Delivery
+from .interest import LocalInterest
+
+if TYPE_CHECKING:
+    from ..links.state import Link
+    from ..links.table import LinkTable
+    from .feature import Feature
+
+__all__ = ["Pipeline", "Send"]
+
+#: a route's send: (link id, targets of that branch or None, copies)
+Send = tuple[str, tuple[str, ...] | None, int]
+#: the store-and-forward hook: (sends, message fields up to its path, pseq or None)
+Persist = Callable[[list[Send], list[Any], "int | None"], None]
+#: msgpack of (uint64 seq, float64 ts): the last two envelope fields, in one struct call
+_ENVELOPE_TAIL = struct.Struct(">BQBd")
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+#: entries in the cache of paths seen on links -> path forwarded (False: a loop)
+_FWD_CACHE_SIZE = 4096
+
+
+class Pipeline:
+    def __init__(
+        self,
+        *,
+        broker_id: str,
+        incarnation: int,
+        engine: RoutingEngine,
+        counters: Counters,
+        interest: LocalInterest,
+        delivery: Delivery,
+        links: LinkTable,
+    ) -> None:
+        self._me = broker_id
+        self._inc = incarnation
+        self._engine = engine
+        self._counters = counters
+        self._interest = interest
+        self._delivery = delivery
+        self._links = links
+        self.dedupe = DedupeWindow()
+        #: set by the store-and-forward feature: where persistent messages' sends go
+        self.persist: Persist | None = None
+        #: per originated message seq, what sinks report of it (a retention log seq...)
+        self.receipts: dict[int, dict[str, Any]] = {}
+        self._valid_topics: set[str] = set()  # publishable topics seen (no $ZB)
+        self._link_caches: tuple[set[Any], set[Any], set[str]] = (set(), set(), set())
+        self._fwd_paths: dict[tuple[str, ...], list[str] | bool] = {}
+        # msgpack of (origin, incarnation): constant middle of every envelope we originate
+        self._envelope_id = msgpack.packb(broker_id) + msgpack.packb(incarnation)
+        self._sink_out: dict[Feature, list[list[Any]]] = {}
+
+    # -- ingress 1: client publishes ------------------------------------------------------
+
+    def on_publish(self, sock: zmq.Socket[bytes], recv: Callable[[int], bytes], limit: int) -> None:
+        """Drain the publish socket (up to DRAIN_BATCH messages) into one batch."""
+        events = cast("Callable[[int], int]", sock.getsockopt)
+        frames: list[bytes] = []
+        values: list[list[Any]] = []
+        errors: list[tuple[str, str]] = []
+        budget = DRAIN_BATCH  # messages: a publish batch counts for what it holds
+        first = True
+        while budget > 0:
+            # after the frame poll() announced, ask the socket rather than end on
+            # zmq.Again: an exception per pass is a node's largest cost at low rates
+            if not first and not events(_EVENTS) & _POLLIN:
+                break
+            first = False
+            try:
+                raw = recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            if len(raw) > limit:
+                budget -= 1
+                errors.append(("oversized", f"{len(raw)} bytes > {limit}"))
+                continue
+            elements = publish_elements(raw, errors)
+            budget -= len(elements) or 1
+            check_publishes(elements, frames, values, errors, self._valid_topics)
+        for reason, detail in errors:
+            self._counters.bad("publisher", reason, detail)
+        if frames:
+            self._take_publishes(frames, values)
+
+    def _take_publishes(self, frames: list[bytes], values: list[list[Any]]) -> None:
+        engine = self._engine
+        route = engine.route
+        local_matches = engine.local_matches
+        interest = self._interest
+        prefix = self._delivery.prefix
+        tail = _ENVELOPE_TAIL.pack
+        id_part = self._envelope_id
+        origin = self._me
+        inc = self._inc
+        now = time.time
+        seq = self._counters.seq
+        out: dict[str, list[bytes]] = {}
+        sink_out = self._sink_out
+        for frame, (topic, payload, fmt, headers) in zip(frames, values, strict=True):
+            seq += 1
+            ts = now()
+            if engine.links:
+                patterns, sends = route(topic, (), None)
+                if sends:
+                    self.enqueue(
+                        sends, [topic, payload, fmt, headers, origin, inc, seq, ts, [origin], None]
+                    )
+            else:
+                patterns = local_matches(topic)
+            if not patterns:
+                continue
+            if interest.has_sinks:
+                sinks = interest.sinks_for(patterns)
+                if sinks:
+                    m = [topic, payload, fmt, headers, origin, inc, seq, ts]
+                    for f in sinks:
+                        sink_out.setdefault(f, []).append(m)
+            body = None
+            for pattern in patterns:
+                if pattern not in prefix:
+                    continue  # interest of a feature, no client on the XPUB
+                if body is None:
+                    if frame[0] == 0x94:  # fixarray of 4: reuse its elements verbatim
+                        body = b"\x98" + frame[1:] + id_part + tail(0xCF, seq, 0xCB, ts)
+                    else:  # another encoder's (valid) array form: encode afresh
+                        body = wire.encode_delivery_body(
+                            topic, payload, fmt, headers, origin, inc, seq, ts
+                        )
+                bodies = out.get(pattern)
+                if bodies is None:
+                    out[pattern] = [body]
+                else:
+                    bodies.append(body)
+        self._counters.received += seq - self._counters.seq
+        self._counters.seq = seq
+        self.end_batch(out, None)
+
+    # -- ingress 2: link MSGS -------------------------------------------------------------
+
+    def on_msgs(self, link: Link, batch: list[Any]) -> None:
+        """Messages from a link: the relay's hot path."""
+        errors: list[tuple[str, str]] = []
+        good, paths, targets_of = check_msgs(batch, self._link_caches, errors)
+        for reason, detail in errors:
+            self._counters.bad(link.source, reason, detail)
+        link.msgs_in += len(batch)
+        me = self._me
+        seen = self.dedupe.seen
+        route = self._engine.route
+        interest = self._interest
+        prefix = self._delivery.prefix
+        fwd_paths = self._fwd_paths
+        sink_out = self._sink_out
+        out: dict[str, list[Any]] = {}
+        # route() results are cached and shared: their sends, resolved to links, per frame
+        prepared: dict[int, tuple[list[Send], list[tuple[Link, list[str] | None, int]], int]] = {}
+        dirty = self._links.dirty
+        loops = 0
+        for m, key_path, key_targets in zip(good, paths, targets_of, strict=True):
+            fwd = fwd_paths.get(key_path)
+            if fwd is None:
+                if len(fwd_paths) >= _FWD_CACHE_SIZE:
+                    fwd_paths.clear()
+                fwd = fwd_paths[key_path] = False if me in key_path else [*key_path, me]
+            if fwd is False:
+                loops += 1
+                continue
+            topic, payload, fmt, headers, origin, inc, seq, ts = m[:8]
+            if seen(origin, inc, seq):
+                continue
+            patterns, sends = route(topic, key_path, key_targets)
+            if sends:
+                # enqueue, inlined: links and target lists resolved once per frame
+                prep = prepared.get(id(sends))
+                if prep is None or prep[0] is not sends:
+                    prep = prepared[id(sends)] = (sends, *self._links.resolve(sends))
+                if prep[2]:
+                    self._counters.drop("link_down", prep[2])  # routed over a down link
+                for out_link, out_targets, copies in prep[1]:
+                    fm = [topic, payload, fmt, headers, origin, inc, seq, ts, fwd, out_targets]
+                    box = out_link.outbox
+                    if not box:
+                        dirty.append(out_link)
+                    if copies == 1:
+                        box.append(fm)
+                    else:
+                        box.extend([fm] * copies)
+            if not patterns:
+                continue
+            if interest.has_sinks:
+                for f in interest.sinks_for(patterns):
+                    sink_out.setdefault(f, []).append(m)
+            envelope = None
+            for pattern in patterns:
+                if pattern not in prefix:
+                    continue  # interest of a feature, no client on the XPUB
+                if envelope is None:
+                    envelope = m[:8]  # [topic, payload, fmt, headers, origin, inc, seq, ts]
+                envelopes = out.get(pattern)
+                if envelopes is None:
+                    out[pattern] = [envelope]
+                else:
+                    envelopes.append(envelope)
+        if loops:
+            self._counters.drop("loop", loops)
+        self.end_batch(None, out)
+
+    # -- ingress 3: messages that start here, and persistent messages taken -----------------
+
+    def originate(
+        self, rows: list[tuple[str, bytes, int, Any]], *, persistent: bool, receipt: bool = False
+    ) -> list[int]:
+        """Publish checked messages ``(topic, payload, fmt, headers)`` that start here;
+        ``persistent``: across links by store-and-forward. Returns their message seqs;
+        with ``receipt``, what sinks reported of each (a retention log seq...) is in
+        :attr:`receipts` until the next call."""
+        me, inc = self._me, self._inc
+        seqs = []
+        taken = []
+        for topic, payload, fmt, headers in rows:
+            self._counters.seq += 1
+            seq = self._counters.seq
+            seqs.append(seq)
+            taken.append([topic, payload, fmt, headers, me, inc, seq, time.time(), [me]])
+        self._counters.received += len(rows)
+        self.receipts = {seq: {} for seq in seqs} if receipt else {}
+        self.take(taken, None if persistent else (), persistent=persistent)
+        return seqs
+
+    def take(
+        self,
+        msgs: list[list[Any]],
+        routing: list[tuple[tuple[str, ...], tuple[str, ...] | None, int]] | tuple[()] | None,
+        *,
+        persistent: bool,
+    ) -> None:
+        """Route, sink and deliver checked messages ``[topic, payload, fmt, headers,
+        origin, inc, seq, ts, path forwarded]``. ``routing``: per message (path it came
+        by, targets, pseq) for persistent messages taken from a link; None or () for
+        messages that start here (None: persistent, numbered by the hook)."""
+        route = self._engine.route
+        persist = self.persist if persistent else None
+        interest = self._interest
+        sink_out = self._sink_out
+        out: dict[str, list[Any]] = {}
+        for i, m in enumerate(msgs):
+            key_path, key_targets, pseq = routing[i] if routing else ((), None, None)
+            patterns, sends = route(m[0], key_path, key_targets)
+            if sends:
+                if persist is not None:
+                    persist(sends, m, pseq)
+                else:
+                    self.enqueue(sends, [*m, None])
+            if not patterns:
+                continue
+            if interest.has_sinks:
+                for f in interest.sinks_for(patterns):
+                    sink_out.setdefault(f, []).append(m)
+            for pattern in patterns:
+                if pattern in self._delivery.prefix:
+                    out.setdefault(pattern, []).append(m[:8])
+        self.end_batch(None, out)
+
+    # -- the end of a batch ---------------------------------------------------------------
+
+    def enqueue(self, sends: list[Send], msg: list[Any]) -> None:
+        """Queue ``msg`` (path already ends with us) on each send's link for this pass."""
+        by_id = self._links.by_engine_id
+        dirty = self._links.dirty
+        for link_id, targets, copies in sends:
+            link = by_id.get(link_id)
+            if link is None:
+                # routed over a link that is down (a sticky route's ghost): a non-persistent
+                # message has nowhere to wait, so it is lost here: counted, not silent
+                self._counters.drop("link_down", copies)
+                continue
+            m = (
+                msg
+                if targets is None and msg[9] is None
+                else [*msg[:9], None if targets is None else list(targets)]
+            )
+            if not link.outbox:
+                dirty.append(link)
+            if copies == 1:
+                link.outbox.append(m)
+            else:
+                link.outbox.extend([m] * copies)
+
+    def end_batch(
+        self, bodies: dict[str, list[bytes]] | None, arrays: dict[str, list[Any]] | None
+    ) -> None:
+        """Feature sinks take their messages, then deliveries leave."""
+        if self._sink_out:
+            sink_out = self._sink_out
+            self._sink_out = {}
+            for f, batch in sink_out.items():
+                f.sink(batch)
+        if bodies:
+            self._delivery.send_bodies(bodies)
+        if arrays:
+            self._delivery.send_arrays(arrays)
