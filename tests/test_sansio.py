@@ -1,4 +1,5 @@
-"""The routing core is sans-IO: it must not import sockets, threads, clocks or event loops.
+"""The routing core and the link state machine are sans-IO: they must not import sockets,
+threads, clocks or event loops.
 
 The check parses the source with :mod:`ast` (nothing is imported) and follows the package's
 own relative and absolute ``zbroker`` imports, so a sans-IO module cannot reach an I/O
@@ -19,6 +20,7 @@ FORBIDDEN = frozenset({"zmq", "zeroconf", "threading", "socket", "time", "asynci
 def _sans_io_files() -> list[Path]:
     files = sorted((PACKAGE_DIR / "routing").rglob("*.py"))
     files += [PACKAGE_DIR / "topics.py", PACKAGE_DIR / "sublist.py"]
+    files += [PACKAGE_DIR / "links" / name for name in ("state.py", "handshake.py", "outbox.py")]
     return files
 
 
@@ -39,7 +41,7 @@ def _imports(source: str, module: str, is_package: bool) -> set[str]:
     tree = ast.parse(source)
     names: set[str] = set()
     package = module if is_package else module.rpartition(".")[0]
-    for node in ast.walk(tree):
+    for node in _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -66,6 +68,20 @@ def _imports(source: str, module: str, is_package: bool) -> set[str]:
                 else:
                     names.add("<dynamic import>")
     return names
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` except those under ``if TYPE_CHECKING:`` (never run)."""
+    nodes: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        nodes.append(node)
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return nodes
 
 
 def _forbidden(names: set[str]) -> set[str]:
@@ -110,6 +126,7 @@ def _reachable(start: Path) -> dict[str, set[str]]:
 def test_the_checked_files_exist() -> None:
     names = {p.relative_to(PACKAGE_DIR).as_posix() for p in _sans_io_files()}
     assert {"routing/__init__.py", "routing/engine.py", "topics.py", "sublist.py"} <= names
+    assert {"links/state.py", "links/handshake.py", "links/outbox.py"} <= names
     for path in _sans_io_files():
         assert path.is_file(), path
 
@@ -146,6 +163,8 @@ def test_module_does_not_import_io(path: Path) -> None:
         ("import timeit, sockets, threadingx", set()),  # similar names are fine
         ("from .time import x", set()),  # a sibling module named time is not stdlib time
         ("import dataclasses\nfrom collections import deque", set()),
+        ("if TYPE_CHECKING:\n    import zmq", set()),  # type names only: never run
+        ("if TYPE_CHECKING:\n    pass\nelse:\n    import zmq", {"zmq"}),
     ],
 )
 def test_checker_detects_forbidden_imports(source: str, expected: set[str]) -> None:

@@ -51,7 +51,6 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +69,7 @@ from .const import (
     DEFAULT_RECONNECT_MULTIPLIER,
 )
 from .errors import ConfigError, InvalidTopic
+from .names import validate_broker_id
 from .routing import DEFAULT_TTL, LinkOptions
 from .store import OVERFLOW_POLICIES, RetainRule
 from .topics import patterns_overlap, validate_pattern
@@ -86,18 +86,6 @@ __all__ = [
 ]
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-
-_BROKER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-
-def validate_broker_id(value: object, where: str = "broker id") -> str:
-    """A broker ID: 1-64 characters of letters, digits, ``_ . -``, starting alphanumeric."""
-    if not isinstance(value, str) or not _BROKER_ID.fullmatch(value):
-        raise ConfigError(
-            f"{where}: {value!r} is not a valid broker ID (1-64 characters of letters, "
-            "digits, '_', '.', '-', starting with a letter or digit)"
-        )
-    return value
 
 
 def default_data_dir(port: int) -> Path:

@@ -12,13 +12,16 @@ group or protocol version differs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..config import LinkConfig, validate_broker_id
 from ..const import PROTOCOL_VERSION
 from ..errors import ConfigError, InvalidTopic, ProtocolError
+from ..names import validate_broker_id
 from ..routing import LinkOptions
 from ..topics import validate_pattern
+
+if TYPE_CHECKING:
+    from ..config import LinkConfig
 
 __all__ = ["Hello", "Me", "hello_body", "parse_hello", "peer_frame_max", "problem", "welcome_body"]
 

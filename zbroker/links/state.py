@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..config import LinkConfig
 from ..const import LINK_BATCH_BYTES, LINK_FRAME_SLACK
 from ..routing import LinkOptions
+
+if TYPE_CHECKING:
+    from ..config import LinkConfig
 
 __all__ = ["Due", "Link", "LinkKind", "LinkState", "due", "link_key"]
 

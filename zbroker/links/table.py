@@ -20,9 +20,10 @@ from typing import Any, Protocol
 import zmq
 
 from .. import wire
-from ..config import NodeConfig, validate_broker_id
+from ..config import NodeConfig
 from ..const import LINK_FRAME_SLACK
 from ..errors import ConfigError, InvalidTopic, ProtocolError
+from ..names import validate_broker_id
 from ..routing import AdvertIn, LinkDown, LinkUp, RoutingEngine
 from ..topics import validate_pattern
 from .handshake import Me

@@ -1,9 +1,8 @@
 """Batch decoders of the two hot frame families (client publishes, link MSGS).
 
-They check a whole batch in one call (no call per message) and return what passed in
-parallel lists, with the reason for each element that did not. This is the one place
-these rules live; ``wire.decode_publish`` and ``wire.check_link_msg`` are the
-one-element forms of the same rules, for callers that hold one frame.
+They check a whole batch in one call (no call per message, no second pass: what the
+pipeline needs is left in place), with the reason for each element that did not pass.
+This is the one place these rules live.
 """
 
 from __future__ import annotations
@@ -50,65 +49,60 @@ def publish_elements(raw: bytes, errors: Errors) -> list[Any] | tuple[bytes, ...
 
 
 def check_publishes(
-    elements: list[Any] | tuple[bytes, ...],
-    frames: list[bytes],
-    values: list[list[Any]],
-    errors: Errors,
-    valid: set[str],
-) -> None:
-    """Decode publish frames; append each good one to ``frames`` and its
-    ``[topic, payload, fmt, headers]`` to ``values``. ``valid``: topics already checked."""
+    elements: list[Any] | tuple[bytes, ...], errors: Errors, valid: set[str]
+) -> list[list[Any] | None]:
+    """Decode publish frames: per element its ``[topic, payload, fmt, headers]``, or None
+    (the reason in ``errors``). ``valid``: topics already checked."""
     unpackb = msgpack.unpackb
+    values: list[list[Any] | None] = []
     for frame in elements:
-        if type(frame) is not bytes:
-            errors.append(("bad_shape", "publish batch element must be bin"))
-            continue
         try:
-            value = unpackb(frame, raw=False, strict_map_key=False)
-        except _UNPACK_ERRORS as exc:
-            errors.append(("not_msgpack", str(exc)))
-            continue
-        if type(value) is not list or len(value) != 4:
-            errors.append(("bad_shape", "publish frame must be a 4-element array"))
-            continue
-        topic, payload, fmt, headers = value
-        if (
-            type(topic) is not str
-            or type(payload) is not bytes
-            or (fmt != 0 and fmt != 1)
-            or type(fmt) is not int
-            or (
-                headers is not None
-                and (type(headers) is not dict or not all(type(k) is str for k in headers))
-            )
-        ):
-            errors.append(("bad_type", "publish frame has wrong field types"))
-            continue
-        if topic not in valid:
+            if type(frame) is not bytes:
+                raise _Bad("bad_shape", "publish batch element must be bin")
             try:
-                validate_publish_topic(topic)
-            except InvalidTopic as exc:
-                errors.append(("bad_topic", str(exc)))
-                continue
-            if len(valid) >= TOPIC_CACHE_SIZE:
-                valid.clear()
-            valid.add(topic)
-        frames.append(frame)
+                value = unpackb(frame, raw=False, strict_map_key=False)
+            except _UNPACK_ERRORS as exc:
+                raise _Bad("not_msgpack", str(exc)) from None
+            if type(value) is not list or len(value) != 4:
+                raise _Bad("bad_shape", "publish frame must be a 4-element array")
+            topic, payload, fmt, headers = value
+            if (
+                type(topic) is not str
+                or type(payload) is not bytes
+                or (fmt != 0 and fmt != 1)
+                or type(fmt) is not int
+                or (
+                    headers is not None
+                    and (type(headers) is not dict or not all(type(k) is str for k in headers))
+                )
+            ):
+                raise _Bad("bad_type", "publish frame has wrong field types")
+            if topic not in valid:
+                try:
+                    validate_publish_topic(topic)
+                except InvalidTopic as exc:
+                    raise _Bad("bad_topic", str(exc)) from None
+                if len(valid) >= TOPIC_CACHE_SIZE:
+                    valid.clear()
+                valid.add(topic)
+        except _Bad as exc:
+            errors.append((exc.reason, exc.detail))
+            values.append(None)
+            continue
         values.append(value)
+    return values
 
 
 def check_msgs(
     batch: list[Any],
     caches: tuple[set[tuple[Any, ...]], set[tuple[Any, ...]], set[str]],
     errors: Errors,
-) -> tuple[list[list[Any]], list[tuple[str, ...]], list[tuple[str, ...] | None]]:
-    """Type-check a MSGS frame's messages: (good messages, their paths, their targets).
-    ``caches``: paths and targets already checked, topics already valid."""
+) -> None:
+    """Type-check a MSGS frame's messages in place: a good one gets its path and targets
+    as tuples (what routing keys on), a bad one is replaced by None (the reason in
+    ``errors``). ``caches``: paths and targets already checked, topics already valid."""
     paths_ok, targets_ok, valid = caches
-    good: list[list[Any]] = []
-    paths: list[tuple[str, ...]] = []
-    targets_of: list[tuple[str, ...] | None] = []
-    for m in batch:
+    for i, m in enumerate(batch):
         try:
             if type(m) is not list or len(m) != 10:
                 raise _Bad("bad_shape", "MSGS entry must be a 10-element array")
@@ -130,9 +124,10 @@ def check_msgs(
             key_path = tuple(path)  # (unhashable elements: TypeError, bad_type)
             if key_path not in paths_ok:
                 _strings(key_path, paths_ok)
-            key_targets = None if targets is None else tuple(targets)
-            if key_targets is not None and key_targets not in targets_ok:
-                _strings(key_targets, targets_ok)
+            if targets is not None:
+                targets = tuple(targets)
+                if targets not in targets_ok:
+                    _strings(targets, targets_ok)
             if not (0 <= inc < I64 and 0 <= seq < I64 and -TS_MAX < ts < TS_MAX):
                 # out of what the store can hold (and NaN fails every comparison)
                 raise _Bad("bad_value", "MSGS entry has out-of-range numbers")
@@ -143,17 +138,15 @@ def check_msgs(
                 valid.add(topic)
         except _Bad as exc:
             errors.append((exc.reason, exc.detail))
-            continue
         except InvalidTopic as exc:
             errors.append(("bad_topic", str(exc)))
-            continue
         except TypeError as exc:  # unhashable path/targets elements
             errors.append(("bad_type", str(exc)))
+        else:
+            m[8] = key_path
+            m[9] = targets
             continue
-        good.append(m)
-        paths.append(key_path)
-        targets_of.append(key_targets)
-    return good, paths, targets_of
+        batch[i] = None
 
 
 def _strings(items: tuple[Any, ...], checked: set[tuple[Any, ...]]) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import msgpack
@@ -90,11 +90,11 @@ class Pipeline:
     # -- ingress 1: client publishes ------------------------------------------------------
 
     def on_publish(self, sock: zmq.Socket[bytes], recv: Callable[[int], bytes], limit: int) -> None:
-        """Drain the publish socket (up to DRAIN_BATCH messages) into one batch."""
+        """Drain the publish socket (up to DRAIN_BATCH messages) into one batch: each
+        frame's messages are routed as it is read, deliveries leave when the drain ends."""
         events = cast("Callable[[int], int]", sock.getsockopt)
-        frames: list[bytes] = []
-        values: list[list[Any]] = []
         errors: list[tuple[str, str]] = []
+        out: dict[str, list[bytes]] = {}
         budget = DRAIN_BATCH  # messages: a publish batch counts for what it holds
         first = True
         while budget > 0:
@@ -113,13 +113,17 @@ class Pipeline:
                 continue
             elements = publish_elements(raw, errors)
             budget -= len(elements) or 1
-            check_publishes(elements, frames, values, errors, self._valid_topics)
+            if elements:
+                self._take_publishes(
+                    elements, check_publishes(elements, errors, self._valid_topics), out
+                )
         for reason, detail in errors:
             self._counters.bad("publisher", reason, detail)
-        if frames:
-            self._take_publishes(frames, values)
+        self.end_batch(out, None)
 
-    def _take_publishes(self, frames: list[bytes], values: list[list[Any]]) -> None:
+    def _take_publishes(
+        self, frames: Sequence[bytes], values: list[list[Any] | None], out: dict[str, list[bytes]]
+    ) -> None:
         engine = self._engine
         route = engine.route
         local_matches = engine.local_matches
@@ -127,13 +131,14 @@ class Pipeline:
         prefix = self._delivery.prefix
         tail = _ENVELOPE_TAIL.pack
         id_part = self._envelope_id
-        origin = self._me
-        inc = self._inc
+        origin, inc = self._me, self._inc
         now = time.time
-        seq = self._counters.seq
-        out: dict[str, list[bytes]] = {}
+        seq = first = self._counters.seq
         sink_out = self._sink_out
-        for frame, (topic, payload, fmt, headers) in zip(frames, values, strict=True):
+        for frame, value in zip(frames, values, strict=True):
+            if value is None:
+                continue
+            topic, payload, fmt, headers = value
             seq += 1
             ts = now()
             if engine.links:
@@ -168,19 +173,27 @@ class Pipeline:
                     out[pattern] = [body]
                 else:
                     bodies.append(body)
-        self._counters.received += seq - self._counters.seq
+        self._counters.received += seq - first
         self._counters.seq = seq
-        self.end_batch(out, None)
 
     # -- ingress 2: link MSGS -------------------------------------------------------------
 
     def on_msgs(self, link: Link, batch: list[Any]) -> None:
         """Messages from a link: the relay's hot path."""
         errors: list[tuple[str, str]] = []
-        good, paths, targets_of = check_msgs(batch, self._link_caches, errors)
+        check_msgs(batch, self._link_caches, errors)  # (in place: bad ones become None)
         for reason, detail in errors:
             self._counters.bad(link.source, reason, detail)
         link.msgs_in += len(batch)
+        out: dict[str, list[Any]] = {}
+        loops = self._relay(batch, out)
+        if loops:
+            self._counters.drop("loop", loops)
+        self.end_batch(None, out)
+
+    def _relay(self, batch: list[Any], out: dict[str, list[Any]]) -> int:
+        """Dedupe, route, queue on links, sink and bucket checked link messages; returns
+        how many were loops (our ID on their path)."""
         me = self._me
         seen = self.dedupe.seen
         route = self._engine.route
@@ -188,12 +201,13 @@ class Pipeline:
         prefix = self._delivery.prefix
         fwd_paths = self._fwd_paths
         sink_out = self._sink_out
-        out: dict[str, list[Any]] = {}
         # route() results are cached and shared: their sends, resolved to links, per frame
         prepared: dict[int, tuple[list[Send], list[tuple[Link, list[str] | None, int]], int]] = {}
-        dirty = self._links.dirty
-        loops = 0
-        for m, key_path, key_targets in zip(good, paths, targets_of, strict=True):
+        dirty, loops = self._links.dirty, 0
+        for m in batch:
+            if m is None:
+                continue
+            topic, payload, fmt, headers, origin, inc, seq, ts, key_path, key_targets = m
             fwd = fwd_paths.get(key_path)
             if fwd is None:
                 if len(fwd_paths) >= _FWD_CACHE_SIZE:
@@ -202,7 +216,6 @@ class Pipeline:
             if fwd is False:
                 loops += 1
                 continue
-            topic, payload, fmt, headers, origin, inc, seq, ts = m[:8]
             if seen(origin, inc, seq):
                 continue
             patterns, sends = route(topic, key_path, key_targets)
@@ -233,14 +246,11 @@ class Pipeline:
                     continue  # interest of a feature, no client on the XPUB
                 if envelope is None:
                     envelope = m[:8]  # [topic, payload, fmt, headers, origin, inc, seq, ts]
-                envelopes = out.get(pattern)
-                if envelopes is None:
+                if (envelopes := out.get(pattern)) is None:
                     out[pattern] = [envelope]
                 else:
                     envelopes.append(envelope)
-        if loops:
-            self._counters.drop("loop", loops)
-        self.end_batch(None, out)
+        return loops
 
     # -- ingress 3: messages that start here, and persistent messages taken -----------------
 
