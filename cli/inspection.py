@@ -1,9 +1,13 @@
 """Inspection commands: ``status``, ``routes``, ``peers`` (a node's state) and ``replay``
-(its retention log). Each asks the node once and prints text, or JSON with ``--json``."""
+(its retention log). Each asks the node once and prints text, or JSON with ``--json``.
+
+``**conn`` is what :func:`~.app.broker_option` and :func:`~.app.connection_options` parsed,
+passed on to :func:`~.app.connect` as is."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -21,16 +25,9 @@ from .format import (
 @broker_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the raw status as JSON.")
 @connection_options()
-def status(
-    broker: str,
-    as_json: bool,
-    timeout: float,
-    interfaces: tuple[str, ...],
-    keys: str | None,
-    server_key: str | None,
-) -> None:
+def status(as_json: bool, **conn: Any) -> None:
     """Show a node's identity, endpoints, counters and subscriptions."""
-    with connect(broker, timeout, interfaces, keys, server_key) as client:
+    with connect(**conn) as client:
         st = client.status()
     click.echo(json.dumps(st, indent=2) if as_json else format_status(st))
 
@@ -40,19 +37,11 @@ def status(
 @broker_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the routes as JSON.")
 @connection_options()
-def routes(
-    pattern: str | None,
-    broker: str,
-    as_json: bool,
-    timeout: float,
-    interfaces: tuple[str, ...],
-    keys: str | None,
-    server_key: str | None,
-) -> None:
+def routes(pattern: str | None, as_json: bool, **conn: Any) -> None:
     """Show the node's interest table: pattern, origin broker, path, next-hop link.
 
     With PATTERN, only routes whose pattern overlaps it."""
-    with connect(broker, timeout, interfaces, keys, server_key) as client:
+    with connect(**conn) as client:
         table = client.routes(pattern)
     click.echo(json.dumps(table, indent=2) if as_json else format_routes(table))
 
@@ -61,16 +50,9 @@ def routes(
 @broker_option()
 @click.option("--json", "as_json", is_flag=True, help="A JSON list of peer objects.")
 @connection_options()
-def peers(
-    broker: str,
-    as_json: bool,
-    timeout: float,
-    interfaces: tuple[str, ...],
-    keys: str | None,
-    server_key: str | None,
-) -> None:
+def peers(as_json: bool, **conn: Any) -> None:
     """List the node's peers: how each was found (mdns, config, inbound) and link state."""
-    with connect(broker, timeout, interfaces, keys, server_key) as client:
+    with connect(**conn) as client:
         table = client.peers()
     click.echo(json.dumps(table, indent=2) if as_json else format_peers(table))
 
@@ -97,15 +79,11 @@ def peers(
 @connection_options()
 def replay(
     pattern: str,
-    broker: str,
     start: int | None,
     end: int | None,
     limit: int,
     as_json: bool,
-    timeout: float,
-    interfaces: tuple[str, ...],
-    keys: str | None,
-    server_key: str | None,
+    **conn: Any,
 ) -> None:
     """Print messages of the node's retention log matching PATTERN, by sequence range."""
     from zbroker.topics import validate_pattern
@@ -113,7 +91,7 @@ def replay(
     validate_pattern(pattern)
     if start is not None and end is not None and start > end:
         raise click.ClickException(f"--from {start} is after --to {end}: nothing to replay")
-    with connect(broker, timeout, interfaces, keys, server_key) as client:
+    with connect(**conn) as client:
         first, last = client.log_range()
         msgs = client.read(pattern, first if start is None else start, end, limit)
     for msg in msgs:

@@ -127,15 +127,7 @@ def pub(
 )
 @connection_options()
 def sub(
-    patterns: tuple[str, ...],
-    broker: str,
-    count: int | None,
-    as_json: bool,
-    durable: str | None,
-    timeout: float,
-    interfaces: tuple[str, ...],
-    keys: str | None,
-    server_key: str | None,
+    patterns: tuple[str, ...], count: int | None, as_json: bool, durable: str | None, **conn: Any
 ) -> None:
     """Print messages matching PATTERN(s) until Ctrl-C (or --count)."""
     if durable is not None and len(patterns) != 1:
@@ -166,7 +158,7 @@ def sub(
     # stuck (seen once in a full test run: SIGINT, no exit within 5 s); the main thread
     # only sleeps and looks at flags here, and the signal only records itself
     signals = SignalStop(signal.SIGTERM, signal.SIGINT)
-    with connect(broker, timeout, interfaces, keys, server_key) as client:
+    with connect(**conn) as client:
         for p in patterns:
             client.subscribe(p, on_message, durable=durable)
         click.echo(f"subscribed to {', '.join(patterns)} on {client.broker_id}", err=True)

@@ -123,16 +123,20 @@ def _retain_from_toml(value: Any, source: str) -> tuple[RetainRule, ...]:
     return tuple(rules)
 
 
-def _discovery_from_toml(value: Any, source: str) -> dict[str, Any]:
+def _check_table(value: Any, table: str, known: set[str], source: str) -> None:
+    """``[table]`` is a table of ``known`` keys only."""
     if not isinstance(value, dict):
-        raise ConfigError(f"{source}: discovery must be a table")
-    known = {"enabled", "interfaces", "link_defaults"}
+        raise ConfigError(f"{source}: {table} must be a table")
     unknown = set(value) - known
     if unknown:
         raise ConfigError(
-            f"{source}: unknown key(s) discovery.{', discovery.'.join(sorted(unknown))} "
+            f"{source}: unknown key(s) {table}.{f', {table}.'.join(sorted(unknown))} "
             f"(known: {', '.join(sorted(known))})"
         )
+
+
+def _discovery_from_toml(value: Any, source: str) -> dict[str, Any]:
+    _check_table(value, "discovery", {"enabled", "interfaces", "link_defaults"}, source)
     out: dict[str, Any] = {}
     if "enabled" in value:
         out["discovery"] = value["enabled"]
@@ -148,15 +152,7 @@ def _discovery_from_toml(value: Any, source: str) -> dict[str, Any]:
 
 
 def _security_from_toml(value: Any, source: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ConfigError(f"{source}: security must be a table")
-    known = {"enabled", "key_dir", "allowlist", "clients"}
-    unknown = set(value) - known
-    if unknown:
-        raise ConfigError(
-            f"{source}: unknown key(s) security.{', security.'.join(sorted(unknown))} "
-            f"(known: {', '.join(sorted(known))})"
-        )
+    _check_table(value, "security", {"enabled", "key_dir", "allowlist", "clients"}, source)
     out: dict[str, Any] = {}
     if "enabled" in value:
         out["security"] = value["enabled"]
