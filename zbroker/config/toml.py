@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Set
 from pathlib import Path
 from typing import Any
 
@@ -83,12 +84,7 @@ def _links_from_toml(value: Any, source: str) -> tuple[LinkConfig, ...]:
     for i, item in enumerate(value):
         if not isinstance(item, dict):
             raise ConfigError(f"{source}: [[link]] #{i + 1} is not a table")
-        unknown = set(item) - LINK_KEYS
-        if unknown:
-            raise ConfigError(
-                f"{source}: [[link]] #{i + 1}: unknown key(s) {', '.join(sorted(unknown))} "
-                f"(known: {', '.join(sorted(LINK_KEYS))})"
-            )
+        _check_keys(item, LINK_KEYS, f"{source}: [[link]] #{i + 1}")
         for required in ("name", "uri"):
             if required not in item:
                 raise ConfigError(f"{source}: [[link]] #{i + 1}: missing key {required!r}")
@@ -123,16 +119,22 @@ def _retain_from_toml(value: Any, source: str) -> tuple[RetainRule, ...]:
     return tuple(rules)
 
 
+def _check_keys(item: dict[str, Any], known: Set[str], where: str, prefix: str = "") -> None:
+    """``item`` sets only ``known`` keys; the error lists them (each key as ``prefix`` +
+    key) and every known one."""
+    unknown = set(item) - known
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {prefix}{f', {prefix}'.join(sorted(unknown))} "
+            f"(known: {', '.join(sorted(known))})"
+        )
+
+
 def _check_table(value: Any, table: str, known: set[str], source: str) -> None:
     """``[table]`` is a table of ``known`` keys only."""
     if not isinstance(value, dict):
         raise ConfigError(f"{source}: {table} must be a table")
-    unknown = set(value) - known
-    if unknown:
-        raise ConfigError(
-            f"{source}: unknown key(s) {table}.{f', {table}.'.join(sorted(unknown))} "
-            f"(known: {', '.join(sorted(known))})"
-        )
+    _check_keys(value, known, source, f"{table}.")
 
 
 def _discovery_from_toml(value: Any, source: str) -> dict[str, Any]:
