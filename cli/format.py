@@ -74,34 +74,76 @@ def format_message_text(msg: Message) -> str:
 
 
 def format_status(status: dict[str, Any]) -> str:
-    """The node's status as a readable table."""
-    c = status.get("counters", {})
-    subs = status.get("subscriptions", {})
-    rows: list[tuple[str, str]] = [
+    """The node's status as a readable table: a summary of name/value rows, then the
+    tables of links and of store-and-forward queues (each only when there are any)."""
+    rows = [
+        *_identity_rows(status),
+        *_counter_rows(status.get("counters", {})),
+        *_security_rows(status.get("security") or {}),
+        *_subscription_rows(status.get("subscriptions", {})),
+        *_interest_rows(status.get("interest")),
+        *_staging_rows(status.get("staging")),
+    ]
+    width = max(len(k) for k, _ in rows)
+    text = "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+    links = status.get("links") or []
+    if links:
+        text += "\n\n" + _links_table(links)
+    queues = (status.get("forward") or {}).get("queues") or []
+    if queues:
+        text += "\n\n" + _forward_table(queues)
+    return text
+
+
+Rows = list[tuple[str, str]]
+
+
+def _identity_rows(status: dict[str, Any]) -> Rows:
+    """Who the node is and where it listens."""
+    rows: Rows = [
         ("broker id", str(status.get("broker_id"))),
         ("incarnation", str(status.get("incarnation"))),
-        ("uptime", f"{status.get('uptime', 0):.1f} s"),
     ]
+    if "group" in status:
+        rows.append(("group", str(status["group"])))
+    rows.append(("uptime", f"{status.get('uptime', 0):.1f} s"))
     for name, ep in status.get("endpoints", {}).items():
         rows.append((f"{name} endpoint", str(ep)))
-    rows += [
+    return rows
+
+
+def _counter_rows(c: dict[str, Any]) -> Rows:
+    """Message counters, and drops by reason."""
+    rows: Rows = [
         ("received", str(c.get("received", 0))),
         ("delivered", str(c.get("delivered", 0))),
         ("bad input", str(c.get("bad_input", 0))),
     ]
     for reason, n in c.get("dropped", {}).items():
         rows.append((f"dropped: {reason}", str(n)))
-    sec = status.get("security") or {}
-    if sec.get("enabled"):
-        rows.append(("security", f"CURVE, public key {sec.get('public_key')}"))
-        rows.append(("auth failures", str(sec.get("auth_failures", 0))))
-        # handshakes that failed before any key was checked (a plain client, a wrong
-        # server key): logged by the node, and shown here so that nobody needs the log
-        for reason, n in sec.get("handshake_failures", {}).items():
-            rows.append((f"handshake failed: {reason}", str(n)))
-        for kind, n in sec.get("refused", {}).items():
-            rows.append((f"refused: {kind}", str(n)))
-    rows.append(("subscriptions", str(subs.get("count", 0))))
+    return rows
+
+
+def _security_rows(sec: dict[str, Any]) -> Rows:
+    """CURVE key and the failures it counted (nothing when security is off)."""
+    if not sec.get("enabled"):
+        return []
+    rows: Rows = [
+        ("security", f"CURVE, public key {sec.get('public_key')}"),
+        ("auth failures", str(sec.get("auth_failures", 0))),
+    ]
+    # handshakes that failed before any key was checked (a plain client, a wrong
+    # server key): logged by the node, and shown here so that nobody needs the log
+    for reason, n in sec.get("handshake_failures", {}).items():
+        rows.append((f"handshake failed: {reason}", str(n)))
+    for kind, n in sec.get("refused", {}).items():
+        rows.append((f"refused: {kind}", str(n)))
+    return rows
+
+
+def _subscription_rows(subs: dict[str, Any]) -> Rows:
+    """Local subscriptions: the count and the first patterns."""
+    rows: Rows = [("subscriptions", str(subs.get("count", 0)))]
     patterns = subs.get("patterns", [])
     # a node may hold tens of thousands: the summary lists a few (--json has them all)
     for p in patterns[:STATUS_PATTERNS_SHOWN]:
@@ -109,97 +151,94 @@ def format_status(status: dict[str, Any]) -> str:
     if len(patterns) > STATUS_PATTERNS_SHOWN:
         more = len(patterns) - STATUS_PATTERNS_SHOWN
         rows.append(("  ...", f"{more} more (zbroker status --json lists every one)"))
-    interest = status.get("interest")
-    if interest:
-        rows.append(
-            ("interest routes", f"{interest.get('routes', 0)} ({interest.get('remote', 0)} remote)")
+    return rows
+
+
+def _interest_rows(interest: dict[str, Any] | None) -> Rows:
+    """The interest table's size and the origins it holds."""
+    if not interest:
+        return []
+    return [
+        ("interest routes", f"{interest.get('routes', 0)} ({interest.get('remote', 0)} remote)"),
+        ("interest origins", ", ".join(interest.get("origins", [])) or "-"),
+    ]
+
+
+def _staging_rows(staging: dict[str, Any] | None) -> Rows:
+    """Staged writes, once there were any."""
+    if not staging or not (staging.get("commits") or staging.get("tokens")):
+        return []
+    return [
+        (
+            "staged writes",
+            f"{staging['tokens']} tokens waiting ({staging['rows']} rows), "
+            f"{staging['commits']} commits, {staging['applied_rows']} rows published, "
+            f"{staging['duplicate_commits']} duplicate commits, "
+            f"{staging['aborted_rows']} rows aborted, {staging['expired_rows']} expired",
         )
-        rows.append(("interest origins", ", ".join(interest.get("origins", [])) or "-"))
-    staging = status.get("staging")
-    if staging and (staging.get("commits") or staging.get("tokens")):
-        rows.append(
-            (
-                "staged writes",
-                f"{staging['tokens']} tokens waiting ({staging['rows']} rows), "
-                f"{staging['commits']} commits, {staging['applied_rows']} rows published, "
-                f"{staging['duplicate_commits']} duplicate commits, "
-                f"{staging['aborted_rows']} rows aborted, {staging['expired_rows']} expired",
-            )
-        )
-    if "group" in status:
-        rows.insert(2, ("group", str(status["group"])))
-    width = max(len(k) for k, _ in rows)
-    text = "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
-    links = status.get("links") or []
-    if links:
-        text += "\n\n" + format_table(
+    ]
+
+
+def _links_table(links: list[dict[str, Any]]) -> str:
+    """One row per link, then why each link that is not up is not."""
+    text = format_table(
+        [
+            "link",
+            "peer",
+            "kind",
+            "direction",
+            "state",
+            "uptime",
+            "msgs in",
+            "msgs out",
+            "bytes in",
+            "bytes out",
+            "drops",
+        ],
+        [
             [
-                "link",
-                "peer",
-                "kind",
-                "direction",
-                "state",
-                "uptime",
-                "msgs in",
-                "msgs out",
-                "bytes in",
-                "bytes out",
-                "drops",
-            ],
-            [
-                [
-                    ln["name"],
-                    ln.get("peer") or "-",
-                    ln["kind"],
-                    ln["direction"],
-                    ln["state"],
-                    f"{ln.get('uptime', 0):.1f}s",
-                    ln["msgs_in"],
-                    ln["msgs_out"],
-                    ln["bytes_in"],
-                    ln["bytes_out"],
-                    ln["drops"],
-                ]
-                for ln in links
-            ],
-        )
-        # why a link is not up (unreachable peer, refused handshake): said, not only logged
-        for ln in links:
-            if ln["state"] != "up" and ln.get("last_error"):
-                tries = f" (attempt {ln['attempts']})" if ln.get("attempts") else ""
-                text += f"\n  {ln['name']} ({ln['state']}): {ln['last_error']}{tries}"
-    fwd = status.get("forward") or {}
-    queues = fwd.get("queues") or []
-    if queues:
-        # store-and-forward: persistent messages held per link until the next node has them
-        text += "\n\n" + format_table(
-            [
-                "link queue",
-                "peer",
-                "up",
-                "queued",
-                "bytes",
-                "in flight",
-                "sent",
-                "acked",
-                "dropped",
-            ],
-            [
-                [
-                    q["link"],
-                    q["peer"],
-                    "yes" if q["up"] else "no",
-                    q["queued"],
-                    q["queued_bytes"],
-                    q["in_flight"],
-                    q["sent"],
-                    q["acked"],
-                    q["dropped"],
-                ]
-                for q in queues
-            ],
-        )
+                ln["name"],
+                ln.get("peer") or "-",
+                ln["kind"],
+                ln["direction"],
+                ln["state"],
+                f"{ln.get('uptime', 0):.1f}s",
+                ln["msgs_in"],
+                ln["msgs_out"],
+                ln["bytes_in"],
+                ln["bytes_out"],
+                ln["drops"],
+            ]
+            for ln in links
+        ],
+    )
+    # why a link is not up (unreachable peer, refused handshake): said, not only logged
+    for ln in links:
+        if ln["state"] != "up" and ln.get("last_error"):
+            tries = f" (attempt {ln['attempts']})" if ln.get("attempts") else ""
+            text += f"\n  {ln['name']} ({ln['state']}): {ln['last_error']}{tries}"
     return text
+
+
+def _forward_table(queues: list[dict[str, Any]]) -> str:
+    """Store-and-forward: persistent messages held per link until the next node has them."""
+    return format_table(
+        ["link queue", "peer", "up", "queued", "bytes", "in flight", "sent", "acked", "dropped"],
+        [
+            [
+                q["link"],
+                q["peer"],
+                "yes" if q["up"] else "no",
+                q["queued"],
+                q["queued_bytes"],
+                q["in_flight"],
+                q["sent"],
+                q["acked"],
+                q["dropped"],
+            ]
+            for q in queues
+        ],
+    )
 
 
 def format_table(headers: list[str], rows: list[list[Any]]) -> str:

@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import _check_patterns, validate_broker_id
+from .config import check_patterns as _check_patterns
+from .config import validate_broker_id
 from .errors import ConfigError, InvalidTopic
 from .routing import LinkOptions
 from .sim import Network

@@ -1,0 +1,48 @@
+"""The msgpack layer under every frame: packing, unpacking into ProtocolError, array headers.
+
+Every decoder of the protocol unpacks through :func:`unpack`, so a frame that is not one
+msgpack value fails the same way everywhere (reason ``not_msgpack``). Encoders pack with
+:data:`packb` directly: the frame modules bind it once, not per call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from ..errors import ProtocolError
+
+packb = msgpack.packb
+_unpackb = msgpack.unpackb
+_ExtraData = msgpack.ExtraData
+_UnpackErrors = (ValueError, msgpack.UnpackException, TypeError)
+
+
+def unpack(frame: bytes) -> Any:
+    """The one msgpack value ``frame`` holds (raises ProtocolError ``not_msgpack``)."""
+    try:
+        # strict_map_key=False: header values may hold maps with non-string keys; the
+        # decoders check the keys that must be strings (header names) themselves.
+        return _unpackb(frame, raw=False, strict_map_key=False)
+    except _ExtraData as exc:
+        raise ProtocolError("not_msgpack", "trailing bytes after the msgpack value") from exc
+    except _UnpackErrors as exc:
+        raise ProtocolError("not_msgpack", str(exc)) from exc
+
+
+def array_header(n: int) -> bytes:
+    """msgpack's header of an array of ``n`` elements (what precedes them)."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def str_list(value: Any, what: str) -> tuple[str, ...]:
+    """``value`` as a tuple of strings (raises ProtocolError ``bad_type`` if it is not a
+    msgpack array of strings; ``what`` names the field in the message)."""
+    if type(value) is not list or not all(type(v) is str for v in value):
+        raise ProtocolError("bad_type", f"{what} must be an array of strings")
+    return tuple(value)

@@ -1,0 +1,84 @@
+"""Delivery frames (node XPUB to client SUB): one envelope or a batch, with its trailer.
+
+``pattern NUL msgpack(envelope | [envelope, ...]) pattern-seq``; see :mod:`.frames`. The
+encoders build the msgpack part; the node adds the pattern prefix and the trailer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ProtocolError
+from .codec import array_header, packb, unpack
+
+
+def encode_delivery_body(
+    topic: str,
+    payload: bytes,
+    fmt: int,
+    headers: dict[str, Any] | None,
+    origin: str,
+    incarnation: int,
+    seq: int,
+    ts: float,
+) -> bytes:
+    """Encode the part of a delivery frame after ``pattern NUL`` (once per message)."""
+    return packb(  # type: ignore[no-any-return]
+        [topic, payload, fmt, headers, origin, incarnation, seq, ts]
+    )
+
+
+def encode_delivery_batch(bodies: list[bytes]) -> bytes:
+    """The msgpack part of a delivery batch from envelopes already encoded with
+    :func:`encode_delivery_body` (a concatenation: nothing is re-encoded)."""
+    return array_header(len(bodies)) + b"".join(bodies)
+
+
+def _split_pattern(frame: bytes) -> tuple[str, int]:
+    """The pattern a delivery frame starts with, and the index of the NUL ending it."""
+    nul = frame.find(b"\0")
+    if nul <= 0:
+        raise ProtocolError("bad_shape", "delivery frame has no pattern prefix")
+    try:
+        return frame[:nul].decode("utf-8"), nul
+    except UnicodeDecodeError as exc:
+        raise ProtocolError("bad_type", "pattern is not UTF-8") from exc
+
+
+def _check_trailer(frame: bytes) -> None:
+    """A whole delivery frame holds at least a pattern byte, NUL, and the 8-byte trailer."""
+    if len(frame) < 10:
+        raise ProtocolError("bad_shape", "delivery frame too short")
+
+
+def decode_delivery_batch(frame: bytes) -> tuple[str, int, list[list[Any]]]:
+    """A whole delivery frame of either form: (pattern, pattern sequence of its *first*
+    message, the envelopes it holds). Each envelope is an 8-element array."""
+    _check_trailer(frame)
+    last = int.from_bytes(frame[-8:], "big")
+    pattern, nul = _split_pattern(frame)
+    value = unpack(frame[nul + 1 : -8])
+    if type(value) is not list or not value:
+        raise ProtocolError("bad_shape", "delivery body must be a non-empty array")
+    envelopes = value if type(value[0]) is list else [value]
+    for fields in envelopes:
+        if type(fields) is not list or len(fields) != 8:
+            raise ProtocolError("bad_shape", "delivery envelope must be an 8-element array")
+    return pattern, last - len(envelopes) + 1, envelopes
+
+
+def decode_delivery_frame(frame: bytes) -> tuple[str, int, list[Any]]:
+    """A whole delivery frame: (pattern, pattern sequence, envelope fields)."""
+    _check_trailer(frame)
+    pattern, fields = decode_delivery(frame[:-8])
+    return pattern, int.from_bytes(frame[-8:], "big"), fields
+
+
+def decode_delivery(frame: bytes) -> tuple[str, list[Any]]:
+    """Split ``pattern NUL envelope`` (a delivery frame without its sequence trailer)
+    into its pattern and the decoded envelope fields."""
+    pattern, nul = _split_pattern(frame)
+    fields = unpack(frame[nul + 1 :])
+    if type(fields) is not list or len(fields) != 8:
+        raise ProtocolError("bad_shape", "delivery envelope must be an 8-element array")
+    return pattern, fields

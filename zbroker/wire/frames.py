@@ -1,0 +1,220 @@
+"""The frames of the wire protocol: every frame and field zbroker sends, and their numbers.
+
+This module owns the reference below and the constants that name frames (op and link
+type numbers, payload formats, batch bounds, the sync prefix); the encoders and decoders
+live one module per frame family beside it (:mod:`.publish`, :mod:`.delivery`,
+:mod:`.control`, :mod:`.link`, :mod:`.forward`).
+
+All frames are single ZeroMQ frames (one frame per message on the hot path: in pyzmq each
+extra frame of a multipart message costs about as much as a message). Bodies are msgpack.
+
+Client publish (client PUSH → node PULL, ``PORT+1``)::
+
+    [topic: str, payload: bytes, fmt: int, headers: map[str, any] | nil]
+
+``fmt`` says what the payload bytes are: ``0`` raw bytes as the publisher gave them,
+``1`` a msgpack-encoded object (the client API accepts any msgpack-able value).
+
+Publish batch (same socket), several publishes in one frame::
+
+    [frame: bin, frame: bin, ...]      each ``frame`` one publish frame as above
+
+An array whose first element is a ``bin`` is a batch (a publish frame starts with its topic,
+a ``str``). The node takes each element as if it had arrived alone (an element that is not
+a ``bin`` is counted as ``bad_shape``), so a batch changes nothing but the per-frame cost.
+A node announces in its HELLO reply (``publish_batch``: bytes) that it reads batches and how
+large they may be; a client batches only publishes that come faster than
+:data:`~zbroker.const.PUBLISH_LINGER` apart, so a lone publish still leaves at once.
+
+Delivery (node XPUB → client SUB, ``PORT+2``)::
+
+    pattern-utf8  NUL  msgpack([topic, payload, fmt, headers, origin, incarnation, seq, ts])
+        pattern-seq (8 bytes, big-endian)
+
+A delivery frame may also carry several messages of one pattern (a *delivery batch*)::
+
+    pattern-utf8  NUL  msgpack([envelope, envelope, ...])  pattern-seq (8 bytes, big-endian)
+
+where each ``envelope`` is the 8-element array above. A reader tells the two forms apart by
+the first element of the decoded array: a topic (str) for one message, an array for a
+batch. The node batches what one drain pass produced for a pattern (up to
+:data:`DELIVERY_BATCH` messages or about :data:`DELIVERY_BATCH_BYTES` of payload), so a
+subscriber pays one receive per batch under load, and a lone message still travels alone
+at once (no timer: batching never delays a message).
+
+The trailer numbers the node's sends on that pattern (1, 2, 3, ...): a subscriber whose
+queue overflowed at the node (a slow consumer: the node's XPUB drops for that subscriber
+only, never stalling the others) sees a gap, counts it and reports it to the node
+(``GAPS``), which counts it in its status. Numbers count messages, not frames: a batch of
+``k`` messages takes the numbers ``n - k + 1 .. n`` and carries ``n``, so a dropped batch
+shows as a gap of exactly the messages it held.
+
+The frame begins with the subscription pattern it is delivered for and a NUL byte (which no
+pattern contains); clients subscribe to ``pattern + NUL``, so ZeroMQ's prefix filter becomes
+an exact match and a client with two overlapping patterns receives one copy per pattern.
+``(origin, incarnation, seq)`` is the message ID the origin node assigned; ``ts`` is the
+origin node's receive time (float seconds since the epoch).
+
+Subscription sync (client SUB → node XPUB): besides ``pattern + NUL`` a client subscribes to
+``SYNC_PREFIX + token``. Subscriptions travel one connection in order, so when the node sees
+the sync key every subscription sent before it is active; the node answers by publishing a
+frame equal to the key, which only that client receives.
+
+Control (client or peer DEALER → node ROUTER, ``PORT``)::
+
+    request  [op: int, req_id: int, body: map]
+    reply    [op: int, req_id: int, body: map]     (op = request op, or ERROR)
+
+=========  =====  ===========================================================
+op         value  body
+=========  =====  ===========================================================
+HELLO      1      request ``{}``; reply ``{broker_id, incarnation, version, endpoints,
+                  ports: {control, publish, deliver}, publish_batch}``
+STATUS     2      request ``{}``; reply: the node's status map
+PING       3      request ``{}``; reply ``{}``
+GAPS       13     one-way ``{pattern: missed, ...}``: deliveries a subscriber's queue dropped
+ROUTES     4      request ``{pattern?: str}``; reply ``{routes: [{pattern, origin, path,
+                  hops, link}]}``
+PEERS      5      request ``{}``; reply ``{peers: [{id, found_by, state, endpoint, links}]}``
+PUBLISH    6      request ``{topic, payload, fmt, headers}``: a persistent publish; the
+                  reply ``{id: [origin, incarnation, seq], retained_seq}`` comes after the
+                  node's store committed it
+READ       7      request ``{pattern, start, end?, limit}``: the retention log range
+                  ``start <= seq < end``; reply ``{rows: [[seq, topic, payload, fmt,
+                  headers, origin, incarnation, origin_seq, ts]], first_seq, last_seq,
+                  expired_upto, next}`` (at most ``limit`` rows and about 8 MB of topics
+                  and payloads, from at most 20,000 rows examined, so a pattern-filtered
+                  page may hold fewer rows, or none, and still not be the last;
+                  ``next``: where to continue; ``expired_upto``:
+                  the highest sequence a rule retaining ``pattern`` lost to its bounds).
+                  With ``columns: true`` the reply has ``columns: [[seq...], [topic...],
+                  ...]`` (the same nine fields, one array each) instead of ``rows``
+DURABLE_OPEN 8    request ``{name, pattern, credit, max_msgs, max_bytes, max_age, overflow?}``:
+                  create (if new; bounds: 0 = unbounded; overflow ``drop-oldest``
+                  (default) or ``reject-new``) and attach
+                  to a durable subscription; reply ``{name, pattern, stored, created}``
+DURABLE_ACK 9     one-way ``{name, upto}``: messages with q <= upto are processed
+DURABLE_CLOSE 10  one-way ``{name}``: detach (the subscription and its store remain)
+DURABLE_DELETE 11 request ``{name}``: delete it and its stored messages; reply
+                  ``{deleted}``
+DELIVER    12     node to client, req_id 0: ``{name, q, redelivered, msg: [topic,
+                  payload, fmt, headers, origin, incarnation, seq, ts]}``; at most
+                  ``credit`` unacknowledged at a time
+STAGE      14     request ``{token, part, group?, rows: [[topic, payload, fmt, headers], ...]}``:
+                  hold chunk ``part`` (0, 1, ...) of a write task's rows under ``token``;
+                  reply ``{token, rows}`` (rows held under it so far). Nothing is published.
+STAGE_COMMIT 23   request ``{tokens: [[token, rows], ...], writer?, batch?, group?}``:
+                  publish the rows of every token (all or none); a ``(writer, batch)``
+                  applied before is not applied again. Reply after the store commit:
+                  ``{applied: int, duplicate: bool}``. ``group``: then drop the group's
+                  other tokens (attempts no commit names)
+STAGE_ABORT 24    request ``{tokens: [token, ...], group?}``: drop their rows (and the
+                  group's); reply ``{discarded}``
+ERROR      15     reply ``{message: str}``
+=========  =====  ===========================================================
+
+Links (dialing node's DEALER → other node's ROUTER, ``PORT``; the DEALER's routing id is
+``broker_id/link_name``). Every link frame is an array whose first element is its type;
+types 16 and up, so the ROUTER tells them from control requests by the first element::
+
+    LINK_HELLO    [16, {id, incarnation, group, version, name, duplex, ttl, conduit,
+                        include, exclude, static, heartbeat_interval, heartbeat_timeout}]
+    LINK_WELCOME  [17, {id, incarnation, group, version}]
+    LINK_REFUSE   [18, {reason: str, retry: bool}]
+    HEARTBEAT     [19]
+    ADVERT        [20, full: bool, [[pattern, origin, path: [str] | nil, sticky?: true], ...]]
+    MSGS          [21, [[topic, payload, fmt, headers, origin, incarnation, seq, ts,
+                         path: [str], targets: [str] | nil], ...]]
+    BYE           [22, {reason: str}]
+    PMSGS         [25, epoch: int, base: int, [[lseq, topic, payload, fmt, headers, origin,
+                         incarnation, seq, ts, path: [str], targets: [str] | nil, pseq], ...]]
+    PACK          [26, epoch: int, upto: int]
+
+``ADVERT`` carries interest entries (``path`` nil withdraws; ``full`` replaces the
+receiver's table for this link). An entry with a fourth element ``true`` is *sticky*: it is
+backed by a durable subscription, and a receiver keeps it (lowest preference) while the link
+it came over is down, so persistent messages are still routed toward it and wait in a
+link queue (see :mod:`zbroker.forward`).
+
+``MSGS`` batches every message one drain pass found for the link into one frame (a ROUTER
+adds an identity frame per send: amortize it), cut by count and by bytes so that no frame
+passes what the next node accepts (see ``zbroker.const.LINK_BATCH_BYTES``). An ``ADVERT``
+too long for one frame is sent as several: only the first says ``full``.
+
+``PMSGS`` carries persistent messages store-and-forward: ``epoch`` names the sender's
+outbound queue for this link (random, made with the queue), ``lseq`` numbers its entries
+(1, 2, ... per queue; the receiver takes them strictly in order), ``base`` is the sender's
+oldest entry still held (entries below it that the receiver lacks were dropped by the
+queue's bounds: it stops waiting for them), ``pseq`` numbers the origin's persistent
+messages (per incarnation; the receiver's persistent dedupe key). ``PACK`` is the
+receiver's cumulative answer, sent after the commit that stored every entry up to ``upto``
+of that epoch; the sender then deletes them.
+"""
+
+from __future__ import annotations
+
+FMT_BYTES = 0
+FMT_MSGPACK = 1
+#: every payload format a frame may carry
+FMTS = (FMT_BYTES, FMT_MSGPACK)
+
+HELLO = 1
+STATUS = 2
+PING = 3
+ROUTES = 4
+PEERS = 5
+PUBLISH = 6
+READ = 7
+DURABLE_OPEN = 8
+DURABLE_ACK = 9
+DURABLE_CLOSE = 10
+DURABLE_DELETE = 11
+DELIVER = 12
+GAPS = 13
+STAGE = 14
+ERROR = 15
+STAGE_COMMIT = 23
+STAGE_ABORT = 24
+OPS = {
+    HELLO: "HELLO",
+    STATUS: "STATUS",
+    PING: "PING",
+    ROUTES: "ROUTES",
+    PEERS: "PEERS",
+    PUBLISH: "PUBLISH",
+    READ: "READ",
+    DURABLE_OPEN: "DURABLE_OPEN",
+    DURABLE_ACK: "DURABLE_ACK",
+    DURABLE_CLOSE: "DURABLE_CLOSE",
+    DURABLE_DELETE: "DURABLE_DELETE",
+    DELIVER: "DELIVER",
+    GAPS: "GAPS",
+    STAGE: "STAGE",
+    STAGE_COMMIT: "STAGE_COMMIT",
+    STAGE_ABORT: "STAGE_ABORT",
+    ERROR: "ERROR",
+}
+
+LINK_HELLO = 16
+LINK_WELCOME = 17
+LINK_REFUSE = 18
+HEARTBEAT = 19
+ADVERT = 20
+MSGS = 21
+BYE = 22
+# 23 and 24 are control ops (STAGE_COMMIT, STAGE_ABORT): link types continue at 25
+PMSGS = 25
+PACK = 26
+LINK_TYPES = frozenset(
+    {LINK_HELLO, LINK_WELCOME, LINK_REFUSE, HEARTBEAT, ADVERT, MSGS, BYE, PMSGS, PACK}
+)
+
+#: messages per delivery batch frame at most (see "Delivery" above)
+DELIVERY_BATCH = 256
+#: payload bytes after which a delivery batch is cut (a frame stays well below a MB or so
+#: unless one message alone is larger)
+DELIVERY_BATCH_BYTES = 64 * 1024
+
+#: First byte of a subscription-sync key. Not a valid pattern character, so it never
+#: collides with a real subscription.
+SYNC_PREFIX = b"\x02"
