@@ -92,8 +92,13 @@ class Store:
         """Write everything queued in one transaction, then apply the bounds. Returns the
         number of retained rows written, or, when there are none, of durable and link
         queue entries."""
-        parts = (self.durable_queues, self.writer_batches, self.link_queues, self.retention)
-        if not (self.drops.dirty() or any(part.dirty() for part in parts)):
+        if not (
+            self.retention.dirty()
+            or self.durable_queues.dirty()
+            or self.link_queues.dirty()
+            or self.writer_batches.dirty()
+            or self.drops.dirty()
+        ):
             return 0
         with db.transaction(self.db):
             # durable marks before trims (in flight is not trimmed), all before the drop
