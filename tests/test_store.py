@@ -248,9 +248,9 @@ def test_store_uses_wal_and_the_fsync_setting(open_store: StoreFactory, tmp_path
     normal = open_store(RetainRule("A.>"), path=tmp_path / "normal.sqlite3")
     full = open_store(RetainRule("A.>"), path=tmp_path / "full.sqlite3", fsync=True)
     for store in (normal, full):
-        assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert normal._db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
-    assert full._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert normal.db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    assert full.db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
 
 
 def test_close_commits_what_is_queued(open_store: StoreFactory, db_path: Path) -> None:

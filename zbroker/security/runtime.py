@@ -1,0 +1,168 @@
+"""``Security``: a node's security at run time (node thread only).
+
+It composes the node's key pair, the allowlist, the client permissions, the ZAP handler
+and the handshake monitors, and knows who sent the control frame being handled
+(:attr:`Security.user`). A link handshake is accepted only from a ``node:`` user whose ID
+is the one the HELLO claims, and every later frame on that link must come from the same
+user (the node checks it with :meth:`Security.node_user`); a client's control request is
+checked against the permission its op declares (:data:`~.ops.OP_PERMISSIONS`); what it
+publishes on the publish PULL goes through :func:`~.publish_filter.publish_recv`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from . import curve
+from .allowlist import load_allowlist
+from .keys import load_key_pair
+from .logs import ThrottledLog
+from .ops import OP_PERMISSIONS
+from .permissions import ClientPermissions, load_clients
+from .publish_filter import publish_recv
+from .zap import ZapHandler, user_ids
+
+__all__ = ["Security"]
+
+
+class Security:
+    """A node's keys, allowlist and client rules, and its ZAP handler (node thread only).
+
+    ``may_publish`` / ``may_subscribe`` are the permission table's own (cached) checks,
+    bound here: the node calls them per message."""
+
+    def __init__(
+        self,
+        key_file: Path,
+        allowlist: Path | None,
+        clients: Path | dict[str, Any] | None,
+    ) -> None:
+        self.public_key, self.secret_key = load_key_pair(key_file)
+        self.nodes = load_allowlist(allowlist) if allowlist is not None else {}
+        self.clients = load_clients(clients) if clients is not None else {}
+        self._log = ThrottledLog()
+        self._zap = ZapHandler(user_ids(self.nodes, self.clients), self._log)
+        self._perms = ClientPermissions(self.clients)
+        self.may_publish = self._perms.may_publish
+        self.may_subscribe = self._perms.may_subscribe
+        self._handshakes = curve.HandshakeMonitors(self._log)
+        #: (socket, monitor) of each watched socket
+        self.monitors = self._handshakes.monitors
+        #: handshakes that failed before authentication (not CURVE, wrong server key)
+        self.handshake_failures = self._handshakes.failures
+        #: refused operations by kind ("publish", "subscribe", "link", "send")
+        self.refused: dict[str, int] = {}
+        #: user id of the control frame being handled (set by :meth:`recv_control`)
+        self.user = ""
+        #: approved subscriptions on the deliver socket: pattern -> {user: count}
+        self.sub_counts: dict[str, dict[str, int]] = {}
+
+    @property
+    def auth_failures(self) -> int:
+        """Connections the ZAP handler refused."""
+        return self._zap.failures
+
+    @property
+    def zap(self) -> zmq.Socket[bytes] | None:
+        """The ZAP handler's socket, once bound (for the node's poller)."""
+        return self._zap.sock
+
+    # sockets
+
+    def bind_zap(self, ctx: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
+        """Bind the ZAP handler (before any CURVE server binds: without a handler,
+        libzmq would let every key in)."""
+        return self._zap.bind(ctx)
+
+    def serve(self, sock: zmq.Socket[bytes]) -> None:
+        """Make ``sock`` a CURVE server that needs our ZAP handler's approval."""
+        curve.serve(sock, self.public_key, self.secret_key)
+
+    def dial(self, sock: zmq.Socket[bytes], peer: str | None) -> str | None:
+        """Make ``sock`` a CURVE client of node ``peer``; returns a problem or None."""
+        key = self.nodes.get(peer) if peer is not None else None
+        return curve.dial(sock, key, peer, self.public_key, self.secret_key)
+
+    def watch(self, sock: zmq.Socket[bytes]) -> zmq.Socket[bytes]:
+        """A monitor of ``sock``'s failed handshakes, for the node's poller."""
+        return self._handshakes.watch(sock)
+
+    def on_monitor(self, mon: zmq.Socket[bytes]) -> None:
+        self._handshakes.on_events(mon)
+
+    def on_zap(self) -> None:
+        """Answer every waiting ZAP request (RFC 27): known key -> 200 with its user id."""
+        self._zap.on_requests()
+
+    def close(self) -> None:
+        self._handshakes.close()
+        self._zap.close()
+
+    # who sent it
+
+    def recv_control(self, sock: zmq.Socket[bytes], flags: int) -> list[bytes]:
+        """``recv_multipart`` for the control ROUTER that also notes the sender's user id."""
+        frames = sock.recv_multipart(flags, copy=False)
+        try:
+            self.user = str(frames[-1].get("User-Id"))
+        except zmq.ZMQError:
+            self.user = ""
+        return [f.bytes for f in frames]
+
+    def node_user(self, broker_id: str) -> str:
+        return "node:" + broker_id
+
+    # permissions
+
+    def permissions(self, user: str) -> dict[str, list[str]] | None:
+        """A client's permissions, as its HELLO reply tells them (None: not a client)."""
+        return self._perms.of(user)
+
+    def check_request(
+        self, op: int, req: dict[str, Any], durable_pattern: Callable[[str], str | None]
+    ) -> str | None:
+        """The refusal message if the sender of control request ``req`` (:attr:`user`)
+        may not do what op ``op`` does (see :data:`~.ops.OP_PERMISSIONS`), else None.
+        ``durable_pattern(name)``: the pattern of a known durable subscription."""
+        perm = OP_PERMISSIONS.get(op)
+        if perm is None:
+            return None
+        user = self.user
+        allowed = self.may_publish if perm.action == "publish" else self.may_subscribe
+        for subject in perm.subjects(req, durable_pattern):
+            if not allowed(user, subject):
+                return self.refuse(perm.action + " to", user, subject)
+        return None
+
+    def refuse(self, kind: str, user: str, what: str) -> str:
+        """Count and log a refused operation; return the message for the client."""
+        counter = kind.split()[0]  # "publish", "subscribe", "link", "send"
+        self.refused[counter] = self.refused.get(counter, 0) + 1
+        who = user or "an unidentified sender"
+        message = f"permission denied: {who} may not {kind} {what!r}"
+        self._log.warn(user, kind, "refused: %s", message)
+        return message
+
+    def publish_recv(self, sock: zmq.Socket[bytes]) -> Callable[[int], bytes]:
+        """A ``recv(flags)`` for the publish PULL that drops (and counts) frames whose
+        sender may not publish to their topic (see :mod:`.publish_filter`). When every
+        client may publish everywhere there is nothing to refuse, and the socket's own
+        ``recv`` is returned."""
+        if self._perms.publish_anywhere:
+            return sock.recv
+        return publish_recv(sock, self.may_publish, self.refuse)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "enabled": True,
+            "public_key": self.public_key.decode(),
+            "allowlisted_nodes": sorted(self.nodes),
+            "clients": sorted(self.clients),
+            "auth_failures": self.auth_failures,
+            "handshake_failures": dict(sorted(self.handshake_failures.items())),
+            "refused": dict(sorted(self.refused.items())),
+        }
