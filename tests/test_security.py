@@ -11,11 +11,10 @@ import zmq
 from click.testing import CliRunner
 
 from cli.main import cli
-from zbroker import wire
+from zbroker import Broker, Client, wire
 from zbroker.config import config_from_mapping, peer_link
 from zbroker.errors import ConfigError
 from zbroker.security import (
-    OP_PERMISSIONS,
     Security,
     covers,
     generate_keys,
@@ -162,50 +161,34 @@ def test_security_decisions(tmp_path: Path) -> None:
 
 
 def test_each_op_declares_its_permission_subject() -> None:
-    """What a control request is checked against: (action, topics or patterns) per op."""
-    durables = {"d1": "B.>"}
+    """What a control request is checked against: (action, topic or pattern) per op, as
+    the features declare them in the node's op table."""
+    with Broker(port=0) as broker, Client(broker.endpoint) as client:
+        client.subscribe("B.>", lambda m: None, durable="d1")
 
-    def subjects(op: int, req: dict[str, Any]) -> tuple[str, tuple[str, ...]] | None:
-        perm = OP_PERMISSIONS.get(op)
-        return None if perm is None else (perm.action, perm.subjects(req, durables.get))
+        def subjects(op: int, req: dict[str, Any]) -> list[tuple[str, str]] | None:
+            def find(node: Any) -> list[tuple[str, str]] | None:
+                served = node.control.op(op)
+                assert served is not None, f"op {op} is served"
+                return None if served.subjects is None else list(served.subjects(req))
 
-    assert subjects(wire.PUBLISH, {"topic": "A.B"}) == ("publish", ("A.B",))
-    assert subjects(wire.PUBLISH, {"topic": 7}) == ("publish", ())  # the handler rejects it
-    rows = [["A.1", b"x", 0, None], ["A.2", b"y", 0, None], "junk", [], [3]]
-    assert subjects(wire.STAGE, {"rows": rows}) == ("publish", ("A.1", "A.2"))
-    assert subjects(wire.STAGE, {"rows": "junk"}) == ("publish", ())
-    for op in (wire.READ, wire.DURABLE_OPEN):
-        assert subjects(op, {"pattern": "C.*"}) == ("subscribe", ("C.*",))
-        assert subjects(op, {}) == ("subscribe", (">",))  # no pattern: everything
-    for op in (wire.DURABLE_ACK, wire.DURABLE_CLOSE, wire.DURABLE_DELETE):
-        assert subjects(op, {"name": "d1"}) == ("subscribe", ("B.>",))
-        assert subjects(op, {"name": "unknown"}) == ("subscribe", ())
-        assert subjects(op, {"name": 1}) == ("subscribe", ())
-    for op in (wire.HELLO, wire.STAGE_COMMIT, wire.STAGE_ABORT, wire.GAPS):
-        assert subjects(op, {}) is None
+            result: list[tuple[str, str]] | None = broker.call(find)
+            return result
 
-
-def test_check_request_refuses_the_first_subject_not_allowed(tmp_path: Path) -> None:
-    generate_keys(tmp_path)
-    rule = {"publish": ["A.>"], "subscribe": ["B.>"]}
-    sec = Security(tmp_path, None, {"alice": {"key": zmq.curve_keypair()[0].decode(), **rule}})
-    sec.user = "client:alice"
-    durables = {"ok": "B.x", "wide": ">"}.get
-    assert sec.check_request(wire.PUBLISH, {"topic": "A.1"}, durables) is None
-    assert sec.check_request(wire.PUBLISH, {"topic": "Z.1"}, durables) == (
-        "permission denied: client:alice may not publish to 'Z.1'"
-    )
-    rows = [["A.1", b""], ["Z.2", b""], ["Z.3", b""]]
-    assert "publish to 'Z.2'" in str(sec.check_request(wire.STAGE, {"rows": rows}, durables))
-    assert sec.check_request(wire.READ, {"pattern": "B.*"}, durables) is None
-    assert "subscribe to '>'" in str(sec.check_request(wire.DURABLE_OPEN, {}, durables))
-    assert sec.check_request(wire.DURABLE_ACK, {"name": "ok"}, durables) is None
-    assert "subscribe to '>'" in str(
-        sec.check_request(wire.DURABLE_ACK, {"name": "wide"}, durables)
-    )
-    assert sec.check_request(wire.DURABLE_ACK, {"name": "gone"}, durables) is None
-    assert sec.check_request(wire.HELLO, {"topic": "Z.1"}, durables) is None
-    assert sec.refused == {"publish": 2, "subscribe": 2}
+        assert subjects(wire.PUBLISH, {"topic": "A.B"}) == [("publish", "A.B")]
+        assert subjects(wire.PUBLISH, {"topic": 7}) == []  # the handler rejects it
+        rows = [["A.1", b"x", 0, None], ["A.2", b"y", 0, None], "junk", [], [3]]
+        assert subjects(wire.STAGE, {"rows": rows}) == [("publish", "A.1"), ("publish", "A.2")]
+        assert subjects(wire.STAGE, {"rows": "junk"}) == []
+        for op in (wire.READ, wire.DURABLE_OPEN):
+            assert subjects(op, {"pattern": "C.*"}) == [("subscribe", "C.*")]
+            assert subjects(op, {}) == [("subscribe", ">")]  # no pattern: everything
+        for op in (wire.DURABLE_ACK, wire.DURABLE_CLOSE, wire.DURABLE_DELETE):
+            assert subjects(op, {"name": "d1"}) == [("subscribe", "B.>")]
+            assert subjects(op, {"name": "unknown"}) == []
+            assert subjects(op, {"name": 1}) == []
+        for op in (wire.HELLO, wire.STAGE_COMMIT, wire.STAGE_ABORT, wire.GAPS):
+            assert subjects(op, {}) is None
 
 
 def test_security_config_table(tmp_path: Path) -> None:

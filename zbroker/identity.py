@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from .config import validate_broker_id
 from .errors import ConfigError, DataDirError
+from .names import validate_broker_id
 
 __all__ = ["Identity", "open_identity"]
 

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from .config import check_patterns as _check_patterns
-from .config import validate_broker_id
 from .errors import ConfigError, InvalidTopic
+from .names import validate_broker_id
 from .routing import LinkOptions
 from .sim import Network
 from .topics import validate_pattern, validate_topic

@@ -11,6 +11,7 @@ from ..topics import validate_pattern
 
 __all__ = ["check_float", "check_int", "check_patterns", "is_tcp_host_port", "validate_broker_id"]
 
+
 def check_int(value: object, where: str, lo: int, hi: int) -> None:
     """``value`` is an int (not a bool) in ``lo..hi``."""
     if type(value) is not int:

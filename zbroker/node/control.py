@@ -60,6 +60,10 @@ class ControlDispatch:
                 raise ValueError(f"control op {op.op} served twice")
             self._ops[op.op] = op
 
+    def op(self, number: int) -> Op | None:
+        """The op a request of this number is served by (None: unknown)."""
+        return self._ops.get(number)
+
     def source(self, ident: bytes) -> str:
         link = self._links.accepted.get(ident)
         if link is not None:

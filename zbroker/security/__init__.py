@@ -29,17 +29,14 @@ from __future__ import annotations
 
 from .allowlist import load_allowlist
 from .keys import NODE_KEY_NAME, generate_keys, load_key_pair, read_public_key
-from .ops import OP_PERMISSIONS, OpPermission
 from .permissions import ClientRule, covers, load_clients
 from .runtime import Security
 from .zap import ZAP_DOMAIN
 
 __all__ = [
     "NODE_KEY_NAME",
-    "OP_PERMISSIONS",
     "ZAP_DOMAIN",
     "ClientRule",
-    "OpPermission",
     "Security",
     "covers",
     "generate_keys",

@@ -11,6 +11,7 @@ from pathlib import Path
 import zmq.auth
 
 from ..errors import ConfigError
+from ..names import validate_broker_id
 from .keys import is_z85
 
 __all__ = ["load_allowlist"]
@@ -19,8 +20,6 @@ __all__ = ["load_allowlist"]
 def load_allowlist(path: Path) -> dict[str, bytes]:
     """Broker ID -> Z85 public key, from a directory of ``ID.key`` certificates or a file
     of ``ID KEY`` lines (``#`` starts a comment at the start of a line or after the key)."""
-    from ..config import validate_broker_id
-
     out: dict[str, bytes] = {}
     keys_seen: dict[bytes, str] = {}
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, InvalidTopic
+from ..names import validate_broker_id
 from ..topics import match, validate_pattern
 from .keys import is_z85, read_public_key
 from .logs import CACHE_MAX
@@ -41,8 +42,6 @@ class ClientRule:
 def load_clients(source: Path | dict[str, Any], base: Path | None = None) -> dict[str, ClientRule]:
     """Client rules from a TOML file or an already parsed table (``{name: {key | key_file,
     publish, subscribe}}``)."""
-    from ..config import validate_broker_id
-
     where = str(source) if isinstance(source, Path) else "[security.clients]"
     if isinstance(source, Path):
         try:

@@ -5,7 +5,7 @@ and the handshake monitors, and knows who sent the control frame being handled
 (:attr:`Security.user`). A link handshake is accepted only from a ``node:`` user whose ID
 is the one the HELLO claims, and every later frame on that link must come from the same
 user (the node checks it with :meth:`Security.node_user`); a client's control request is
-checked against the permission its op declares (:data:`~.ops.OP_PERMISSIONS`); what it
+checked against the permission subjects its op declares (the node's op table); what it
 publishes on the publish PULL goes through :func:`~.publish_filter.publish_recv`.
 """
 
@@ -21,7 +21,6 @@ from . import curve
 from .allowlist import load_allowlist
 from .keys import load_key_pair
 from .logs import ThrottledLog
-from .ops import OP_PERMISSIONS
 from .permissions import ClientPermissions, load_clients
 from .publish_filter import publish_recv
 from .zap import ZapHandler, user_ids
@@ -121,22 +120,6 @@ class Security:
     def permissions(self, user: str) -> dict[str, list[str]] | None:
         """A client's permissions, as its HELLO reply tells them (None: not a client)."""
         return self._perms.of(user)
-
-    def check_request(
-        self, op: int, req: dict[str, Any], durable_pattern: Callable[[str], str | None]
-    ) -> str | None:
-        """The refusal message if the sender of control request ``req`` (:attr:`user`)
-        may not do what op ``op`` does (see :data:`~.ops.OP_PERMISSIONS`), else None.
-        ``durable_pattern(name)``: the pattern of a known durable subscription."""
-        perm = OP_PERMISSIONS.get(op)
-        if perm is None:
-            return None
-        user = self.user
-        allowed = self.may_publish if perm.action == "publish" else self.may_subscribe
-        for subject in perm.subjects(req, durable_pattern):
-            if not allowed(user, subject):
-                return self.refuse(perm.action + " to", user, subject)
-        return None
 
     def refuse(self, kind: str, user: str, what: str) -> str:
         """Count and log a refused operation; return the message for the client."""

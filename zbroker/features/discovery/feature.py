@@ -21,11 +21,11 @@ import msgpack
 import zmq
 
 from ... import wire
-from ...config import validate_broker_id
 from ...const import PROTOCOL_VERSION
 from ...discovery import Discovery, default_interfaces
 from ...errors import ConfigError
 from ...links.state import Link, LinkKind, LinkState
+from ...names import validate_broker_id
 from ...node import Feature, Op, Request
 from ...node.context import Context
 from ...node.events import PeerFound, PeerLost

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ... import wire
-from ...config import validate_broker_id
 from ...errors import ConfigError, InvalidTopic
+from ...names import validate_broker_id
 from ...node import Feature, Op, Refusal, Request
 from ...node.context import Context
 from ...node.events import DurableAttached, DurableDetached
