@@ -87,15 +87,17 @@ _MAP_FRAMES = st.one_of(
 )
 _ADVERT_ENTRY = st.tuples(_TEXT, _ID, st.one_of(st.none(), st.lists(_ID, max_size=4))).map(list)
 _HEADERS = st.one_of(st.none(), st.dictionaries(st.text(max_size=8), _VALUE, max_size=4))
+_U63 = st.integers(min_value=0, max_value=2**63 - 1)
+_TS = st.floats(min_value=-1e15, max_value=1e15, exclude_min=True, exclude_max=True)
 _MSG = st.tuples(
     _TEXT,  # topic (the node checks topic rules, not the codec)
     st.binary(max_size=40),  # payload
     st.sampled_from([wire.FMT_BYTES, wire.FMT_MSGPACK]),
     _HEADERS,
     _ID,  # origin
-    _INT64,  # incarnation
-    _INT64,  # seq
-    st.one_of(_FLOAT, _INT64),  # ts
+    _U63,  # incarnation (what the store can hold: a signed 64-bit INTEGER)
+    _U63,  # seq
+    st.one_of(_TS, st.integers(-(10**15) + 1, 10**15 - 1)),  # ts (finite, |ts| < 1e15)
     st.lists(_ID, max_size=4),  # path
     st.one_of(st.none(), st.lists(_ID, max_size=4)),  # targets
 ).map(list)
@@ -187,7 +189,7 @@ def _check_every_way(value: list[Any]) -> None:
 
 
 def _check_msg(m: Any) -> None:
-    if _protocol_error_only(lambda: wire.check_link_msg(m), {"bad_shape", "bad_type"}):
+    if _protocol_error_only(lambda: wire.check_link_msg(m), {"bad_shape", "bad_type", "bad_value"}):
         topic, payload, fmt, headers, origin, inc, seq, ts, path, targets = m
         assert type(topic) is str and type(payload) is bytes and type(origin) is str
         assert type(fmt) is int and fmt in (wire.FMT_BYTES, wire.FMT_MSGPACK)
@@ -297,7 +299,6 @@ def test_check_link_msg_refuses_any_fmt_but_the_integers_0_and_1(fmt: Any) -> No
 # store-and-forward frames (types 25-26) and sticky ADVERT entries
 # ---------------------------------------------------------------------------------------
 
-_U63 = st.integers(min_value=0, max_value=2**63 - 1)
 _PENTRY = st.tuples(st.integers(1, 2**63 - 1), _MSG, _U63).map(lambda t: [t[0], *t[1], t[2]])
 
 

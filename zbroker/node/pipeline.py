@@ -4,7 +4,7 @@ Three ingresses — client publishes (the PULL socket), link MSGS frames, and me
 originated on the node (persistent publishes, staged commits, PMSGS the store-and-forward
 feature took) — share one sequence of steps, each batch at a time:
 
-1. checks (:mod:`._decode`, once per batch) and, for a relayed message, the loop check
+1. checks (:mod:`zbroker.wire`, once per batch) and, for a relayed message, the loop check
    (our ID on its path) and dedupe by message ID;
 2. route (the engine's cached ``(local patterns, sends)`` per topic, path and targets);
 3. link outboxes: one copy per send, on the link's outbox for this pass (the link table
@@ -32,7 +32,7 @@ import zmq
 from .. import wire
 from ..const import DRAIN_BATCH
 from ..routing import DedupeWindow, RoutingEngine
-from ._decode import check_msgs, check_publishes, publish_elements
+from ..wire import check_msgs, check_publishes, publish_elements
 from .counters import Counters
 from .delivery import Delivery
 from .interest import LocalInterest

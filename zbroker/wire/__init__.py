@@ -66,12 +66,20 @@ from .frames import (
 from .link import (
     check_link_map,
     check_link_msg,
+    check_msgs,
     decode_advert,
     decode_advert_sticky,
     decode_frame,
     encode_link,
 )
-from .publish import decode_publish, encode_publish, encode_publish_batch, publish_batch_elements
+from .publish import (
+    check_publishes,
+    decode_publish,
+    encode_publish,
+    encode_publish_batch,
+    publish_batch_elements,
+    publish_elements,
+)
 
 __all__ = [
     "ADVERT",
@@ -111,7 +119,9 @@ __all__ = [
     "array_header",
     "check_link_map",
     "check_link_msg",
+    "check_msgs",
     "check_pmsgs_entry",
+    "check_publishes",
     "decode_advert",
     "decode_advert_sticky",
     "decode_control",
@@ -131,4 +141,5 @@ __all__ = [
     "encode_publish_batch",
     "pmsgs_lseq",
     "publish_batch_elements",
+    "publish_elements",
 ]

@@ -19,6 +19,10 @@ _ExtraData = msgpack.ExtraData
 _UnpackErrors = (ValueError, msgpack.UnpackException, TypeError)
 
 
+#: what a frame with bytes after its value is refused for
+TRAILING = "trailing bytes after the msgpack value"
+
+
 def unpack(frame: bytes) -> Any:
     """The one msgpack value ``frame`` holds (raises ProtocolError ``not_msgpack``)."""
     try:
@@ -26,7 +30,7 @@ def unpack(frame: bytes) -> Any:
         # decoders check the keys that must be strings (header names) themselves.
         return _unpackb(frame, raw=False, strict_map_key=False)
     except _ExtraData as exc:
-        raise ProtocolError("not_msgpack", "trailing bytes after the msgpack value") from exc
+        raise ProtocolError("not_msgpack", TRAILING) from exc
     except _UnpackErrors as exc:
         raise ProtocolError("not_msgpack", str(exc)) from exc
 

@@ -218,3 +218,10 @@ DELIVERY_BATCH_BYTES = 64 * 1024
 #: First byte of a subscription-sync key. Not a valid pattern character, so it never
 #: collides with a real subscription.
 SYNC_PREFIX = b"\x02"
+
+
+#: bounds of numbers that reach SQLite (INTEGER is signed 64-bit; ts must be finite)
+I64 = 1 << 63
+TS_MAX = 1e15
+#: (reason, detail) of each element a batch check refused
+Errors = list[tuple[str, str]]

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ProtocolError
+from ..const import TOPIC_CACHE_SIZE
+from ..errors import InvalidTopic, ProtocolError
+from ..topics import validate_topic
 from .codec import packb, str_list, unpack
-from .frames import FMTS
+from .frames import I64, TS_MAX, Errors
+
+#: entries in the caches of checked paths and targets (a stream is a distinct one)
+STREAM_CACHE_SIZE = 4096
 
 
 def encode_link(*parts: Any) -> bytes:
@@ -72,21 +77,74 @@ def decode_advert_sticky(
 
 
 def check_link_msg(m: Any) -> None:
-    """Type-check one message of a MSGS batch (raises ProtocolError)."""
-    if type(m) is not list or len(m) != 10:
-        raise ProtocolError("bad_shape", "MSGS entry must be a 10-element array")
-    topic, payload, fmt, headers, origin, inc, seq, ts, path, targets = m
-    if (
-        type(topic) is not str
-        or type(payload) is not bytes
-        or type(fmt) is not int
-        or fmt not in FMTS
-        or (headers is not None and type(headers) is not dict)
-        or type(origin) is not str
-        or type(inc) is not int
-        or type(seq) is not int
-        or type(ts) not in (float, int)
-        or type(path) is not list
-        or (targets is not None and type(targets) is not list)
-    ):
-        raise ProtocolError("bad_type", "MSGS entry has wrong field types")
+    """Type-check one message of a MSGS batch (raises ProtocolError): the one-message form
+    of :func:`check_msgs` (topic rules are the caller's)."""
+    errors: Errors = []
+    check_msgs([list(m) if type(m) is list else m], (set(), set(), None), errors)
+    if errors:
+        raise ProtocolError(*errors[0])
+
+
+def check_msgs(
+    batch: list[Any],
+    caches: tuple[set[tuple[Any, ...]], set[tuple[Any, ...]], set[str] | None],
+    errors: Errors,
+) -> None:
+    """Type-check a MSGS frame's messages in place: a good one gets its path and targets
+    as tuples (what routing keys on), a bad one is replaced by None (the reason in
+    ``errors``). ``caches``: paths and targets already checked, topics already valid (None: topic
+    rules are the caller's)."""
+    paths_ok, targets_ok, valid = caches
+    for i, m in enumerate(batch):
+        try:
+            if type(m) is not list or len(m) != 10:
+                raise ProtocolError("bad_shape", "MSGS entry must be a 10-element array")
+            topic, payload, fmt, headers, origin, inc, seq, ts, path, targets = m
+            if (
+                type(topic) is not str
+                or type(payload) is not bytes
+                or type(fmt) is not int
+                or (fmt != 0 and fmt != 1)
+                or (headers is not None and type(headers) is not dict)
+                or type(origin) is not str
+                or type(inc) is not int
+                or type(seq) is not int
+                or type(ts) not in (float, int)
+                or type(path) is not list
+                or (targets is not None and type(targets) is not list)
+            ):
+                raise ProtocolError("bad_type", "MSGS entry has wrong field types")
+            key_path = tuple(path)  # (unhashable elements: TypeError, bad_type)
+            if key_path not in paths_ok:
+                _strings(key_path, paths_ok)
+            if targets is not None:
+                targets = tuple(targets)
+                if targets not in targets_ok:
+                    _strings(targets, targets_ok)
+            if not (0 <= inc < I64 and 0 <= seq < I64 and -TS_MAX < ts < TS_MAX):
+                # out of what the store can hold (and NaN fails every comparison)
+                raise ProtocolError("bad_value", "MSGS entry has out-of-range numbers")
+            if valid is not None and topic not in valid:
+                validate_topic(topic)
+                if len(valid) >= TOPIC_CACHE_SIZE:
+                    valid.clear()
+                valid.add(topic)
+        except ProtocolError as exc:
+            errors.append((exc.reason, exc.detail))
+        except InvalidTopic as exc:
+            errors.append(("bad_topic", str(exc)))
+        except TypeError as exc:  # unhashable path/targets elements
+            errors.append(("bad_type", str(exc)))
+        else:
+            m[8] = key_path
+            m[9] = targets
+            continue
+        batch[i] = None
+
+
+def _strings(items: tuple[Any, ...], checked: set[tuple[Any, ...]]) -> None:
+    if not all(type(p) is str for p in items):
+        raise ProtocolError("bad_type", "MSGS path and targets must be strings")
+    if len(checked) >= STREAM_CACHE_SIZE:
+        checked.clear()
+    checked.add(items)
