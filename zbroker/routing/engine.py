@@ -71,8 +71,6 @@ from __future__ import annotations
 
 from . import propagation
 from .events import (
-    DEFAULT_TTL,
-    Action,
     AdvertIn,
     Event,
     Key,
@@ -88,19 +86,7 @@ from .loops import path_holds
 from .routes import PLAN_LIMIT, Router
 from .table import EngineLink, InterestTable
 
-__all__ = [
-    "DEFAULT_TTL",
-    "Action",
-    "AdvertIn",
-    "Event",
-    "LinkDown",
-    "LinkOptions",
-    "LinkUp",
-    "LocalSubscribe",
-    "LocalUnsubscribe",
-    "RoutingEngine",
-    "SendAdvert",
-]
+__all__ = ["RoutingEngine"]
 
 
 class RoutingEngine:

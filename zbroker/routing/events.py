@@ -45,6 +45,18 @@ class LinkOptions:
     static: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Advert:
+    """Interest entries crossing a link, in (AdvertIn) or out (SendAdvert): ``path=None``
+    withdraws; ``full``: the sender's whole table for the receiver; ``sticky``: the keys
+    durable subscriptions back (rule 6)."""
+
+    link: str
+    full: bool
+    entries: tuple[Entry, ...]
+    sticky: frozenset[Key] = frozenset()
+
+
 # -- events ---------------------------------------------------------------------------------
 
 
@@ -86,13 +98,8 @@ class LinkDown:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AdvertIn:
+class AdvertIn(_Advert):
     """Interest entries from a link. ``full``: this is the peer's whole table for us."""
-
-    link: str
-    full: bool
-    entries: tuple[Entry, ...]
-    sticky: frozenset[Key] = frozenset()
 
 
 Event = LocalSubscribe | LocalUnsubscribe | LinkUp | LinkDown | AdvertIn
@@ -102,13 +109,8 @@ Event = LocalSubscribe | LocalUnsubscribe | LinkUp | LinkDown | AdvertIn
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SendAdvert:
+class SendAdvert(_Advert):
     """Send these interest entries over ``link`` (``path=None`` withdraws)."""
-
-    link: str
-    full: bool
-    entries: tuple[Entry, ...]
-    sticky: frozenset[Key] = frozenset()
 
 
 Action = SendAdvert
