@@ -150,71 +150,47 @@ def load_topology(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _random_topology(
-    net: Network, spec: dict[str, Any], rng: random.Random, src: str
-) -> tuple[list[tuple[str, str]], list[str]]:
-    where = f"{src}: [random]"
-    _table(spec, where, {"nodes", "extra_links", "subscriptions", "publishes", "segments"})
-    n = _int(spec.get("nodes", 10), f"{where} nodes", 1, 100_000)
-    for key in ("extra_links", "subscriptions", "publishes"):
-        if key in spec:
-            _int(spec[key], f"{where} {key}", 0, 10_000_000)
-    segments = spec.get("segments", ["A", "B", "C", "D"])
-    if not isinstance(segments, list) or not segments:
-        raise ConfigError(f"{where} segments must be a non-empty list")
-    for seg in segments:
-        _checked(validate_topic, seg, f"{where} segments")
-        if "." in seg:
-            raise ConfigError(f"{where} segments: {seg!r} is not a single segment")
-    ids = [f"n{i:03d}" for i in range(n)]
-    for i in ids:
-        net.add_node(i)
-    edges: set[tuple[str, str]] = set()
-    for k in range(1, n):
-        a, b = ids[k], ids[rng.randrange(k)]
-        edges.add((a, b))
-    extra = int(spec.get("extra_links", n))
-    tries = 0
-    while extra > 0 and tries < extra * 20 and n > 2:
-        tries += 1
-        a, b = rng.sample(ids, 2)
-        if (a, b) in edges or (b, a) in edges:
-            continue
-        edges.add((a, b))
-        extra -= 1
-    for a, b in sorted(edges):
-        net.add_link(a, b)
-    segs = list(spec.get("segments", ["A", "B", "C", "D"]))
-    subs = []
-    for _ in range(int(spec.get("subscriptions", 0))):
-        depth = rng.randint(1, 3)
-        parts = [rng.choice([*segs, "*"]) for _ in range(depth)]
-        if rng.random() < 0.3:
-            parts.append(">")
-        subs.append((rng.choice(ids), ".".join(parts)))
-    pubs = []
-    for _ in range(int(spec.get("publishes", 100))):
-        pubs.append(".".join(rng.choice(segs) for _ in range(rng.randint(1, 4))))
-    return subs, pubs
-
-
-#: subscriptions x nodes (a bound on the interest entries) up to which the memory per entry
-#: is measured with tracemalloc rather than by RSS growth
-_TRACE_AT_MOST = 200_000
-
-
-def _rss() -> int:
-    """Resident set size in bytes (Linux /proc; 0 elsewhere). Cheap, unlike tracemalloc,
-    which would slow the simulation it measures severalfold."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
 def run_simulation(topology: dict[str, Any]) -> SimulationReport:
     """Build the network, converge, publish, and measure."""
+    t0 = time.perf_counter()
+    net, subs, pubs = _build(topology)
+    net.run()  # links up
+    conv = _converge(net, subs)
+    traffic = _publish(net, pubs)
+    per_msg = Counter((d.node, d.subscriber, d.msg_id) for d in net.deliveries)
+    hops = [d.hops for d in net.deliveries]
+    return SimulationReport(
+        nodes=len(net.nodes),
+        links=len(net.links),
+        subscriptions=len(subs),
+        convergence_time=conv.time,
+        advert_frames=conv.advert_frames,
+        interest_entries=conv.entries,
+        bytes_per_entry=conv.bytes_per_entry,
+        memory_method=conv.memory_method,
+        publishes=len(pubs),
+        message_frames=traffic.message_frames,
+        frames_per_publish=traffic.message_frames / len(pubs) if pubs else 0.0,
+        deliveries=len(net.deliveries),
+        expected=traffic.expected,
+        duplicates=sum(n - 1 for n in per_msg.values() if n > 1),
+        lost=max(0, traffic.expected - len(per_msg)),
+        mean_hops=sum(hops) / len(hops) if hops else 0.0,
+        max_hops=max(hops, default=0),
+        non_shortest=traffic.non_shortest,
+        wall_seconds=time.perf_counter() - t0,
+    )
+
+
+# -- setup: the topology file into a network ----------------------------------------------
+
+
+def _build(
+    topology: dict[str, Any],
+) -> tuple[Network, list[tuple[str, str]], list[tuple[str, str]]]:
+    """The network (declared nodes and links, then the [random] part), the subscriptions to
+    make once its links are up, as (node, pattern), and the messages to publish after
+    convergence, as (node, topic)."""
     src = topology.get("_source", "topology")
     sim = _table(topology.get("simulation", {}), f"{src}: [simulation]", {"seed", "delay_ms"})
     seed = _int(sim.get("seed", 0), f"{src}: simulation.seed", 0, 2**63)
@@ -228,8 +204,23 @@ def run_simulation(topology: dict[str, Any]) -> SimulationReport:
         raise ConfigError(f"{src}: simulation.delay_ms: {delay!r} is not [low, high] milliseconds")
     lo, hi = delay
     rng = random.Random(seed)
-    t0 = time.perf_counter()
     net = Network(seed=seed, delay=(lo / 1000.0, hi / 1000.0))
+    subs = _add_nodes(net, topology, src)
+    _add_links(net, topology, src)
+    random_topics: list[str] = []
+    if "random" in topology:
+        rsubs, random_topics = _random_topology(net, topology["random"], rng, src)
+        subs.extend(rsubs)
+    pubs = _declared_publishes(net, topology, src)
+    node_ids = sorted(net.nodes)
+    if not node_ids:
+        raise ConfigError(f"{src}: no nodes (declare [[node]] tables or a [random] table)")
+    pubs.extend((rng.choice(node_ids), t) for t in random_topics)
+    return net, subs, pubs
+
+
+def _add_nodes(net: Network, topology: dict[str, Any], src: str) -> list[tuple[str, str]]:
+    """Add the [[node]] tables; their subscriptions, as (node, pattern)."""
     subs: list[tuple[str, str]] = []
     for i, node in enumerate(_tables(topology.get("node", []), f"{src}: [[node]]")):
         where = f"{src}: node #{i + 1}"
@@ -243,6 +234,11 @@ def run_simulation(topology: dict[str, Any]) -> SimulationReport:
             raise ConfigError(f"{where}: subscribe must be a list of patterns")
         for pattern in patterns:
             subs.append((node_id, _checked(validate_pattern, pattern, f"{where}: subscribe")))
+    return subs
+
+
+def _add_links(net: Network, topology: dict[str, Any], src: str) -> None:
+    """Add the [[link]] tables, between declared nodes."""
     for i, link in enumerate(_tables(topology.get("link", []), f"{src}: [[link]]")):
         where = f"{src}: link #{i + 1}"
         options = _opt(link, where)
@@ -263,11 +259,11 @@ def run_simulation(topology: dict[str, Any]) -> SimulationReport:
             duplex=_flag(link.get("duplex", True), f"{where}: duplex"),
             options=options,
         )
-    pubs_by_node: list[tuple[str, str]] = []
-    random_topics: list[str] = []
-    if "random" in topology:
-        rsubs, random_topics = _random_topology(net, topology["random"], rng, src)
-        subs.extend(rsubs)
+
+
+def _declared_publishes(net: Network, topology: dict[str, Any], src: str) -> list[tuple[str, str]]:
+    """The [[publish]] tables, one (node, topic) per message."""
+    out: list[tuple[str, str]] = []
     for i, pub in enumerate(_tables(topology.get("publish", []), f"{src}: [[publish]]")):
         where = f"{src}: publish #{i + 1}"
         _table(pub, where, {"node", "topic", "count"})
@@ -275,40 +271,124 @@ def run_simulation(topology: dict[str, Any]) -> SimulationReport:
             raise ConfigError(f"{where}: node {pub.get('node')!r} is not declared")
         topic = _checked(validate_topic, pub.get("topic"), f"{where}: topic")
         count = _int(pub.get("count", 1), f"{where}: count", 1, 10_000_000)
-        pubs_by_node.extend([(pub["node"], topic)] * count)
-    node_ids = sorted(net.nodes)
-    if not node_ids:
-        raise ConfigError(f"{src}: no nodes (declare [[node]] tables or a [random] table)")
-    pubs_by_node.extend((rng.choice(node_ids), t) for t in random_topics)
+        out.extend([(pub["node"], topic)] * count)
+    return out
 
-    net.run()  # links up
+
+def _random_topology(
+    net: Network, spec: dict[str, Any], rng: random.Random, src: str
+) -> tuple[list[tuple[str, str]], list[str]]:
+    where = f"{src}: [random]"
+    _table(spec, where, {"nodes", "extra_links", "subscriptions", "publishes", "segments"})
+    n = _int(spec.get("nodes", 10), f"{where} nodes", 1, 100_000)
+    for key in ("extra_links", "subscriptions", "publishes"):
+        if key in spec:
+            _int(spec[key], f"{where} {key}", 0, 10_000_000)
+    segments = spec.get("segments", ["A", "B", "C", "D"])
+    if not isinstance(segments, list) or not segments:
+        raise ConfigError(f"{where} segments must be a non-empty list")
+    for seg in segments:
+        _checked(validate_topic, seg, f"{where} segments")
+        if "." in seg:
+            raise ConfigError(f"{where} segments: {seg!r} is not a single segment")
+    ids = [f"n{i:03d}" for i in range(n)]
+    for i in ids:
+        net.add_node(i)
+    edges = {(ids[k], ids[rng.randrange(k)]) for k in range(1, n)}  # a spanning tree
+    extra = int(spec.get("extra_links", n))
+    tries = 0
+    while extra > 0 and tries < extra * 20 and n > 2:
+        tries += 1
+        a, b = rng.sample(ids, 2)
+        if (a, b) in edges or (b, a) in edges:
+            continue
+        edges.add((a, b))
+        extra -= 1
+    for a, b in sorted(edges):
+        net.add_link(a, b)
+    subs = []
+    for _ in range(int(spec.get("subscriptions", 0))):
+        depth = rng.randint(1, 3)
+        parts = [rng.choice([*segments, "*"]) for _ in range(depth)]
+        if rng.random() < 0.3:
+            parts.append(">")
+        subs.append((rng.choice(ids), ".".join(parts)))
+    pubs = [
+        ".".join(rng.choice(segments) for _ in range(rng.randint(1, 4)))
+        for _ in range(int(spec.get("publishes", 100)))
+    ]
+    return subs, pubs
+
+
+# -- running: convergence, then traffic ---------------------------------------------------
+
+
+#: subscriptions x nodes (bounding the interest entries) up to which memory is traced
+_TRACE_AT_MOST = 200_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Convergence:
+    time: float  # virtual seconds from the first subscription to the last advertisement
+    advert_frames: int
+    entries: int
+    bytes_per_entry: float
+    memory_method: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Traffic:
+    message_frames: int
+    expected: int
+    non_shortest: int
+
+
+def _converge(net: Network, subs: list[tuple[str, str]]) -> _Convergence:
+    """Subscribe, run until no advertisement is in flight, and measure the tables."""
     # A small network's tables fit in memory the process already has, so its RSS does not
     # grow (it printed 0 bytes per entry): trace allocations there. A large one is measured
     # by RSS growth, since tracing would slow the simulation it measures severalfold.
     traced = len(subs) * len(net.nodes) <= _TRACE_AT_MOST
     if traced:
         tracemalloc.start()
-        before = tracemalloc.get_traced_memory()[0]
-    else:
-        before = _rss()
+    before = _memory(traced)
     for node_id, pattern in subs:
         net.subscribe(node_id, pattern)
     start = net.now
     net.run()
     converged = max(0.0, net.stats.last_advert_at - start)
+    after = _memory(traced)
     if traced:
-        after = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()
-    else:
-        after = _rss()
     entries = net.interest_entries()
-    adverts = net.stats.advert_frames
-    frames_before = net.stats.message_frames
+    return _Convergence(
+        time=converged,
+        advert_frames=net.stats.advert_frames,
+        entries=entries,
+        bytes_per_entry=(after - before) / entries if entries else 0.0,
+        memory_method="traced" if traced else "rss",
+    )
 
+
+def _memory(traced: bool) -> int:
+    """Bytes traced since tracemalloc started, or else the resident set size (0 off Linux)."""
+    if traced:
+        return tracemalloc.get_traced_memory()[0]
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _publish(net: Network, pubs: list[tuple[str, str]]) -> _Traffic:
+    """Publish one message at a time, each run to the end: the frames they took, the
+    deliveries expected, and those that did not come by a shortest path."""
+    frames_before = net.stats.message_frames
     expected = 0
     non_shortest = 0
     dists: dict[tuple[str, str], dict[str, int]] = {}
-    for node_id, topic in pubs_by_node:
+    for node_id, topic in pubs:
         first = len(net.deliveries)
         net.publish(node_id, topic)
         expected += len(net.expected_deliveries(node_id, topic))
@@ -318,29 +398,4 @@ def run_simulation(topology: dict[str, Any]) -> SimulationReport:
         for d in net.deliveries[first:]:
             if d.hops != dist.get(d.node, -1):
                 non_shortest += 1
-    per_msg = Counter((d.node, d.subscriber, d.msg_id) for d in net.deliveries)
-    duplicates = sum(n - 1 for n in per_msg.values() if n > 1)
-    delivered = len(per_msg)
-    hops = [d.hops for d in net.deliveries]
-    frames = net.stats.message_frames - frames_before
-    return SimulationReport(
-        nodes=len(net.nodes),
-        links=len(net.links),
-        subscriptions=len(subs),
-        convergence_time=converged,
-        advert_frames=adverts,
-        interest_entries=entries,
-        bytes_per_entry=(after - before) / entries if entries else 0.0,
-        memory_method="traced" if traced else "rss",
-        publishes=len(pubs_by_node),
-        message_frames=frames,
-        frames_per_publish=frames / len(pubs_by_node) if pubs_by_node else 0.0,
-        deliveries=len(net.deliveries),
-        expected=expected,
-        duplicates=duplicates,
-        lost=max(0, expected - delivered),
-        mean_hops=sum(hops) / len(hops) if hops else 0.0,
-        max_hops=max(hops, default=0),
-        non_shortest=non_shortest,
-        wall_seconds=time.perf_counter() - t0,
-    )
+    return _Traffic(net.stats.message_frames - frames_before, expected, non_shortest)

@@ -5,7 +5,8 @@ network simulator."""
 from __future__ import annotations
 
 from .dedupe import DedupeWindow
-from .engine import (
+from .engine import RoutingEngine
+from .events import (
     DEFAULT_TTL,
     Action,
     AdvertIn,
@@ -15,7 +16,6 @@ from .engine import (
     LinkUp,
     LocalSubscribe,
     LocalUnsubscribe,
-    RoutingEngine,
     SendAdvert,
 )
 

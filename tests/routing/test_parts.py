@@ -1,0 +1,131 @@
+"""Unit tests for the parts of the routing engine on their own: the interest table
+(rules 1, 2, 6), propagation (rule 3) and the router's caches (rules 4, 5)."""
+
+from __future__ import annotations
+
+from zbroker.routing import (
+    AdvertIn,
+    LinkOptions,
+    LinkUp,
+    LocalSubscribe,
+    RoutingEngine,
+    propagation,
+)
+from zbroker.routing.routes import Router
+from zbroker.routing.table import EngineLink, InterestTable
+
+
+def table_with(*links: tuple[str, str]) -> InterestTable:
+    t = InterestTable("B")
+    for link_id, peer in links:
+        t.links[link_id] = EngineLink(LinkUp(link=link_id, peer=peer))
+    return t
+
+
+# -- the interest table ---------------------------------------------------------------------
+
+
+def test_accept_reports_only_keys_whose_best_may_change() -> None:
+    t = table_with(("l1", "P1"), ("l2", "P2"))
+    assert t.accept(AdvertIn(link="l1", full=False, entries=(("X", "O", ("O", "P1")),))) == {
+        ("X", "O")
+    }
+    t.set_best(("X", "O"), None, t.select(("X", "O")))
+    # a longer alternative over another link loses: nothing to reselect
+    longer = ("X", "O", ("O", "Q", "P2"))
+    assert t.accept(AdvertIn(link="l2", full=False, entries=(longer,))) == set()
+    # withdrawing that non-best alternative changes nothing either
+    assert t.accept(AdvertIn(link="l2", full=False, entries=(("X", "O", None),))) == set()
+
+
+def test_accept_rejects_and_counts_bad_paths() -> None:
+    t = table_with(("l1", "P1"))
+    own = ("X", "O", ("O", "B", "P1"))
+    wrong_end = ("Y", "O", ("O", "Q"))
+    assert t.accept(AdvertIn(link="l1", full=False, entries=(own, wrong_end))) == set()
+    assert t.rejected == {"own_id_in_path": 1, "bad_path": 1}
+    assert t.accept(AdvertIn(link="nope", full=False, entries=())) == set()
+    assert t.rejected["unknown_link"] == 1
+
+
+def test_select_prefers_live_short_then_lowest_peer_and_link() -> None:
+    t = table_with(("l2", "P1"), ("l1", "P1"), ("l0", "P2"))
+    for link_id, path in (("l2", ("O", "P1")), ("l1", ("O", "P1")), ("l0", ("O", "P2"))):
+        t.links[link_id].adj_in[("X", "O")] = path
+    assert t.select(("X", "O")) == ("l1", ("O", "P1"))
+    t.links["l1"].up = False  # a ghost ranks below every live path
+    assert t.select(("X", "O")) == ("l2", ("O", "P1"))
+
+
+def test_a_ghost_keeps_only_its_sticky_entries() -> None:
+    t = table_with(("l1", "P1"))
+    link = t.links["l1"]
+    link.adj_in = {("X", "O"): ("O", "P1"), ("Y", "O"): ("O", "P1")}
+    link.sticky = {("X", "O"), ("Z", "O")}
+    kept = link.sticky_held()
+    assert kept == {("X", "O"): ("O", "P1")}
+    link.become_ghost(kept)
+    assert (link.up, link.adj_in, link.full_pending) == (False, kept, False)
+    assert t.ghosts() == ["l1"]
+    assert t.sticky_entries("l1") == [("X", "O", ("O", "P1"))]
+
+
+# -- propagation ----------------------------------------------------------------------------
+
+
+def test_flush_sends_changes_only_and_never_repeats() -> None:
+    link = EngineLink(LinkUp(link="l1", peer="P1"))
+    links = {"l1": link}
+    assert propagation.flush(links)[0].full is True  # a new link owes its full table
+    assert propagation.flush(links) == []
+    key = ("X", "B")
+    propagation.advertise(links, key, (None, ()), ("B",), sticky=True)
+    (out,) = propagation.flush(links)
+    assert (out.full, out.entries, out.sticky) == (False, (("X", "B", ("B",)),), {key})
+    propagation.advertise(links, key, (None, ()), ("B",), sticky=True)
+    assert propagation.flush(links) == []  # the same as last sent
+    propagation.withdraw(links, key)
+    assert propagation.flush(links)[0].entries == (("X", "B", None),)
+
+
+def test_offer_table_skips_split_horizon_and_filtered_patterns() -> None:
+    t = table_with(("l1", "P1"))
+    t.best = {("X", "O"): ("l2", ("O", "P2")), ("Y.a", "B"): (None, ()), ("Z", "B"): (None, ())}
+    new = EngineLink(LinkUp(link="l2", peer="P2", options=LinkOptions(exclude=("Z",))))
+    propagation.offer_table(new, t)
+    assert new.pending == {("Y.a", "B"): (("B",), False)}
+    one_way = EngineLink(LinkUp(link="l3", peer="P3", can_receive=False))
+    propagation.offer_table(one_way, t)
+    assert one_way.pending == {}
+
+
+# -- the router -----------------------------------------------------------------------------
+
+
+def test_route_is_the_routers_own_method_on_the_hot_path() -> None:
+    e = RoutingEngine("B")
+    # no wrapper between a node and Router.route: the engine binds it
+    assert e.route.__func__ is Router.route  # type: ignore[attr-defined]
+    assert e.local_matches.__func__ is Router.local_matches  # type: ignore[attr-defined]
+
+
+def test_routes_are_cached_until_the_table_changes() -> None:
+    e = RoutingEngine("B")
+    e.handle(LinkUp(link="l1", peer="P1"))
+    e.handle(AdvertIn(link="l1", full=True, entries=(("X.>", "O", ("O", "P1")),)))
+    first = e.route("X.a", (), None)
+    assert first == (frozenset(), [("l1", ("O",), 1)])
+    assert e.route("X.a", (), None) is first
+    e.handle(LocalSubscribe(pattern="X.>"))
+    again = e.route("X.a", (), None)
+    assert again is not first
+    assert again == (frozenset({"X.>"}), [("l1", ("O",), 1)])
+
+
+def test_route_cache_starts_over_at_its_limit() -> None:
+    e = RoutingEngine("B", cache_size=2)
+    e.handle(LocalSubscribe(pattern=">"))
+    a = e.route("A", (), None)
+    e.route("C", (), None)
+    e.route("D", (), None)  # a third key: the cache started over
+    assert e.route("A", (), None) is not a

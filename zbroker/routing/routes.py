@@ -1,0 +1,158 @@
+"""Rules 4 and 5 of :mod:`zbroker.routing.engine`: where a message goes from here, with
+the two caches that make it cheap on every message's path.
+
+A *plan* is everything about one literal topic that does not depend on a message's path:
+the local patterns it reaches, the next-hop link toward each origin that wants it, and the
+links whose static patterns match. A *route* is the answer for one (topic, path, targets):
+a relay sees the same few keys again and again. Both caches are cleared on any change of
+the interest table (:meth:`Router.invalidate`) and when they reach their size limit.
+"""
+
+from __future__ import annotations
+
+from .events import Path
+from .loops import path_holds, ttl_spent
+from .table import EngineLink, InterestTable
+
+__all__ = ["PLAN_LIMIT", "Plan", "Route", "Router", "Send"]
+
+#: plans (and, separately, routes) cached before the cache starts over
+PLAN_LIMIT = 4096
+
+Send = tuple[str, tuple[str, ...] | None, int]  # (link id, targets or None, copies)
+Route = tuple[frozenset[str], list[Send]]  # (local patterns, sends)
+
+
+class Plan:
+    """Everything about one literal topic that does not depend on a message's path."""
+
+    __slots__ = ("counts", "local", "next_hop", "static")
+
+    def __init__(
+        self,
+        local: frozenset[str],
+        next_hop: dict[str, str],
+        counts: dict[str, dict[str, int]],
+        static: tuple[str, ...],
+    ) -> None:
+        self.local = local
+        self.next_hop = next_hop  # origin -> link id of its best entry
+        self.counts = counts  # link id -> origin -> matching keys (for conduit off)
+        self.static = static  # link ids whose static patterns match
+
+
+class Router:
+    """The data plane of the engine: routes over an :class:`InterestTable`."""
+
+    def __init__(self, table: InterestTable, *, plan_limit: int = PLAN_LIMIT) -> None:
+        # the table's containers as attributes of the router (the table never rebinds
+        # them): route() and its helpers read them with one attribute lookup, as before
+        self.broker_id = table.broker_id
+        self.links = table.links
+        self._best = table.best
+        self._local = table.local
+        self._remote = table.remote
+        self._plans: dict[str, Plan] = {}
+        # route() results by (topic, path, targets)
+        self._routes: dict[tuple[str, Path, tuple[str, ...] | None], Route] = {}
+        self._plan_limit = plan_limit
+
+    def local_matches(self, topic: str) -> frozenset[str]:
+        """The local patterns that ``topic`` (valid, literal) reaches."""
+        return self._local.match(topic)
+
+    def _plan(self, topic: str) -> Plan:
+        plan = self._plans.get(topic)
+        if plan is not None:
+            return plan
+        ranks: dict[str, tuple[int, str, str]] = {}
+        counts: dict[str, dict[str, int]] = {}
+        for key in self._remote.match(topic):
+            link_id, path = self._best[key]
+            assert link_id is not None
+            origin = key[1]
+            link = self.links[link_id]
+            r = (len(path), link.peer, link_id)
+            if origin not in ranks or r < ranks[origin]:
+                ranks[origin] = r
+            per = counts.setdefault(link_id, {})
+            per[origin] = per.get(origin, 0) + 1
+        static = tuple(
+            ln.id for ln in self.links.values() if ln.filter.static and ln.filter.is_static(topic)
+        )
+        plan = Plan(self._local.match(topic), {o: r[2] for o, r in ranks.items()}, counts, static)
+        if len(self._plans) >= self._plan_limit:
+            self.invalidate()
+        self._plans[topic] = plan
+        return plan
+
+    def invalidate(self) -> None:
+        """Forget every plan and route: the interest table changed."""
+        self._plans.clear()
+        self._routes.clear()
+
+    def route(self, topic: str, path: Path, targets: tuple[str, ...] | None) -> Route:
+        """Where a message goes from here: (local patterns, sends). The result is cached
+        and shared: callers must not modify it. See :meth:`_route`."""
+        key = (topic, path, targets)
+        hit = self._routes.get(key)
+        if hit is not None:
+            return hit
+        result = self._route(topic, path, targets)
+        if len(self._routes) >= self._plan_limit:
+            self._routes.clear()
+        self._routes[key] = result
+        return result
+
+    def _route(self, topic: str, path: Path, targets: tuple[str, ...] | None) -> Route:
+        """Where a message goes from here: (local patterns, sends).
+
+        ``path``: brokers it crossed, origin first (empty for a local publish).
+        ``targets``: origins its branch serves, or None to compute them here (a local
+        publish, or a copy pushed by a static pattern). Each send is ``(link, targets of
+        that branch or None, copies)``; the caller appends our ID to the path.
+        """
+        plan = self._plan(topic)
+        hops = len(path) + 1
+        me = self.broker_id
+        if targets is None:
+            wanted = [o for o in plan.next_hop if o not in path]
+        else:
+            wanted = [o for o in targets if o != me and o in plan.next_hop]
+        groups: dict[str, list[str]] = {}
+        links = self.links
+        for origin in wanted:
+            link_id = plan.next_hop[origin]
+            group = groups.get(link_id)
+            if group is None:
+                group = groups[link_id] = []
+            group.append(origin)
+        sends: list[Send] = []
+        for link_id, origins in groups.items():
+            link = links[link_id]
+            if not self._may_send(link, topic, path, hops):
+                continue
+            copies = 1
+            if not link.options.conduit:
+                per = plan.counts.get(link_id, {})
+                copies = max(1, sum(per.get(o, 0) for o in origins))
+            sends.append((link_id, tuple(origins), copies))
+        for link_id in plan.static:
+            if link_id in groups:
+                # a static push is not narrowed by interest: the receiver computes the
+                # targets from its own table, which covers this branch's targets too
+                sends = [(li, None if li == link_id else t, c) for li, t, c in sends]
+                continue
+            link = links[link_id]
+            if self._may_send(link, topic, path, hops):
+                sends.append((link_id, None, 1))
+        return plan.local, sends
+
+    @staticmethod
+    def _may_send(link: EngineLink, topic: str, path: Path, hops: int) -> bool:
+        return (
+            link.can_send
+            and not path_holds(path, link.peer)
+            and not ttl_spent(hops, link.options.ttl)
+            and link.filter.allows_topic(topic)
+        )

@@ -1,0 +1,231 @@
+"""The interest table of one node: what each link told us, what we last told it, and the
+best entry of every key (rules 1, 2 and 6 of :mod:`zbroker.routing.engine`).
+
+The table holds state and answers questions about it; it queues nothing and invalidates
+nothing. The engine applies an event here, then reselects the keys the table reports as
+touched (:meth:`InterestTable.select`), which is where routes and advertisements follow.
+"""
+
+from __future__ import annotations
+
+from ..sublist import Sublist
+from .events import Adv, AdvertIn, Key, LinkOptions, LinkUp, Path
+from .filters import LinkFilter
+from .loops import path_holds, ttl_spent
+
+__all__ = ["Best", "EngineLink", "InterestTable"]
+
+#: the best entry of a key: (link id it was heard over, None = local interest; its path)
+Best = tuple[str | None, Path]
+
+
+class EngineLink:
+    """A link as the engine sees it: its options, the entries heard over it (``adj_in``),
+    what was last advertised over it (``adj_out``) and what waits for the next flush."""
+
+    __slots__ = (
+        "adj_in",
+        "adj_out",
+        "can_receive",
+        "can_send",
+        "filter",
+        "full_pending",
+        "id",
+        "options",
+        "peer",
+        "pending",
+        "sticky",
+        "up",
+    )
+
+    def __init__(self, ev: LinkUp) -> None:
+        self.id = ev.link
+        self.peer = ev.peer
+        self.can_send = ev.can_send
+        self.can_receive = ev.can_receive
+        self.options = ev.options
+        self.filter = LinkFilter(ev.options.include, ev.options.exclude, ev.options.static)
+        self.adj_in: dict[Key, Path] = {}
+        self.adj_out: dict[Key, Adv] = {}
+        self.pending: dict[Key, Adv | None] = {}
+        self.full_pending = True
+        self.sticky: set[Key] = set()  # keys of adj_in the peer flagged sticky
+        self.up = True  # False: a ghost (rule 6)
+
+    @classmethod
+    def ghost(cls, link_id: str, peer: str, can_send: bool, options: LinkOptions) -> EngineLink:
+        """A ghost of a link that is not up, to hold restored sticky entries (rule 6)."""
+        link = cls(
+            LinkUp(link=link_id, peer=peer, can_send=can_send, can_receive=False, options=options)
+        )
+        link.up = False
+        link.full_pending = False
+        return link
+
+    def sticky_held(self) -> dict[Key, Path]:
+        """The sticky entries heard over this link: what a ghost of it keeps (rule 6)."""
+        return {k: self.adj_in[k] for k in self.sticky if k in self.adj_in}
+
+    def become_ghost(self, kept: dict[Key, Path]) -> None:
+        """Rule 6: the link went down; keep only ``kept``, at the lowest preference, and
+        send it nothing until it is up again."""
+        self.up = False
+        self.adj_in = kept
+        self.adj_out.clear()
+        self.pending.clear()
+        self.full_pending = False
+
+
+class InterestTable:
+    """Local interest, every link's entries, and the best entry of every key.
+
+    ``links``, ``best``, ``local`` and ``remote`` are never rebound: the router
+    (:mod:`zbroker.routing.routes`) holds them as its own attributes.
+    """
+
+    def __init__(self, broker_id: str, *, cache_size: int | None = None) -> None:
+        self.broker_id = broker_id
+        kw = {} if cache_size is None else {"cache_size": cache_size}
+        self.local: Sublist[str] = Sublist(**kw)
+        self.local_patterns: set[str] = set()
+        self.local_sticky: set[str] = set()
+        self.remote: Sublist[Key] = Sublist(**kw)  # keys of remote best entries
+        self.best: dict[Key, Best] = {}
+        self.links: dict[str, EngineLink] = {}
+        self.rejected: dict[str, int] = {}
+
+    # -- rule 1: accept ---------------------------------------------------------------------
+
+    def _reject(self, reason: str) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+
+    def accept(self, ev: AdvertIn) -> set[Key]:
+        """Store what a link advertised (a rejected path withdraws the key); the keys whose
+        best entry this may change."""
+        touched: set[Key] = set()
+        link = self.links.get(ev.link)
+        if link is None or not link.up:
+            self._reject("unknown_link")
+            return touched
+        adj_in = link.adj_in
+        sticky_in = link.sticky
+        if ev.full:
+            touched.update(adj_in)
+            adj_in.clear()
+            sticky_in.clear()
+        me = self.broker_id
+        ttl = link.options.ttl
+        best_of = self.best.get
+        for pattern, origin, path in ev.entries:
+            key = (pattern, origin)
+            if path is not None:
+                if path_holds(path, me):
+                    self._reject("own_id_in_path")
+                    path = None
+                elif ttl_spent(len(path), ttl):
+                    self._reject("ttl_spent")
+                    path = None
+                elif not path or path[0] != origin or path[-1] != link.peer:
+                    self._reject("bad_path")
+                    path = None
+            best = best_of(key)
+            if path is None:
+                sticky_in.discard(key)
+                if adj_in.pop(key, None) is not None and (best is None or best[0] == link.id):
+                    touched.add(key)  # withdrawing a non-best entry changes nothing
+            else:
+                adj_in[key] = path
+                if key in ev.sticky:
+                    sticky_in.add(key)
+                else:
+                    sticky_in.discard(key)
+                if best is None or best[0] == link.id or self.beats(link, path, best):
+                    touched.add(key)
+        return touched
+
+    # -- rule 2: select ---------------------------------------------------------------------
+
+    def select(self, key: Key) -> Best | None:
+        """The best entry of ``key`` as the table stands: local interest first; else the
+        shortest path, ties broken by the lowest (neighbour ID, link name)."""
+        pattern, origin = key
+        best: Best | None = None
+        if origin == self.broker_id:
+            if pattern in self.local_patterns:
+                best = (None, ())
+        else:
+            rank: tuple[bool, int, str, str] | None = None
+            for link in self.links.values():
+                path = link.adj_in.get(key)
+                if path is not None:
+                    # a ghost (down link) ranks below every live path (rule 6)
+                    r = (not link.up, len(path), link.peer, link.id)
+                    if rank is None or r < rank:
+                        rank, best = r, (link.id, path)
+        return best
+
+    def beats(self, link: EngineLink, path: Path, best: Best) -> bool:
+        """Does ``path`` over ``link`` rank above the current best (held by another link)?
+        Most entries in a mesh are alternatives that lose: those skip recomputing."""
+        if best[0] is None:
+            return False  # local interest always wins
+        other = self.links[best[0]]
+        return (not link.up, len(path), link.peer, link.id) < (
+            not other.up,
+            len(best[1]),
+            other.peer,
+            other.id,
+        )
+
+    def set_best(self, key: Key, old: Best | None, best: Best | None) -> None:
+        """Record the selected entry of ``key`` (``old``: the one it replaces)."""
+        if best is None:
+            del self.best[key]
+        else:
+            self.best[key] = best
+        if key[1] != self.broker_id:
+            if old is None:
+                self.remote.insert(key[0], key)
+            elif best is None:
+                self.remote.remove(key[0], key)
+
+    def is_sticky(self, key: Key, best: Best) -> bool:
+        if best[0] is None:
+            return key[0] in self.local_sticky
+        return key in self.links[best[0]].sticky
+
+    # -- inspection -------------------------------------------------------------------------
+
+    def interest(self) -> list[dict[str, object]]:
+        """The best entry of every key: pattern, origin, path, next-hop link (None = local)."""
+        out = []
+        for (pattern, origin), (link, path) in sorted(self.best.items()):
+            row: dict[str, object] = {
+                "pattern": pattern,
+                "origin": origin,
+                "path": list(path),
+                "hops": len(path),
+                "link": link,
+            }
+            # flags only where set: rule 6 (sticky interest, kept while its link is down)
+            if self.is_sticky((pattern, origin), (link, path)):
+                row["sticky"] = True
+            if link is not None and not self.links[link].up:
+                row["link_down"] = True
+            out.append(row)
+        return out
+
+    def ghosts(self) -> list[str]:
+        """Links that are down but whose sticky entries are kept (rule 6)."""
+        return [ln.id for ln in self.links.values() if not ln.up]
+
+    def sticky_entries(self, link_id: str) -> list[tuple[str, str, Path]]:
+        """The sticky entries held from ``link_id`` (to restore a ghost after a restart)."""
+        link = self.links.get(link_id)
+        if link is None:
+            return []
+        return sorted((k[0], k[1], path) for k, path in link.sticky_held().items())
+
+    def entry_count(self) -> int:
+        """Interest entries held (every link's, not only the best)."""
+        return sum(len(link.adj_in) for link in self.links.values()) + len(self.local_patterns)
