@@ -39,15 +39,13 @@ import time
 import tracemalloc
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from .config import check_patterns as _check_patterns
-from .errors import ConfigError, InvalidTopic
+from .errors import ConfigError
 from .names import validate_broker_id
-from .routing import LinkOptions
 from .sim import Network
 from .topics import validate_pattern, validate_topic
+from .topology import checked, flag, int_in, link_options, load_topology, table, tables
 
 __all__ = ["SimulationReport", "load_topology", "run_simulation"]
 
@@ -76,78 +74,6 @@ class SimulationReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-def _table(value: Any, where: str, known: set[str]) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: must be a table, not {type(value).__name__}")
-    unknown = set(value) - known
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {', '.join(sorted(unknown))} "
-            f"(known: {', '.join(sorted(known))})"
-        )
-    return value
-
-
-def _tables(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise ConfigError(f"{where}: must be an array of tables ([[...]])")
-    return value
-
-
-def _int(value: Any, where: str, lo: int, hi: int = 10**9) -> int:
-    if type(value) is not int or not lo <= value <= hi:
-        raise ConfigError(f"{where}: {value!r} is not an integer in {lo}..{hi}")
-    return value
-
-
-def _flag(value: Any, where: str) -> bool:
-    if type(value) is not bool:
-        raise ConfigError(f"{where}: {value!r} is not true or false")
-    return value
-
-
-def _checked(fn: Any, value: Any, where: str) -> str:
-    try:
-        result: str = fn(value)
-    except (InvalidTopic, ConfigError) as exc:
-        raise ConfigError(f"{where}: {exc}") from exc
-    return result
-
-
-def _opt(table: dict[str, Any], where: str) -> LinkOptions:
-    _table(
-        table,
-        where,
-        {"from", "to", "name", "duplex", "ttl", "conduit", "include", "exclude", "static"},
-    )
-    return LinkOptions(
-        ttl=_int(table.get("ttl", LinkOptions().ttl), f"{where}: ttl", 1, 255),
-        conduit=_flag(table.get("conduit", True), f"{where}: conduit"),
-        include=_check_patterns(table.get("include", []), f"{where}: include"),
-        exclude=_check_patterns(table.get("exclude", []), f"{where}: exclude"),
-        static=_check_patterns(table.get("static", []), f"{where}: static"),
-    )
-
-
-def load_topology(path: str | Path) -> dict[str, Any]:
-    import tomllib
-
-    p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text("utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read topology: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{p}: not UTF-8 text: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{p}: not valid TOML: {exc}") from exc
-    unknown = set(data) - {"simulation", "node", "link", "publish", "random"}
-    if unknown:
-        raise ConfigError(f"{p}: unknown table(s) {', '.join(sorted(unknown))}")
-    data["_source"] = str(p)
-    return data
 
 
 def run_simulation(topology: dict[str, Any]) -> SimulationReport:
@@ -192,8 +118,8 @@ def _build(
     make once its links are up, as (node, pattern), and the messages to publish after
     convergence, as (node, topic)."""
     src = topology.get("_source", "topology")
-    sim = _table(topology.get("simulation", {}), f"{src}: [simulation]", {"seed", "delay_ms"})
-    seed = _int(sim.get("seed", 0), f"{src}: simulation.seed", 0, 2**63)
+    sim = table(topology.get("simulation", {}), f"{src}: [simulation]", {"seed", "delay_ms"})
+    seed = int_in(sim.get("seed", 0), f"{src}: simulation.seed", 0, 2**63)
     delay = sim.get("delay_ms", [1, 5])
     if (
         not isinstance(delay, list)
@@ -222,10 +148,10 @@ def _build(
 def _add_nodes(net: Network, topology: dict[str, Any], src: str) -> list[tuple[str, str]]:
     """Add the [[node]] tables; their subscriptions, as (node, pattern)."""
     subs: list[tuple[str, str]] = []
-    for i, node in enumerate(_tables(topology.get("node", []), f"{src}: [[node]]")):
+    for i, node in enumerate(tables(topology.get("node", []), f"{src}: [[node]]")):
         where = f"{src}: node #{i + 1}"
-        _table(node, where, {"id", "subscribe"})
-        node_id = _checked(validate_broker_id, node.get("id"), f"{where}: id")
+        table(node, where, {"id", "subscribe"})
+        node_id = checked(validate_broker_id, node.get("id"), f"{where}: id")
         if node_id in net.nodes:
             raise ConfigError(f"{where}: node {node_id!r} is declared twice")
         net.add_node(node_id)
@@ -233,21 +159,21 @@ def _add_nodes(net: Network, topology: dict[str, Any], src: str) -> list[tuple[s
         if not isinstance(patterns, list):
             raise ConfigError(f"{where}: subscribe must be a list of patterns")
         for pattern in patterns:
-            subs.append((node_id, _checked(validate_pattern, pattern, f"{where}: subscribe")))
+            subs.append((node_id, checked(validate_pattern, pattern, f"{where}: subscribe")))
     return subs
 
 
 def _add_links(net: Network, topology: dict[str, Any], src: str) -> None:
     """Add the [[link]] tables, between declared nodes."""
-    for i, link in enumerate(_tables(topology.get("link", []), f"{src}: [[link]]")):
+    for i, link in enumerate(tables(topology.get("link", []), f"{src}: [[link]]")):
         where = f"{src}: link #{i + 1}"
-        options = _opt(link, where)
+        options = link_options(link, where)
         for end in ("from", "to"):
             if link.get(end) not in net.nodes:
                 raise ConfigError(f"{where}: {end} {link.get(end)!r} is not a declared node")
         name = link.get("name")
         if name is not None:
-            _checked(validate_broker_id, name, f"{where}: name")
+            checked(validate_broker_id, name, f"{where}: name")
         if (name or f"{link['from']}-{link['to']}") in net.links:
             raise ConfigError(
                 f"{where}: a link named {name or link['from'] + '-' + link['to']!r} exists"
@@ -256,7 +182,7 @@ def _add_links(net: Network, topology: dict[str, Any], src: str) -> None:
             link["from"],
             link["to"],
             name,
-            duplex=_flag(link.get("duplex", True), f"{where}: duplex"),
+            duplex=flag(link.get("duplex", True), f"{where}: duplex"),
             options=options,
         )
 
@@ -264,13 +190,13 @@ def _add_links(net: Network, topology: dict[str, Any], src: str) -> None:
 def _declared_publishes(net: Network, topology: dict[str, Any], src: str) -> list[tuple[str, str]]:
     """The [[publish]] tables, one (node, topic) per message."""
     out: list[tuple[str, str]] = []
-    for i, pub in enumerate(_tables(topology.get("publish", []), f"{src}: [[publish]]")):
+    for i, pub in enumerate(tables(topology.get("publish", []), f"{src}: [[publish]]")):
         where = f"{src}: publish #{i + 1}"
-        _table(pub, where, {"node", "topic", "count"})
+        table(pub, where, {"node", "topic", "count"})
         if pub.get("node") not in net.nodes:
             raise ConfigError(f"{where}: node {pub.get('node')!r} is not declared")
-        topic = _checked(validate_topic, pub.get("topic"), f"{where}: topic")
-        count = _int(pub.get("count", 1), f"{where}: count", 1, 10_000_000)
+        topic = checked(validate_topic, pub.get("topic"), f"{where}: topic")
+        count = int_in(pub.get("count", 1), f"{where}: count", 1, 10_000_000)
         out.extend([(pub["node"], topic)] * count)
     return out
 
@@ -279,16 +205,16 @@ def _random_topology(
     net: Network, spec: dict[str, Any], rng: random.Random, src: str
 ) -> tuple[list[tuple[str, str]], list[str]]:
     where = f"{src}: [random]"
-    _table(spec, where, {"nodes", "extra_links", "subscriptions", "publishes", "segments"})
-    n = _int(spec.get("nodes", 10), f"{where} nodes", 1, 100_000)
+    table(spec, where, {"nodes", "extra_links", "subscriptions", "publishes", "segments"})
+    n = int_in(spec.get("nodes", 10), f"{where} nodes", 1, 100_000)
     for key in ("extra_links", "subscriptions", "publishes"):
         if key in spec:
-            _int(spec[key], f"{where} {key}", 0, 10_000_000)
+            int_in(spec[key], f"{where} {key}", 0, 10_000_000)
     segments = spec.get("segments", ["A", "B", "C", "D"])
     if not isinstance(segments, list) or not segments:
         raise ConfigError(f"{where} segments must be a non-empty list")
     for seg in segments:
-        _checked(validate_topic, seg, f"{where} segments")
+        checked(validate_topic, seg, f"{where} segments")
         if "." in seg:
             raise ConfigError(f"{where} segments: {seg!r} is not a single segment")
     ids = [f"n{i:03d}" for i in range(n)]
