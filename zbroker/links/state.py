@@ -105,6 +105,20 @@ class Link:
     frame_limit: int = 0  # the largest link frame it takes (its max_frame_bytes + slack)
     batch_bytes: int = 0  # payload bytes after which a frame to it is cut
 
+    @classmethod
+    def dialing(cls, cfg: LinkConfig, kind: LinkKind = LinkKind.STATIC, peer: str = "") -> Link:
+        """A link this node dials, as ``cfg`` says (STATIC: configured; DISCOVERED)."""
+        return cls(
+            name=cfg.name,
+            kind=kind,
+            duplex=cfg.duplex,
+            options=cfg.options,
+            heartbeat_interval=cfg.heartbeat_interval,
+            heartbeat_timeout=cfg.heartbeat_timeout,
+            config=cfg,
+            peer=peer,
+        )
+
     @property
     def dialer(self) -> bool:
         return self.kind is not LinkKind.ACCEPTED

@@ -83,18 +83,7 @@ class LinkTable:
         self.counters = counters
         self.hooks = hooks
         self.sockets = sockets
-        self.dialers: dict[str, Link] = {
-            lc.name: Link(
-                name=lc.name,
-                kind=LinkKind.STATIC,
-                duplex=lc.duplex,
-                options=lc.options,
-                heartbeat_interval=lc.heartbeat_interval,
-                heartbeat_timeout=lc.heartbeat_timeout,
-                config=lc,
-            )
-            for lc in config.links
-        }
+        self.dialers: dict[str, Link] = {lc.name: Link.dialing(lc) for lc in config.links}
         self.accepted: dict[bytes, Link] = {}
         self.by_engine_id: dict[str, Link] = {}
         self.dirty: list[Link] = []  # links with a non-empty outbox

@@ -130,57 +130,40 @@ class Delivery:
 
     # -- sending --------------------------------------------------------------------------
 
-    def send_bodies(self, out: dict[str, list[bytes]]) -> None:
-        """Per pattern, encoded envelopes: one frame per DELIVERY_BATCH messages (or
-        DELIVERY_BATCH_BYTES); a pattern with one message sends the single form."""
-        send = self._send
-        prefix = self.prefix
-        pseq = self._pseq
-        u64 = U64.pack
-        noblock = zmq.NOBLOCK
-        header = wire.array_header
-        delivered = 0
-        for pattern, bodies in out.items():
-            pfx = prefix[pattern]
-            n = pseq[pattern]
-            total = len(bodies)
-            delivered += total
-            if total == 1:
-                n += 1
-                send(pfx + bodies[0] + u64(n), noblock)
-                pseq[pattern] = n
-                continue
-            for start, end in _cuts(bodies, None):
-                k = end - start
-                n += k
-                if k == 1:
-                    send(pfx + bodies[start] + u64(n), noblock)
-                else:
-                    send(pfx + header(k) + b"".join(bodies[start:end]) + u64(n), noblock)
-            pseq[pattern] = n
-        self._counters.delivered += delivered
-
-    def send_arrays(self, out: dict[str, list[Any]]) -> None:
-        """Per pattern, envelope arrays (8 fields, as a link brought them): packed by one
-        msgpack call per frame, no per-message encode."""
+    def send(self, out: dict[str, list[Any]], *, arrays: bool) -> None:
+        """Per pattern, one frame per DELIVERY_BATCH messages (or DELIVERY_BATCH_BYTES).
+        ``out`` holds encoded envelopes (a batch frame joins them under an array header),
+        or with ``arrays`` envelope arrays as a link brought them (8 fields; one msgpack
+        call per frame packs them, no per-message encode)."""
         send = self._send
         prefix = self.prefix
         pseq = self._pseq
         u64 = U64.pack
         packb = msgpack.packb
+        header = wire.array_header
         noblock = zmq.NOBLOCK
+        field = 1 if arrays else None
         delivered = 0
-        for pattern, envelopes in out.items():
+        for pattern, items in out.items():
             pfx = prefix[pattern]
             n = pseq[pattern]
-            delivered += len(envelopes)
-            for start, end in _cuts(envelopes, 1):
+            delivered += len(items)
+            for start, end in _ONE if len(items) == 1 else _cuts(items, field):
                 k = end - start
                 n += k
-                body = packb(envelopes[start]) if k == 1 else packb(envelopes[start:end])
+                if arrays:
+                    body = packb(items[start]) if k == 1 else packb(items[start:end])
+                elif k == 1:
+                    body = items[start]
+                else:
+                    body = header(k) + b"".join(items[start:end])
                 send(pfx + body + u64(n), noblock)
             pseq[pattern] = n
         self._counters.delivered += delivered
+
+
+#: the cuts of a pattern's lone message (the common case at low rates)
+_ONE = ((0, 1),)
 
 
 def _cuts(items: list[Any], field: int | None) -> list[tuple[int, int]]:

@@ -343,6 +343,6 @@ class Pipeline:
             for f, batch in sink_out.items():
                 f.sink(batch)
         if bodies:
-            self._delivery.send_bodies(bodies)
+            self._delivery.send(bodies, arrays=False)
         if arrays:
-            self._delivery.send_arrays(arrays)
+            self._delivery.send(arrays, arrays=True)

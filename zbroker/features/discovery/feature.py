@@ -169,16 +169,7 @@ class LanDiscovery(Feature):
         if not cfg.reconnect_max_attempts:
             # an unreachable announcement must not be dialled forever
             cfg = dataclasses.replace(cfg, reconnect_max_attempts=5)
-        return Link(
-            name=name,
-            kind=LinkKind.DISCOVERED,
-            duplex=cfg.duplex,
-            options=cfg.options,
-            heartbeat_interval=cfg.heartbeat_interval,
-            heartbeat_timeout=cfg.heartbeat_timeout,
-            config=cfg,
-            peer=peer,
-        )
+        return Link.dialing(cfg, LinkKind.DISCOVERED, peer)
 
     def link_down(self, link: Link, now: float) -> None:
         if link.kind is LinkKind.DISCOVERED and not link.retired:
