@@ -45,6 +45,8 @@ _monotonic = time.monotonic
 _packb = msgpack.packb
 _NOBLOCK = zmq.NOBLOCK
 _FMT_BYTES = wire.FMT_BYTES
+# isinstance(k, str) without a generator's Python frame per header name
+_is_str = str.__instancecheck__
 
 
 def new_push(ctx: zmq.Context[zmq.Socket[bytes]], hwm: int, timeout: float) -> zmq.Socket[bytes]:
@@ -371,7 +373,7 @@ class Publisher:
 
 def _frame_with_headers(topic: str, raw: bytes, fmt: int, headers: Any) -> bytes:
     """A publish frame with headers, which are checked here: they come from the caller."""
-    if not isinstance(headers, dict) or not all(isinstance(k, str) for k in headers):
+    if not isinstance(headers, dict) or not all(map(_is_str, headers)):
         raise PayloadError("headers must be a dict with string keys")
     try:
         return wire.encode_publish(topic, raw, fmt, headers)
