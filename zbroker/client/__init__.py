@@ -22,6 +22,7 @@ The parts, each with its own state (no part reaches into another's):
 * :mod:`.publisher` — the PUSH socket, its lock and publish batching; :mod:`.fanout`;
 * :mod:`.subscriber` — the subscription registry and the SUB socket's deliveries;
 * :mod:`.durables` — durable subscriptions, the consumer's side;
+* :mod:`.reads` — reading the node's retention log;
 * :mod:`.sessions` — sessions with nodes, heartbeats and failover; :mod:`.requests`;
 * :mod:`.thread` — the client thread, which owns sessions and subscriber;
   :mod:`.channel` — how user threads reach it;

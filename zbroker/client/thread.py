@@ -123,9 +123,10 @@ class ClientThread:
             self._on_commands()  # a wake-up byte that could not be sent
         alive = self._sessions.tick(now)
         primary = self._sessions.primary
-        gaps = self.subscriber.take_gaps()
-        if gaps and primary is not None:
-            primary.send(wire.encode_control(wire.GAPS, 0, gaps))
+        if primary is not None:  # (without one, gaps wait for the next node)
+            gaps = self.subscriber.take_gaps()
+            if gaps:
+                primary.send(wire.encode_control(wire.GAPS, 0, gaps))
         if not self.ready.done():
             self._check_ready(now, alive)
         self._requests.expire(now)
