@@ -78,9 +78,7 @@ class Publisher:
         wake: Callable[[], None],
         request: Callable[[int, dict[str, Any]], Future[Any]],
     ) -> None:
-        self._ctx = ctx
         self._address = address  # for error messages
-        self._hwm = hwm
         self._timeout = publish_timeout
         self._fanout = fanout  # every frame to every node instead
         self._credentials = credentials
@@ -92,6 +90,7 @@ class Publisher:
         # msgpack fixarray(4) + the topic: the constant start of every frame on it
         self._topic_heads: dict[str, bytes] = {}
         self._push = new_push(ctx, hwm, publish_timeout)
+        # the backend's send, bound: skips pyzmq's Python-level Socket.send wrapper
         self._send: Callable[[bytes, int], Any] = zmq.backend.Socket.send.__get__(self._push)
         # the batch: at most PUBLISH_BATCH frames, leaves once past _batch_full bytes
         self._batch: list[bytes] = []
