@@ -20,6 +20,9 @@ from ..errors import PayloadError, ProtocolError
 
 __all__ = ["Message", "MessageId", "Subscription", "encode_payload", "message_from_fields"]
 
+_FMT_BYTES = wire.FMT_BYTES
+_FMT_MSGPACK = wire.FMT_MSGPACK
+
 
 def encode_payload(payload: Any) -> tuple[bytes, int]:
     """(payload bytes, fmt): bytes-like as they are, anything else msgpack-encoded."""
@@ -128,17 +131,15 @@ def message_from_fields(pattern: str, fields: list[Any]) -> Message:
         raise ProtocolError("bad_shape", "delivery envelope must be an 8-element array") from exc
     if type(topic) is not str or type(raw) is not bytes:
         raise ProtocolError("bad_type", "delivery envelope has wrong field types")
-    if fmt == wire.FMT_MSGPACK:
-        try:
-            payload = msgpack.unpackb(raw, raw=False, strict_map_key=False)
-        except (ValueError, msgpack.UnpackException) as exc:
-            raise ProtocolError("not_msgpack", "payload marked msgpack does not decode") from exc
-        ptype = "msgpack"
-    elif fmt == wire.FMT_BYTES:
-        payload, ptype = raw, "bytes"
-    else:
+    if fmt == _FMT_BYTES:  # the common case first, against module constants
+        return Message(topic, raw, "bytes", headers or {}, origin, inc, seq, ts, pattern, raw)
+    if fmt != _FMT_MSGPACK:
         raise ProtocolError("bad_type", f"unknown payload format {fmt!r}")
-    return Message(topic, payload, ptype, headers or {}, origin, inc, seq, ts, pattern, raw)
+    try:
+        payload = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.UnpackException) as exc:
+        raise ProtocolError("not_msgpack", "payload marked msgpack does not decode") from exc
+    return Message(topic, payload, "msgpack", headers or {}, origin, inc, seq, ts, pattern, raw)
 
 
 class Subscription:
