@@ -114,6 +114,16 @@ def test_a_request_over_the_nodes_frame_limit_fails_at_once() -> None:
         fut.result(0)
 
 
+def test_a_request_that_cannot_be_encoded_fails_at_once() -> None:
+    requests = Requests(timeout=5.0)
+    fut: Future[Any] = Future()
+    session = _session()
+    requests.submit(wire.STATUS, {"x": object()}, fut, session)
+    assert session.sent == []
+    with pytest.raises(PayloadError, match="cannot be encoded"):
+        fut.result(0)
+
+
 def test_a_request_that_cannot_be_sent_fails_at_once() -> None:
     requests = Requests(timeout=5.0)
     fut: Future[Any] = Future()

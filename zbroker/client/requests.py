@@ -47,18 +47,23 @@ class Requests:
     def _send(self, session: Session, req_id: int, op: int, body: Any) -> None:
         """Send a pending request, or fail it at once: a request over the node's
         max_frame_bytes is counted and dropped there without a reply, so it would only
-        have waited out the client's timeout as if the node were gone."""
-        frame = encode_control(op, req_id, body)
+        have waited out the client's timeout as if the node were gone; one that cannot
+        be encoded must not take the client thread down with it."""
         limit = session.frame_max
-        if limit and len(frame) > limit:
-            error: Exception = PayloadError(
-                f"request of {len(frame)} bytes is over the node's limit of {limit} bytes "
-                "(its max_frame_bytes)"
-            )
-        elif session.send(frame):
-            return
+        try:
+            frame = encode_control(op, req_id, body)
+        except (TypeError, ValueError, OverflowError) as exc:
+            error: Exception = PayloadError(f"request cannot be encoded with msgpack: {exc}")
         else:
-            error = BrokerUnreachable("the request could not be sent")
+            if limit and len(frame) > limit:
+                error = PayloadError(
+                    f"request of {len(frame)} bytes is over the node's limit of {limit} bytes "
+                    "(its max_frame_bytes)"
+                )
+            elif session.send(frame):
+                return
+            else:
+                error = BrokerUnreachable("the request could not be sent")
         pending = self._pending.pop(req_id, None)
         if pending is not None and not pending[0].done():
             pending[0].set_exception(error)
