@@ -27,7 +27,8 @@ from typing import Any
 import msgpack
 
 from . import wire
-from .client import Client, _encode_payload
+from .client import Client
+from .client.messages import encode_payload as _encode_payload
 from .errors import PayloadError
 from .topics import validate_publish_topic
 

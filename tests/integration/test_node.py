@@ -842,11 +842,10 @@ def test_a_catch_up_publish_left_in_a_batch_wakes_the_client_thread(
         time.sleep(0.005)  # a pause: the first publish of the pair leaves alone
         pub.publish("CATCHUP.X", b"%d" % (2 * r))
         pub.publish("CATCHUP.X", b"%d" % (2 * r + 1))
-        with pub._pub_lock:
-            batched += bool(pub._batch)
+        batched += bool(pub._publisher.batch_state()[0])
         assert got.wait_for(2 * r + 2)
-        with pub._pub_lock:  # the tail left under this lock, and the flusher disarmed with it
-            assert not pub._flusher_armed, f"round {r}: still armed after its tail left"
+        # read under the publisher's lock: the tail left under it, and the flusher disarmed
+        assert not pub._publisher.batch_state()[1], f"round {r}: still armed after its tail left"
     assert batched > 0  # the pairs did use a batch (the second came within the linger)
     assert got.payloads("CATCHUP.X") == [b"%d" % i for i in range(60)]
     assert len(got) == 60

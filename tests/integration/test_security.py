@@ -288,7 +288,7 @@ def test_client_without_permission_cannot_subscribe_or_publish(
         bob.publish("X.T", b"forged")
 
     # a client that skips the check is refused by the node itself
-    bob._check = lambda kind, what: None  # type: ignore[method-assign]
+    bob._credentials.check = lambda hello, kind, what: None  # type: ignore[method-assign]
     bob.subscribe("X.>", lambda m: bob_got.append(m.payload))  # XPUB never applies it
     for i in range(5):
         bob.publish("X.T", b"forged%d" % i)

@@ -1,0 +1,258 @@
+"""The client's parts, each on its own: requests, deliveries, message fields, addresses.
+
+And the rule that holds them apart: no module of ``zbroker/client`` touches another
+object's private attributes (only ``self._...``), so every part is reached through its
+interface.
+"""
+
+from __future__ import annotations
+
+import ast
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, cast
+
+import msgpack
+import pytest
+import zmq
+
+from zbroker import wire
+from zbroker.client import Message, parse_address
+from zbroker.client.locators import StaticLocator, make_locator
+from zbroker.client.messages import encode_payload, message_from_fields
+from zbroker.client.requests import Requests
+from zbroker.client.subscriber import Subscriber, Subscriptions
+from zbroker.errors import (
+    BrokerUnreachable,
+    ConfigError,
+    PayloadError,
+    PermissionDenied,
+    ProtocolError,
+    RequestError,
+)
+
+CLIENT_DIR = Path(__file__).resolve().parent.parent / "zbroker" / "client"
+
+
+def _foreign_private_attributes(source: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+        ):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(CLIENT_DIR.glob("*.py")), ids=lambda p: p.name)
+def test_no_client_part_reaches_into_another(path: Path) -> None:
+    assert _foreign_private_attributes(path.read_text()) == []
+
+
+def test_the_private_attribute_check_finds_one() -> None:
+    assert _foreign_private_attributes("x = client._subs\ny = self._own\n") == ["1: client._subs"]
+
+
+# -- requests ----------------------------------------------------------------------------
+
+
+class FakeSession:
+    def __init__(self, frame_max: int = 0, up: bool = True) -> None:
+        self.frame_max = frame_max
+        self.up = up
+        self.sent: list[tuple[int, int, dict[str, Any]]] = []
+
+    def send(self, frame: bytes) -> bool:
+        if self.up:
+            self.sent.append(wire.decode_control(frame))
+        return self.up
+
+
+def _session(**kw: Any) -> Any:
+    return cast(Any, FakeSession(**kw))
+
+
+def test_a_request_waits_for_a_node_then_resolves_with_its_reply() -> None:
+    requests = Requests(timeout=5.0)
+    fut: Future[Any] = Future()
+    requests.submit(wire.STATUS, {}, fut, None)
+    session = _session()
+    requests.send_waiting(session)
+    [(op, req_id, body)] = session.sent
+    assert (op, body) == (wire.STATUS, {})
+    requests.reply(op, req_id, {"ok": 1})
+    assert fut.result(0) == {"ok": 1}
+    requests.send_waiting(session)  # sent once only
+    assert len(session.sent) == 1
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [("permission denied: bob may not", PermissionDenied), ("no such thing", RequestError)],
+)
+def test_an_error_reply_fails_the_request(message: str, error: type[Exception]) -> None:
+    requests = Requests(timeout=5.0)
+    fut: Future[Any] = Future()
+    session = _session()
+    requests.submit(wire.STATUS, {}, fut, session)
+    requests.reply(wire.ERROR, session.sent[0][1], {"message": message})
+    with pytest.raises(error, match=message):
+        fut.result(0)
+
+
+def test_a_request_over_the_nodes_frame_limit_fails_at_once() -> None:
+    requests = Requests(timeout=5.0)
+    fut: Future[Any] = Future()
+    session = _session(frame_max=100)
+    requests.submit(wire.PUBLISH, {"payload": b"x" * 200}, fut, session)
+    assert session.sent == []
+    with pytest.raises(PayloadError, match="over the node's limit of 100 bytes"):
+        fut.result(0)
+
+
+def test_a_request_that_cannot_be_encoded_fails_at_once() -> None:
+    requests = Requests(timeout=5.0)
+    fut: Future[Any] = Future()
+    session = _session()
+    requests.submit(wire.STATUS, {"x": object()}, fut, session)
+    assert session.sent == []
+    with pytest.raises(PayloadError, match="cannot be encoded"):
+        fut.result(0)
+
+
+def test_a_request_that_cannot_be_sent_fails_at_once() -> None:
+    requests = Requests(timeout=5.0)
+    fut: Future[Any] = Future()
+    requests.submit(wire.STATUS, {}, fut, _session(up=False))
+    with pytest.raises(BrokerUnreachable, match="could not be sent"):
+        fut.result(0)
+
+
+def test_a_request_without_a_reply_expires_and_is_not_sent_later() -> None:
+    requests = Requests(timeout=0.5)
+    fut: Future[Any] = Future()
+    requests.submit(wire.STATUS, {}, fut, None)
+    requests.expire(time.monotonic())
+    assert not fut.done()
+    requests.expire(time.monotonic() + 1.0)
+    with pytest.raises(BrokerUnreachable, match="did not answer in time"):
+        fut.result(0)
+    session = _session()
+    requests.send_waiting(session)
+    assert session.sent == []
+
+
+# -- deliveries ----------------------------------------------------------------------------
+
+
+def _envelope(seq: int) -> bytes:
+    return wire.encode_delivery_body("A.B", b"%d" % seq, wire.FMT_BYTES, None, "N", 1, seq, 0.0)
+
+
+def _frame(pattern: str, last: int, seqs: list[int]) -> bytes:
+    bodies = [_envelope(s) for s in seqs]
+    body = bodies[0] if len(bodies) == 1 else wire.encode_delivery_batch(bodies)
+    return pattern.encode() + b"\0" + body + last.to_bytes(8, "big")
+
+
+def test_the_subscriber_delivers_batches_and_counts_gaps_in_messages() -> None:
+    """One frame of three messages, then a lost frame of two, then one: the callback
+    sees every message that came, in order, and the gap is two messages."""
+    ctx = zmq.Context()
+    xpub = ctx.socket(zmq.XPUB)
+    xpub.bind("inproc://client-parts")
+    got: list[Message] = []
+    subs = Subscriptions(lambda name, arg: Future())
+    subs.add("A.>", got.append)
+    subscriber = Subscriber(ctx, 1000, subs.by_pattern)
+    try:
+        subscriber.sock.connect("inproc://client-parts")
+        subscriber.subscribe("A.>", Future())
+        assert xpub.poll(5000) and xpub.recv() == b"\x01A.>\0"
+        xpub.recv()  # the sync key
+        xpub.send(_frame("A.>", 3, [1, 2, 3]))
+        xpub.send(b"A.>\0" + msgpack.packb([1, 2]) + (4).to_bytes(8, "big"))  # malformed
+        xpub.send(_frame("A.>", 6, [6]))
+        deadline = time.monotonic() + 5.0
+        while len(got) < 4 and time.monotonic() < deadline:
+            if subscriber.sock.poll(100):
+                subscriber.on_frames()
+        assert [m.payload for m in got] == [b"1", b"2", b"3", b"6"]
+        assert {m.pattern for m in got} == {"A.>"}
+        assert subscriber.missed == 2
+        assert subscriber.take_gaps() == {"A.>": 2}
+        assert subscriber.take_gaps() == {}
+    finally:
+        subscriber.close()
+        xpub.close(linger=0)
+        ctx.term()
+
+
+# -- message fields and payloads -----------------------------------------------------------
+
+
+def test_message_from_fields_decodes_a_msgpack_payload() -> None:
+    raw = msgpack.packb({"a": [1, 2]})
+    msg = message_from_fields("P", ["T", raw, wire.FMT_MSGPACK, None, "N", 1, 7, 2.5])
+    assert (msg.topic, msg.payload, msg.payload_type, msg.headers) == (
+        "T",
+        {"a": [1, 2]},
+        "msgpack",
+        {},
+    )
+    assert (str(msg.id), msg.pattern, msg.raw) == ("N:1:7", "P", raw)
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ([1, 2, 3], "bad_shape"),
+        (None, "bad_shape"),
+        ([1, b"x", 0, None, "N", 1, 1, 0.0], "bad_type"),
+        (["T", "x", 0, None, "N", 1, 1, 0.0], "bad_type"),
+        (["T", b"x", 9, None, "N", 1, 1, 0.0], "bad_type"),
+        (["T", b"\xc1", wire.FMT_MSGPACK, None, "N", 1, 1, 0.0], "not_msgpack"),
+    ],
+)
+def test_message_from_fields_refuses_a_bad_envelope(fields: Any, reason: str) -> None:
+    with pytest.raises(ProtocolError) as info:
+        message_from_fields("P", fields)
+    assert info.value.reason == reason
+
+
+def test_encode_payload() -> None:
+    assert encode_payload(bytearray(b"ab")) == (b"ab", wire.FMT_BYTES)
+    assert encode_payload([1, "x"]) == (msgpack.packb([1, "x"]), wire.FMT_MSGPACK)
+    with pytest.raises(PayloadError):
+        encode_payload(object())
+
+
+# -- addresses -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        ("tcp://h:1", ("h", 1)),
+        ("h:2", ("h", 2)),
+        ("tcp://[::1]:3", ("::1", 3)),
+    ],
+)
+def test_parse_address(address: str, expected: tuple[str, int]) -> None:
+    assert parse_address(address) == expected
+
+
+@pytest.mark.parametrize("address", ["udp://h:1", "tcp://h:x", "tcp://h:1/path"])
+def test_parse_address_refuses(address: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_address(address)
+
+
+def test_a_static_locator_lists_its_addresses_in_order() -> None:
+    locator = make_locator("tcp://b:2, a:1,tcp://[::1]:3", None)
+    assert isinstance(locator, StaticLocator)
+    assert locator.candidates() == ["tcp://b:2", "tcp://a:1", "tcp://[::1]:3"]

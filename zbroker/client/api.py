@@ -1,0 +1,388 @@
+"""Client: the public API of a connection to a zbroker node, and its composition root.
+
+:class:`Client` builds the client's parts and gives each its own state: the
+:class:`~.publisher.Publisher` (PUSH socket, lock, batching; ``Client.publish`` *is* its
+``publish``), the :class:`~.subscriber.Subscriptions` registry, the
+:class:`~.durables.Durables` consumer, and the :class:`~.thread.ClientThread`, which owns
+the sessions with nodes, the SUB socket and every callback. User threads reach the client
+thread only through the :class:`~.channel.Channel`.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import zmq
+
+from .. import wire
+from ..const import (
+    DEFAULT_BROKER,
+    DEFAULT_CLIENT_HEARTBEAT_INTERVAL,
+    DEFAULT_CLIENT_HEARTBEAT_TIMEOUT,
+    DEFAULT_CLIENT_TIMEOUT,
+    DEFAULT_HWM,
+    DEFAULT_PUBLISH_TIMEOUT,
+    DEFAULT_RECONNECT_INITIAL,
+    DEFAULT_RECONNECT_MAX,
+    DEFAULT_RECONNECT_MULTIPLIER,
+)
+from ..errors import BrokerUnreachable, ClientClosed
+from ..topics import validate_pattern
+from .channel import Channel
+from .credentials import Credentials
+from .durables import Durables
+from .fanout import Fanout
+from .locators import Locator, make_locator
+from .messages import Message, Subscription
+from .publisher import Publisher
+from .reads import log_range, read_log
+from .sessions import Settings
+from .subscriber import Subscriptions
+from .thread import ClientThread
+
+__all__ = ["Client"]
+
+
+class Client:
+    """A connection to one node. Thread-safe; callbacks run on the client's own thread."""
+
+    def __init__(
+        self,
+        broker: str = DEFAULT_BROKER,
+        *,
+        timeout: float = DEFAULT_CLIENT_TIMEOUT,
+        publish_timeout: float = DEFAULT_PUBLISH_TIMEOUT,
+        hwm: int = DEFAULT_HWM,
+        heartbeat_interval: float = DEFAULT_CLIENT_HEARTBEAT_INTERVAL,
+        heartbeat_timeout: float = DEFAULT_CLIENT_HEARTBEAT_TIMEOUT,
+        reconnect_initial_delay: float = DEFAULT_RECONNECT_INITIAL,
+        reconnect_max_delay: float = DEFAULT_RECONNECT_MAX,
+        reconnect_multiplier: float = DEFAULT_RECONNECT_MULTIPLIER,
+        interfaces: list[str] | None = None,
+        fanout: bool = False,
+        min_brokers: int = 1,
+        keys: str | Path | None = None,
+        server_key: str | Path | None = None,
+    ) -> None:
+        """Connect to a node.
+
+        ``broker`` is ``tcp://HOST:PORT``, a comma-separated list of them, or
+        ``zeroconf://GROUP`` (find nodes of GROUP on the LAN; ``interfaces`` names the
+        addresses to browse on, default all). With several candidates the client fails
+        over: when its node stops answering heartbeats (or says goodbye) it connects to
+        another and re-subscribes its patterns; an endpoint that fails is retried with
+        exponential backoff. ``fanout=True`` publishes every message to every node found,
+        and connects only once ``min_brokers`` answer (subscriptions use one of them).
+
+        Security (nodes with ``[security] enabled``): ``keys`` is this client's key pair,
+        the path of its secret certificate (``zbroker keygen --out DIR --name NAME``
+        writes ``NAME.key_secret``) or its 40-character Z85 secret key; ``server_key`` is
+        the node's public key, Z85 text or the path of its ``node.key`` (for several
+        addresses, a comma-separated list in the same order). Every socket then speaks
+        CURVE; the node tells the client what it may publish and subscribe to, and
+        publish/subscribe outside that raise :class:`~zbroker.errors.PermissionDenied`.
+        """
+        self.address = broker
+        self.timeout = timeout
+        self.publish_timeout = publish_timeout
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_timeout = heartbeat_timeout
+        self.fanout = fanout
+        self.min_brokers = max(1, min_brokers)
+        backoff = (reconnect_initial_delay, reconnect_max_delay, reconnect_multiplier)
+        self._credentials = Credentials(broker, keys, server_key)
+        self._locator: Locator = make_locator(broker, interfaces)
+        self._closed = False
+        self._compose(hwm, backoff)
+        self._connect()
+
+    def _compose(self, hwm: int, backoff: tuple[float, float, float]) -> None:
+        """Build the parts; the client thread is built, not started."""
+        ctx = self._ctx = zmq.Context[zmq.Socket[bytes]]()
+        self._channel = Channel(ctx)
+        fanout = Fanout(ctx, hwm, self.publish_timeout, self._credentials) if self.fanout else None
+        self._publisher = Publisher(
+            ctx,
+            address=self.address,
+            hwm=hwm,
+            publish_timeout=self.publish_timeout,
+            fanout=fanout,
+            credentials=self._credentials,
+            check=self._check,
+            wake=self._channel.wake,
+            request=self._submit,
+        )
+        # the hot path: ``client.publish`` resolves straight to the publisher's method,
+        # so a publish costs no call more than the publisher's own (see Client.publish)
+        self.publish = self._publisher.publish  # type: ignore[method-assign]
+        self._subscriptions = Subscriptions(self._command)
+        self._durables = Durables(self.request, self._command)
+        self.durable_info = self._durables.info
+        settings = Settings(
+            self.address,
+            self.timeout,
+            self.heartbeat_interval,
+            self.heartbeat_timeout,
+            backoff,
+            self.fanout,
+            self.min_brokers,
+        )
+        self._thread = ClientThread(
+            ctx,
+            settings,
+            channel=self._channel,
+            locator=self._locator,
+            credentials=self._credentials,
+            publisher=self._publisher,
+            fanout=fanout,
+            callbacks=self._subscriptions.by_pattern,
+            durables=self._durables,
+            hwm=hwm,
+        )
+
+    def _connect(self) -> None:
+        """Start the client thread and wait for the first node's HELLO."""
+        self._thread.start()
+        try:
+            self._thread.ready.result(self.timeout + 5.0)
+        except FutureTimeout:
+            self._abort()
+            raise BrokerUnreachable(
+                f"no zbroker node answered at {self.address} within {self.timeout:g} s"
+                + self._credentials.unreachable_hint
+            ) from None
+        except BaseException:
+            self._abort()
+            raise
+        self._channel.connect()
+
+    def _check(self, kind: str, what: str) -> None:
+        """Raise PermissionDenied if the node said this client may not ``kind`` ``what``
+        (nodes without security send no permissions: everything is allowed)."""
+        self._credentials.check(self.hello, kind, what)
+
+    # -- public API ------------------------------------------------------------------------
+
+    @property
+    def hello(self) -> dict[str, Any]:
+        """The HELLO reply of the node this client is connected to."""
+        return self._thread.hello
+
+    @property
+    def broker_id(self) -> str:
+        """The ID of the node this client is connected to."""
+        return str(self.hello["broker_id"])
+
+    @property
+    def missed(self) -> int:
+        """Deliveries the node's queue toward this client dropped (a slow consumer)."""
+        return self._thread.subscriber.missed
+
+    @property
+    def _frame_max(self) -> int:
+        # the node's max_frame_bytes as its HELLO announced it (0: unknown); zbroker.writer
+        # sizes its requests by it
+        return self._publisher.frame_max
+
+    def publish(
+        self,
+        topic: str,
+        payload: Any = b"",
+        headers: dict[str, Any] | None = None,
+        *,
+        persistent: bool = False,
+        confirm: bool = False,
+    ) -> Any:
+        """Publish ``payload`` on ``topic``.
+
+        ``bytes`` (or bytearray/memoryview) travel as they are; any other msgpack-able value
+        is encoded and subscribers receive it decoded (``Message.payload_type`` tells them
+        which). Raises InvalidTopic/ReservedTopic, PayloadError (also for a message over the
+        node's max_frame_bytes, which it would drop), PublishTimeout, ClientClosed.
+
+        ``persistent=True`` sends the message as a request that the node answers once its
+        store has committed it (retained topics are then on disk): the call returns a
+        ``Future`` of that confirmation, or, with ``confirm=True``, waits for it and returns
+        it (``{"id": [origin, incarnation, seq], "retained_seq": n or None}``).
+        """
+        # (an instance's ``publish`` is its publisher's, set in _compose: this is reached
+        # only through the class, as in ``Client.publish(client, ...)``)
+        return self._publisher.publish(
+            topic, payload, headers, persistent=persistent, confirm=confirm
+        )
+
+    def read(
+        self, pattern: str = ">", start_seq: int = 1, end_seq: int | None = None, limit: int = 1000
+    ) -> list[Message]:
+        """Messages of the node's retention log with ``start_seq <= seq < end_seq`` (None:
+        up to the newest) whose topic matches ``pattern``, oldest first, at most ``limit``.
+        Each has ``log_seq``. Sequences that expired from the log are simply absent: compare
+        ``start_seq`` with :meth:`log_range` to detect it."""
+        validate_pattern(pattern)
+        self._check("subscribe", pattern)
+        return read_log(self.request, pattern, start_seq, end_seq, limit)
+
+    def log_range(self) -> tuple[int, int]:
+        """(first, last) sequence of the node's retention log; first > last when empty."""
+        return log_range(self.request)
+
+    def subscribe(
+        self,
+        pattern: str,
+        callback: Callable[[Message], Any],
+        *,
+        durable: str | None = None,
+        credit: int = 100,
+        max_msgs: int = 0,
+        max_bytes: int = 0,
+        max_age: float = 0.0,
+        overflow: str = "drop-oldest",
+    ) -> Subscription:
+        """Call ``callback(message)`` for every message matching ``pattern``.
+
+        Returns once the node has the subscription; raises InvalidTopic for a bad pattern
+        and BrokerUnreachable if the node does not confirm within the timeout.
+
+        ``durable="NAME"`` opens (or reattaches to) a durable subscription: the node keeps
+        its interest and stores matching messages while no subscriber is attached, and
+        delivers them on return (from any process using the same name), then continues
+        live. At most ``credit`` messages are unacknowledged at a time; each is
+        acknowledged after ``callback`` returns, and one not acknowledged before a
+        disconnect is delivered again with ``message.redelivered`` set. ``max_msgs``,
+        ``max_bytes`` (topic + payload) and ``max_age`` (seconds) bound what is stored
+        (0 = unbounded; while a subscriber is attached, the first two bound what waits to
+        be sent: what is in flight to it is bounded by ``credit``):
+        ``overflow="drop-oldest"`` (default) drops the oldest to make room,
+        ``"reject-new"`` keeps what is stored and refuses more — a persistent publish
+        that a full durable would have to store fails with an error to its publisher;
+        other messages are not queued (counted). ``unsubscribe()`` on the
+        handle detaches; :meth:`delete_durable` deletes it and its stored messages.
+        """
+        validate_pattern(pattern)
+        self._check("subscribe", pattern)
+        if durable is not None:
+            bounds = {
+                "max_msgs": max_msgs,
+                "max_bytes": max_bytes,
+                "max_age": max_age,
+                "overflow": overflow,
+            }
+            return self._durables.subscribe(pattern, callback, durable, credit, bounds)
+        sub = self._subscriptions.add(pattern, callback)
+        try:
+            self._command("sub", pattern).result(self.timeout)
+        except FutureTimeout:
+            sub.unsubscribe()
+            raise BrokerUnreachable(
+                f"node at {self.address} did not confirm subscription {pattern!r} within "
+                f"{self.timeout:g} s"
+            ) from None
+        return sub
+
+    def detach_durable(self, name: str) -> None:
+        """Stop receiving durable subscription ``name`` (same as ``unsubscribe()`` on its
+        handle): the node keeps its interest and stores what comes for the next attach.
+        Safe to call from its own callback: later messages are not acknowledged."""
+        self._durables.detach(name)
+
+    def delete_durable(self, name: str) -> int:
+        """Delete durable subscription ``name`` and its stored messages (on the node this
+        client is connected to); return how many stored messages went with it."""
+        return self._durables.delete(name)
+
+    def messages(self, pattern: str, timeout: float | None = None) -> Iterator[Message]:
+        """Iterate over messages matching ``pattern``; stop after ``timeout`` seconds without
+        one (``None``: never). The subscription ends when the iterator is closed."""
+        q: queue.SimpleQueue[Message] = queue.SimpleQueue()
+        sub = self.subscribe(pattern, q.put)
+        try:
+            while True:
+                try:
+                    yield q.get(timeout=timeout)
+                except queue.Empty:
+                    return
+        finally:
+            sub.unsubscribe()
+
+    def status(self) -> dict[str, Any]:
+        """The node's status (see :meth:`zbroker.Broker.status`)."""
+        return self.request(wire.STATUS)
+
+    def routes(self, pattern: str | None = None) -> list[dict[str, Any]]:
+        """The node's interest table (best entry per pattern and origin): pattern, origin,
+        path, hops, next-hop link (None = local). ``pattern`` keeps overlapping ones."""
+        if pattern is not None:
+            validate_pattern(pattern)
+        body = self.request(wire.ROUTES, {"pattern": pattern} if pattern else {})
+        routes: list[dict[str, Any]] = body.get("routes", [])
+        return routes
+
+    def peers(self) -> list[dict[str, Any]]:
+        """The node's peers: id, found_by (mdns/config/inbound), state, endpoint, links."""
+        peers: list[dict[str, Any]] = self.request(wire.PEERS).get("peers", [])
+        return peers
+
+    def request(self, op: int, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send a control request and wait for its reply (raises RequestError on ERROR)."""
+        fut = self._submit(op, body or {})
+        try:
+            result: dict[str, Any] = fut.result(self.timeout)
+        except FutureTimeout:
+            raise BrokerUnreachable(
+                f"node at {self.address} did not answer within {self.timeout:g} s"
+            ) from None
+        return result
+
+    def close(self) -> None:
+        """Stop the client thread and close every socket (bounded wait)."""
+        if self._closed:
+            return
+        self._durables.leave()
+        self._publisher.drain()  # what is batched goes to the socket (its linger sends it)
+        self._closed = True
+        self._publisher.close()
+        self._channel.stop()
+        self._thread.join(5.0)
+        self._channel.close()
+        self._locator.close()
+        self._ctx.term()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- user thread -> client thread ----------------------------------------------------
+
+    def _command(self, name: str, arg: Any) -> Future[Any]:
+        if self._closed:
+            raise ClientClosed("client is closed")
+        fut: Future[Any] = Future()
+        if not self._thread.is_alive():
+            raise ClientClosed("the client's thread has stopped (see the log); close the client")
+        self._channel.post((name, arg, fut))
+        return fut
+
+    def _submit(self, op: int, body: dict[str, Any]) -> Future[Any]:
+        """A control request; its future resolves with the reply."""
+        return self._command("req", (op, body))
+
+    def _abort(self) -> None:
+        self._closed = True
+        self._channel.stop()
+        self._thread.join(5.0)
+        self._publisher.close(linger=0)
+        self._locator.close()
+        self._ctx.term()

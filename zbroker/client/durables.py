@@ -1,0 +1,141 @@
+"""Durable subscriptions, the consumer's side: open, detach, delete, receive, acknowledge.
+
+User threads open and end durable subscriptions here (requests to the node); the client
+thread hands this part each DELIVER, runs the callback, and sends the cumulative
+acknowledgements once per drain of a session. After a reconnect (or a node restart) the
+client thread asks it to reopen every subscription: what was not acknowledged comes again,
+marked ``redelivered``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import zmq
+
+from .. import wire
+from ..config import validate_broker_id
+from ..errors import ClientClosed, ConfigError, ProtocolError
+from .messages import Message, Subscription, message_from_fields
+from .sessions import Session
+
+__all__ = ["Durables"]
+
+log = logging.getLogger("zbroker.client")
+
+
+class Durables:
+    """One client's durable subscriptions (at most one handle per name)."""
+
+    def __init__(
+        self,
+        request: Callable[[int, dict[str, Any]], dict[str, Any]],
+        command: Callable[[str, Any], Future[Any]],
+    ) -> None:
+        self._request = request  # a control request, waited for (user threads)
+        self._command = command  # a command to the client thread
+        # name -> (handle, credit, bounds): what to reopen on reconnect
+        self._open: dict[str, tuple[Subscription, int, dict[str, Any]]] = {}
+        #: name -> the node's DURABLE_OPEN reply (``Client.durable_info``)
+        self.info: dict[str, dict[str, Any]] = {}
+        self._acks: dict[str, int] = {}  # name -> highest q processed, not yet acked
+
+    # -- user threads --------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        pattern: str,
+        callback: Callable[[Message], Any],
+        name: str,
+        credit: int,
+        bounds: dict[str, Any],
+    ) -> Subscription:
+        validate_broker_id(name, "durable subscription name")
+        if type(credit) is not int or not 1 <= credit <= 100_000:
+            raise ConfigError("credit must be an integer in 1..100000")
+        sub = Subscription(self._end, pattern, callback)
+        sub.durable = name
+        previous = self._open.get(name)
+        self._open[name] = (sub, credit, bounds)
+        try:
+            self.info[name] = self._request(
+                wire.DURABLE_OPEN, {"name": name, "pattern": pattern, "credit": credit, **bounds}
+            )
+        except BaseException:
+            # refused (e.g. another pattern): an earlier subscription by this name stays
+            if previous is not None:
+                self._open[name] = previous
+            else:
+                self._open.pop(name, None)
+            raise
+        return sub
+
+    def detach(self, name: str) -> None:
+        entry = self._open.get(name)
+        if entry is not None:
+            entry[0].unsubscribe()
+
+    def delete(self, name: str) -> int:
+        validate_broker_id(name, "durable subscription name")
+        self._open.pop(name, None)
+        return int(self._request(wire.DURABLE_DELETE, {"name": name}).get("deleted", 0))
+
+    def leave(self) -> None:
+        """Tell the node we are leaving, so it stops sending and keeps storing."""
+        for name in list(self._open):
+            self._close_on_node(name)
+
+    def _end(self, sub: Subscription) -> None:
+        assert sub.durable is not None
+        entry = self._open.get(sub.durable)
+        if entry is not None and entry[0] is sub:
+            del self._open[sub.durable]
+            self._close_on_node(sub.durable)
+
+    def _close_on_node(self, name: str) -> None:
+        try:
+            self._command("send", (wire.DURABLE_CLOSE, {"name": name}))
+        except (ClientClosed, zmq.ZMQError):
+            pass
+
+    # -- the client thread ---------------------------------------------------------------
+
+    def deliver(self, body: dict[str, Any]) -> None:
+        """A durable subscription's message: run the callback, then acknowledge it."""
+        name = body.get("name")
+        entry = self._open.get(name) if isinstance(name, str) else None
+        q = body.get("q")
+        if entry is None or type(q) is not int:
+            return  # detached meanwhile: it stays unacknowledged, so it comes back later
+        sub = entry[0]
+        try:
+            msg = message_from_fields(sub.pattern, body["msg"])
+        except (ProtocolError, KeyError, TypeError) as exc:
+            log.warning("dropped malformed durable delivery: %s", exc)
+            return
+        msg.redelivered = bool(body.get("redelivered"))
+        try:
+            sub.callback(msg)
+        except Exception:
+            log.exception("durable subscriber callback for %r raised", name)
+        # acknowledgements are cumulative: one per subscription per drain (flush_acks)
+        assert isinstance(name, str)
+        if q > self._acks.get(name, 0):
+            self._acks[name] = q
+
+    def flush_acks(self, session: Session | None) -> None:
+        """Acknowledge what was processed since the last call (None: the session is gone,
+        so what it delivered comes again)."""
+        if self._acks and session is not None:
+            for name, upto in self._acks.items():
+                session.send(wire.encode_control(wire.DURABLE_ACK, 0, {"name": name, "upto": upto}))
+        self._acks.clear()
+
+    def reattach(self, session: Session) -> None:
+        """After a reconnect: reopen durable subscriptions (unacknowledged ones come again)."""
+        for name, (sub, credit, bounds) in list(self._open.items()):
+            body = {"name": name, "pattern": sub.pattern, "credit": credit, **bounds}
+            session.send(wire.encode_control(wire.DURABLE_OPEN, 0, body))

@@ -1,0 +1,172 @@
+"""The client's message types: what a subscriber receives and holds.
+
+:class:`Message` (one delivered message), :class:`MessageId` (the ID its origin node
+assigned) and :class:`Subscription` (a handle that ends one subscription), plus the two
+conversions between user values and the wire: :func:`encode_payload` (a publisher's
+payload to bytes and format) and :func:`message_from_fields` (a delivery envelope to a
+Message, with its field checks: the one place that rule lives).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from .. import wire
+from ..errors import PayloadError, ProtocolError
+
+__all__ = ["Message", "MessageId", "Subscription", "encode_payload", "message_from_fields"]
+
+_FMT_BYTES = wire.FMT_BYTES
+_FMT_MSGPACK = wire.FMT_MSGPACK
+
+
+def encode_payload(payload: Any) -> tuple[bytes, int]:
+    """(payload bytes, fmt): bytes-like as they are, anything else msgpack-encoded."""
+    if isinstance(payload, bytes | bytearray | memoryview):
+        return bytes(payload), wire.FMT_BYTES
+    try:
+        return msgpack.packb(payload), wire.FMT_MSGPACK
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise PayloadError(f"payload cannot be encoded with msgpack: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class MessageId:
+    """The ID the origin node assigned: ``(origin broker, its incarnation, sequence)``."""
+
+    origin: str
+    incarnation: int
+    seq: int
+
+    def __str__(self) -> str:
+        return f"{self.origin}:{self.incarnation}:{self.seq}"
+
+
+class Message:
+    """A delivered message (treat as read-only).
+
+    ``payload`` is what the publisher passed: ``bytes``, or the decoded value when the
+    publisher sent an object (``payload_type`` says which: ``"bytes"`` or ``"msgpack"``).
+    ``raw`` is the payload as it crossed the wire. ``pattern`` is the subscription it was
+    delivered for. ``id`` is the :class:`MessageId` the origin node assigned.
+
+    A plain slotted class rather than a frozen dataclass: one is built per delivery, and a
+    frozen dataclass's ``__init__`` costs about 1.5 us more per message.
+    """
+
+    __slots__ = (
+        "headers",
+        "incarnation",
+        "log_seq",
+        "origin",
+        "pattern",
+        "payload",
+        "payload_type",
+        "raw",
+        "redelivered",
+        "seq",
+        "timestamp",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        payload: Any,
+        payload_type: str,
+        headers: dict[str, Any],
+        origin: str,
+        incarnation: int,
+        seq: int,
+        timestamp: float,
+        pattern: str,
+        raw: bytes,
+        log_seq: int | None = None,
+        redelivered: bool = False,
+    ) -> None:
+        self.log_seq = log_seq  # retention-log sequence (messages from Client.read)
+        # a durable subscription's message sent before and not acknowledged (the
+        # subscriber may have seen it)
+        self.redelivered = redelivered
+        self.topic = topic
+        self.payload = payload
+        self.payload_type = payload_type
+        self.headers = headers
+        self.origin = origin
+        self.incarnation = incarnation
+        self.seq = seq
+        self.timestamp = timestamp
+        self.pattern = pattern
+        self.raw = raw
+
+    @property
+    def id(self) -> MessageId:
+        return MessageId(self.origin, self.incarnation, self.seq)
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(topic={self.topic!r}, payload={self.payload!r}, "
+            f"payload_type={self.payload_type!r}, headers={self.headers!r}, id={self.id}, "
+            f"timestamp={self.timestamp!r}, pattern={self.pattern!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def message_from_fields(pattern: str, fields: list[Any]) -> Message:
+    """Build a Message from a delivery envelope's fields ``[topic, payload, fmt, headers,
+    origin, incarnation, seq, ts]`` (raises ProtocolError). Called once per message."""
+    try:
+        topic, raw, fmt, headers, origin, inc, seq, ts = fields
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError("bad_shape", "delivery envelope must be an 8-element array") from exc
+    if type(topic) is not str or type(raw) is not bytes:
+        raise ProtocolError("bad_type", "delivery envelope has wrong field types")
+    if fmt == _FMT_BYTES:  # the common case first, against module constants
+        return Message(topic, raw, "bytes", headers or {}, origin, inc, seq, ts, pattern, raw)
+    if fmt != _FMT_MSGPACK:
+        raise ProtocolError("bad_type", f"unknown payload format {fmt!r}")
+    try:
+        payload = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.UnpackException) as exc:
+        raise ProtocolError("not_msgpack", "payload marked msgpack does not decode") from exc
+    return Message(topic, payload, "msgpack", headers or {}, origin, inc, seq, ts, pattern, raw)
+
+
+class Subscription:
+    """A handle on one subscription; ``unsubscribe()`` ends it (idempotent)."""
+
+    __slots__ = ("_active", "_end", "callback", "durable", "pattern")
+
+    def __init__(
+        self,
+        end: Callable[[Subscription], None],
+        pattern: str,
+        callback: Callable[[Message], Any],
+    ) -> None:
+        self._end = end  # the client part that holds it (subscriptions or durables)
+        self.pattern = pattern
+        self.callback = callback
+        self.durable: str | None = None
+        self._active = True
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    def unsubscribe(self) -> None:
+        if self._active:
+            self._active = False
+            self._end(self)
+
+    def __repr__(self) -> str:
+        return f"<Subscription {self.pattern!r}{'' if self._active else ' (ended)'}>"

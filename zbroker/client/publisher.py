@@ -1,0 +1,380 @@
+"""The publisher: the PUSH socket(s), their lock, and publish batching.
+
+``publish()`` sends on the caller's thread, under :class:`Publisher`'s own lock, on a
+socket nothing else touches; the client thread only connects and disconnects it (under the
+same lock) as it fails over, and sends the tail of a batch nobody filled
+(:meth:`Publisher.flush_tail`). Publishes that come faster than ``PUBLISH_LINGER`` apart
+leave together in one frame (``[frame: bin, ...]``, at most ``PUBLISH_BATCH``), sized for
+the node that answered (:meth:`Publisher.attach`); a lone publish leaves at once.
+
+With ``fanout`` every frame goes to every node's own PUSH socket instead (no batches).
+Persistent publishes are control requests: they go through the client thread, after
+whatever this publisher still holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import zmq
+import zmq.backend
+
+from .. import wire
+from ..const import PUBLISH_BATCH, PUBLISH_BATCH_BYTES, PUBLISH_LINGER
+from ..errors import ClientClosed, PayloadError, PublishTimeout
+from ..topics import validate_publish_topic
+from .credentials import Credentials
+from .messages import encode_payload
+
+if TYPE_CHECKING:
+    from .fanout import Fanout
+
+__all__ = ["Publisher", "new_push"]
+
+log = logging.getLogger("zbroker.client")
+
+_TOPIC_CACHE_MAX = 4096
+_monotonic = time.monotonic
+_packb = msgpack.packb
+_NOBLOCK = zmq.NOBLOCK
+_FMT_BYTES = wire.FMT_BYTES
+# isinstance(k, str) without a generator's Python frame per header name
+_is_str = str.__instancecheck__
+
+
+def new_push(ctx: zmq.Context[zmq.Socket[bytes]], hwm: int, timeout: float) -> zmq.Socket[bytes]:
+    """A PUSH socket toward a node's publish port (not yet connected)."""
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.SNDHWM, hwm)
+    # queue only toward a connection that is up: during a failover publish() waits
+    # (up to publish_timeout) for the next node instead of filling a dead pipe
+    push.setsockopt(zmq.IMMEDIATE, 1)
+    push.setsockopt(zmq.IPV6, 1)
+    # a bounded flush of what was published just before close()
+    push.setsockopt(zmq.LINGER, int(timeout * 1000))
+    return push
+
+
+class Publisher:
+    """Publishing for one client: owns its PUSH sockets, lock, batch and linger."""
+
+    def __init__(
+        self,
+        ctx: zmq.Context[zmq.Socket[bytes]],
+        *,
+        address: str,
+        hwm: int,
+        publish_timeout: float,
+        fanout: Fanout | None,
+        credentials: Credentials,
+        check: Callable[[str, str], None],
+        wake: Callable[[], None],
+        request: Callable[[int, dict[str, Any]], Future[Any]],
+    ) -> None:
+        self._address = address  # for error messages
+        self._timeout = publish_timeout
+        self._fanout = fanout  # every frame to every node instead
+        self._credentials = credentials
+        self._check = check  # raises PermissionDenied for a topic the node does not allow
+        self._wake = wake  # wakes the client thread (to send a batch's tail)
+        self._request = request  # a control request through the client thread
+        self._lock = threading.Lock()
+        self._closed = False
+        # msgpack fixarray(4) + the topic: the constant start of every frame on it
+        self._topic_heads: dict[str, bytes] = {}
+        self._push = new_push(ctx, hwm, publish_timeout)
+        # the backend's send, bound: skips pyzmq's Python-level Socket.send wrapper
+        self._send: Callable[[bytes, int], Any] = zmq.backend.Socket.send.__get__(self._push)
+        # the batch: at most PUBLISH_BATCH frames, leaves once past _batch_full bytes
+        self._batch: list[bytes] = []
+        self._batch_bytes = 0
+        self._batch_since = 0.0  # when the oldest publish in the batch was made
+        self._last_send = 0.0  # when a frame last went to the PUSH socket
+        self._batch_item_max = 0  # a larger frame goes alone; 0: the node takes no batches
+        self._frame_max = 0  # the node's max_frame_bytes (from its HELLO); 0: not known
+        self._batch_full = 0  # bytes after which a batch leaves
+        #: the client thread flushes batch tails while armed (see flush_tail)
+        self.armed = False
+
+    @property
+    def frame_max(self) -> int:
+        """The node's max_frame_bytes as its HELLO announced it (0: not known)."""
+        return self._frame_max
+
+    # -- publish (user threads) ----------------------------------------------------------
+
+    def publish(
+        self,
+        topic: str,
+        payload: Any = b"",
+        headers: dict[str, Any] | None = None,
+        *,
+        persistent: bool = False,
+        confirm: bool = False,
+    ) -> Any:
+        """:meth:`Client.publish` (a client's ``publish`` is this method: see there)."""
+        if persistent or confirm:
+            return self._publish_persistent(topic, payload, headers, wait=confirm)
+        if self._closed:
+            raise ClientClosed("client is closed")
+        head = self._topic_heads.get(topic) or self._topic_head(topic)
+        raw, fmt = (payload, _FMT_BYTES) if type(payload) is bytes else encode_payload(payload)
+        if headers is None:
+            # [topic, payload, fmt, nil]: the same bytes wire.encode_publish would produce
+            frame = head + _packb(raw) + (b"\x00\xc0" if fmt == 0 else b"\x01\xc0")
+        else:
+            frame = _frame_with_headers(topic, raw, fmt, headers)
+        if self._frame_max and len(frame) > self._frame_max:
+            raise PayloadError(self._too_large(len(frame)))  # the node would drop it
+        if self._fanout is not None:
+            return self._fanout.publish(frame)
+        with self._lock:
+            if self._closed:
+                raise ClientClosed("client is closed")
+            now = _monotonic()
+            batch = self._batch
+            if len(frame) <= self._batch_item_max and (
+                batch or now - self._last_send < PUBLISH_LINGER
+            ):  # publishes are coming fast: this one joins (or starts) a batch
+                if not batch:
+                    self._batch_since = now
+                    self._batch_bytes = 0
+                batch.append(frame)
+                self._batch_bytes += len(frame) + 5  # + its bin header, at most 5 bytes
+                if (
+                    len(batch) < PUBLISH_BATCH
+                    and self._batch_bytes <= self._batch_full
+                    and (now - self._batch_since < PUBLISH_LINGER)
+                ):  # room: the client thread sends the batch if no publish comes to fill it
+                    if not self.armed:
+                        self.armed = True
+                        self._wake()  # once per batch, not per message
+                    return None
+                if self._flush_batch(now):
+                    return None
+                queued = True  # no room: wait for the batch to leave
+            else:
+                queued = False
+                if not batch or self._flush_batch(now):  # what came before leaves first
+                    try:
+                        self._send(frame, _NOBLOCK)
+                        self._last_send = now
+                        return None
+                    except zmq.Again:
+                        pass
+        return self._wait_taken(frame, queued)
+
+    def _topic_head(self, topic: str) -> bytes:
+        """The start of every publish frame on ``topic``, once the topic is checked (the
+        cache holds allowed topics only)."""
+        validate_publish_topic(topic)
+        self._check("publish", topic)
+        if len(self._topic_heads) >= _TOPIC_CACHE_MAX:
+            self._topic_heads.clear()
+        head: bytes = b"\x94" + _packb(topic)
+        self._topic_heads[topic] = head
+        return head
+
+    def forget_topics(self) -> None:
+        """Check every topic afresh (another node, other permissions)."""
+        self._topic_heads.clear()
+
+    def _wait_taken(self, frame: bytes, queued: bool) -> None:
+        """No room, or between nodes during a failover: wait until ``frame`` (or the batch
+        it joined, if ``queued``) has left, without holding the lock between tries, so
+        the client thread can connect the next node. PublishTimeout after
+        publish_timeout; a queued frame not taken by then is taken out of the batch."""
+        deadline = _monotonic() + self._timeout
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise ClientClosed("client is closed")
+                now = _monotonic()
+                if queued:
+                    if not any(f is frame for f in self._batch) or self._flush_batch(now):
+                        return  # our batch has left (here, or from another thread)
+                elif not self._batch or self._flush_batch(now):
+                    try:
+                        self._send(frame, _NOBLOCK)
+                        self._last_send = now
+                        return
+                    except zmq.Again:
+                        pass
+                left = deadline - now
+                if left <= 0:
+                    if queued:  # not taken: it must not leave later
+                        self._batch = [f for f in self._batch if f is not frame]
+                        self._batch_bytes = sum(len(f) + 5 for f in self._batch)
+                    raise PublishTimeout(
+                        f"node at {self._address} did not take the message within "
+                        f"{self._timeout:g} s (it is down or overloaded)"
+                    )
+            self._push.poll(int(min(left, 0.05) * 1000) + 1, zmq.POLLOUT)
+
+    def _flush_batch(self, now: float) -> bool:
+        """Send the pending publish batch (under the lock); False if there is no room."""
+        batch = self._batch
+        if not batch:
+            return True
+        try:
+            if len(batch) == 1:
+                self._send(batch[0], _NOBLOCK)
+            elif self._batch_bytes <= self._batch_full + self._batch_item_max:
+                self._send(_packb(batch), _NOBLOCK)
+            else:  # made for a node with a larger limit (before a failover): one by one
+                while batch:
+                    self._send(batch[0], _NOBLOCK)
+                    del batch[0]
+        except zmq.Again:
+            return False
+        batch.clear()
+        self._batch_bytes = 0
+        self._last_send = now
+        return True
+
+    def flush_tail(self) -> None:
+        """From the client thread (woken when a batch starts, then every ms while armed):
+        send a batch no publish came to fill, once it is PUBLISH_LINGER old.
+
+        The rest of the linger is waited out here rather than until the next 1 ms poll: a
+        lone publish that joined a batch (a paced publisher catching up after a late
+        wake-up) then leaves within about the linger, not a millisecond later. The
+        flusher disarms when it sends a tail or finds no batch, and the next batch wakes
+        it; it stays armed (1 ms polls) only while a flood keeps replacing the batch.
+        """
+        with self._lock:
+            now = _monotonic()
+            if self._closed:
+                self.armed = False
+                return
+            if not self._batch:
+                # nothing waits (the publisher sent it): back to slow polls, so the next
+                # batch wakes this thread. Staying armed while a paced publisher went on
+                # meant a wake-up every millisecond competing with it for the GIL.
+                self.armed = False
+                return
+            since = self._batch_since
+            left = since + PUBLISH_LINGER - now
+            if left <= 0:
+                if self._flush_batch(now):  # no room: again at the next poll
+                    self.armed = False
+                return
+        time.sleep(left)  # at most PUBLISH_LINGER, without the lock: publishes go on
+        with self._lock:
+            if self._closed:
+                self.armed = False
+            elif self._batch and self._batch_since == since and self._flush_batch(_monotonic()):
+                self.armed = False  # (a batch started since is a publisher's own)
+
+    def _too_large(self, size: int) -> str:
+        return (
+            f"message of {size} bytes (topic, payload and headers, encoded) is over the "
+            f"node's limit of {self._frame_max} bytes (its max_frame_bytes)"
+        )
+
+    def _publish_persistent(
+        self, topic: str, payload: Any, headers: dict[str, Any] | None, *, wait: bool
+    ) -> Any:
+        validate_publish_topic(topic)
+        self._check("publish", topic)
+        raw, fmt = encode_payload(payload)
+        if headers is not None:
+            _frame_with_headers(topic, raw, fmt, headers)  # checks them
+        body = {"topic": topic, "payload": raw, "fmt": fmt, "headers": headers}
+        if self._frame_max and len(raw) + len(topic) > self._frame_max - 256:
+            # near the limit: measure the request as the node will (the largest req id)
+            try:
+                size = len(wire.encode_control(wire.PUBLISH, 2**32 - 1, body))
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise PayloadError(f"headers cannot be encoded with msgpack: {exc}") from exc
+            if size > self._frame_max:
+                raise PayloadError(self._too_large(size))
+        with self._lock:
+            if self._batch and not self._closed:
+                self._flush_batch(_monotonic())  # what was published before goes first
+        fut = self._request(wire.PUBLISH, body)
+        if not wait:
+            return fut
+        try:
+            return fut.result(self._timeout)
+        except FutureTimeout:
+            raise PublishTimeout(
+                f"node at {self._address} did not confirm the message within {self._timeout:g} s"
+            ) from None
+
+    # -- connections (the client thread) -------------------------------------------------
+
+    def attach(self, endpoint: str, publish_endpoint: str, frame_max: int) -> None:
+        """The node at ``endpoint`` became the client's primary: without fan-out,
+        publish to it, in batches sized for its ``frame_max`` (0: it takes none)."""
+        self.forget_topics()  # topics allowed by the last node: this one checks afresh
+        if self._fanout is not None:
+            return
+        with self._lock:
+            self._batch_limits(frame_max)
+            if not self._closed:
+                self._credentials.secure(self._push, endpoint)
+                self._push.connect(publish_endpoint)
+
+    def detach(self, publish_endpoint: str) -> None:
+        """The primary was lost: stop publishing to it."""
+        if self._fanout is not None:
+            return
+        with self._lock:
+            if not self._closed:
+                self._push.disconnect(publish_endpoint)
+
+    def _batch_limits(self, frame_max: int) -> None:
+        """Size publish batches for a node that takes frames up to ``frame_max`` bytes
+        (under the lock). A node that does not announce it gets no batches."""
+        self._frame_max = frame_max  # no larger publish would be taken
+        limit = min(PUBLISH_BATCH_BYTES, frame_max) - 64 if frame_max >= 1024 else 0
+        # a batch of small frames that leaves once past `full` stays within `limit`
+        self._batch_item_max = limit // 8
+        self._batch_full = limit - limit // 8
+
+    def batch_state(self) -> tuple[int, bool]:
+        """(publishes waiting in the batch, whether the client thread's flusher is armed),
+        read together under the lock."""
+        with self._lock:
+            return len(self._batch), self.armed
+
+    # -- closing -------------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """Hand what is still batched to the socket (its linger then sends it), waiting up
+        to publish_timeout for room."""
+        deadline = _monotonic() + self._timeout
+        while True:
+            with self._lock:
+                if not self._batch or self._flush_batch(_monotonic()):
+                    return
+            if _monotonic() >= deadline:
+                log.warning("closing: %d batched publishes not taken by the node", len(self._batch))
+                return
+            self._push.poll(10, zmq.POLLOUT)
+
+    def close(self, linger: int | None = None) -> None:
+        """Close every socket (``linger`` None: each socket's own, publish_timeout)."""
+        with self._lock:
+            self._closed = True
+            self._push.close(linger=linger)
+        if self._fanout is not None:
+            self._fanout.close(linger)
+
+
+def _frame_with_headers(topic: str, raw: bytes, fmt: int, headers: Any) -> bytes:
+    """A publish frame with headers, which are checked here: they come from the caller."""
+    if not isinstance(headers, dict) or not all(map(_is_str, headers)):
+        raise PayloadError("headers must be a dict with string keys")
+    try:
+        return wire.encode_publish(topic, raw, fmt, headers)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise PayloadError(f"headers cannot be encoded with msgpack: {exc}") from exc

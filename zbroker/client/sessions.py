@@ -1,0 +1,261 @@
+"""Sessions and failover: which nodes the client talks to, and whether they are alive.
+
+A :class:`Session` is one node's control DEALER and liveness. :class:`Sessions` (owned by
+the client thread) opens sessions to the locator's candidates, says HELLO, pings, fails a
+session that stops answering heartbeats (or whose node said goodbye) and retries its
+endpoint with exponential backoff. One session is the *primary*: subscriptions, requests
+and (without fan-out) publishing go through it; when it fails another one that is up
+takes its place, or the next candidate is tried, round robin.
+
+What a session change means to the rest of the client is the client thread's to decide:
+Sessions tells it through :class:`SessionEvents`, and forwards every frame that is not
+its own (replies, durable deliveries).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import zmq
+
+from .. import wire
+from ..errors import ProtocolError
+from .credentials import Credentials
+from .locators import Locator, endpoint
+
+__all__ = ["Session", "SessionEvents", "Sessions", "Settings"]
+
+log = logging.getLogger("zbroker.client")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The client options the client thread works by."""
+
+    address: str
+    timeout: float
+    heartbeat_interval: float
+    heartbeat_timeout: float
+    backoff: tuple[float, float, float]  # reconnect: initial delay, max delay, multiplier
+    fanout: bool
+    min_brokers: int
+
+
+class Session:
+    """One node the client talks to: its control DEALER and liveness."""
+
+    __slots__ = (
+        "deadline",
+        "dealer",
+        "endpoint",
+        "frame_max",
+        "hello",
+        "last_ping",
+        "last_seen",
+        "state",
+    )
+
+    def __init__(self, endpoint: str, dealer: zmq.Socket[bytes], deadline: float) -> None:
+        self.endpoint = endpoint
+        self.dealer = dealer
+        self.state = "hello"
+        self.deadline = deadline
+        self.hello: dict[str, Any] = {}
+        self.frame_max = 0  # the node's max_frame_bytes, from its HELLO (0: not known)
+        self.last_seen = 0.0
+        self.last_ping = 0.0
+
+    def send(self, frame: bytes) -> bool:
+        """Send without ever blocking or raising in the client thread: a node that does
+        not read is caught by the heartbeat, not by a stuck thread."""
+        try:
+            self.dealer.send(frame, zmq.NOBLOCK)
+            return True
+        except zmq.ZMQError:
+            return False
+
+    def data_endpoint(self, port_name: str) -> str:
+        """The endpoint of the node's ``publish`` or ``deliver`` port (from its HELLO)."""
+        host = urlsplit(self.endpoint).hostname or ""
+        return endpoint(host, int(self.hello["ports"][port_name]))
+
+
+class SessionEvents(Protocol):
+    """What the client thread hears from :class:`Sessions`."""
+
+    def session_up(self, session: Session) -> None: ...
+
+    def session_lost(self, session: Session, primary: bool) -> None: ...
+
+    def primary_changed(self, session: Session) -> None: ...
+
+    def node_restarted(self, session: Session) -> None: ...
+
+    def control_frame(self, session: Session, op: int, req_id: int, body: Any) -> None: ...
+
+
+class Sessions:
+    """The client thread's sessions with nodes."""
+
+    def __init__(
+        self,
+        ctx: zmq.Context[zmq.Socket[bytes]],
+        locator: Locator,
+        credentials: Credentials,
+        settings: Settings,
+        poller: zmq.Poller,
+        events: SessionEvents,
+    ) -> None:
+        self._ctx = ctx
+        self._locator = locator
+        self._credentials = credentials
+        self._settings = settings
+        self._poller = poller
+        self._events = events
+        self._sessions: dict[str, Session] = {}
+        self._by_socket: dict[zmq.Socket[bytes], Session] = {}
+        self.primary: Session | None = None
+        self._failures: dict[str, tuple[int, float]] = {}  # endpoint -> (count, retry at)
+        self._cursor = -1  # the first attempt takes the first candidate
+
+    def owner(self, sock: zmq.Socket[bytes]) -> Session | None:
+        return self._by_socket.get(sock)
+
+    def alive(self, session: Session) -> bool:
+        return self._sessions.get(session.endpoint) is session
+
+    def up(self) -> list[Session]:
+        return [s for s in self._sessions.values() if s.state == "up"]
+
+    def tick(self, now: float) -> set[str]:
+        """Fail what is silent, ping what is due, open what is needed; returns the
+        locator's candidates."""
+        s = self._settings
+        alive = set(self._locator.candidates())
+        for session in list(self._sessions.values()):
+            if session.state == "hello" and now > session.deadline:
+                self._fail(session, now, "no answer")
+            elif session.state == "up":
+                if now - session.last_seen > s.heartbeat_timeout and not (
+                    int(session.dealer.getsockopt(zmq.EVENTS)) & zmq.POLLIN
+                ):  # frames waiting to be read: the node is alive, we were busy
+                    self._fail(session, now, f"no heartbeat for {s.heartbeat_timeout:g} s")
+                elif session.endpoint not in alive:
+                    self._fail(session, now, "it left the network (goodbye)")
+                elif now - session.last_ping >= s.heartbeat_interval:
+                    session.last_ping = now
+                    session.send(wire.encode_control(wire.PING, 0, {}))
+        self._connect_more(now)
+        return alive
+
+    def _connect_more(self, now: float) -> None:
+        candidates = self._locator.candidates()
+        if not candidates:
+            return
+        ready_to_try = [
+            ep
+            for ep in candidates
+            if ep not in self._sessions and self._failures.get(ep, (0, 0.0))[1] <= now
+        ]
+        if self._settings.fanout:
+            for ep in ready_to_try:
+                self._open(ep, now)
+        elif self.primary is None and not any(s.state == "hello" for s in self._sessions.values()):
+            if ready_to_try:
+                # round robin from where the last attempt left off
+                self._cursor = (self._cursor + 1) % len(ready_to_try)
+                self._open(ready_to_try[self._cursor], now)
+
+    def _open(self, endpoint: str, now: float) -> None:
+        dealer = self._ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        # requests are bounded by the caller (windows, credit): never refuse one locally
+        dealer.setsockopt(zmq.SNDHWM, 0)
+        dealer.setsockopt(zmq.IPV6, 1)
+        self._credentials.secure(dealer, endpoint)
+        dealer.connect(endpoint)
+        session = Session(endpoint, dealer, now + self._settings.timeout)
+        self._sessions[endpoint] = session
+        self._by_socket[dealer] = session
+        self._poller.register(dealer, zmq.POLLIN)
+        dealer.send(wire.encode_control(wire.HELLO, 0, {}))
+
+    def _close(self, session: Session) -> None:
+        self._sessions.pop(session.endpoint, None)
+        self._by_socket.pop(session.dealer, None)
+        self._poller.unregister(session.dealer)
+        session.dealer.close(linger=0)
+
+    def _fail(self, session: Session, now: float, why: str) -> None:
+        was_up = session.state == "up"
+        self._close(session)
+        count = self._failures.get(session.endpoint, (0, 0.0))[0] + 1
+        initial, cap, mult = self._settings.backoff
+        self._failures[session.endpoint] = (count, now + min(initial * mult ** (count - 1), cap))
+        if was_up:
+            log.warning(
+                "lost node %s at %s: %s", session.hello.get("broker_id"), session.endpoint, why
+            )
+            self._events.session_lost(session, session is self.primary)
+        if session is self.primary:
+            self.primary = None
+            others = self.up()
+            if others:
+                self._make_primary(others[0])
+
+    def _make_primary(self, session: Session) -> None:
+        self.primary = session
+        self._events.primary_changed(session)
+
+    def drain(self, session: Session) -> None:
+        """Read every frame the session's node sent: HELLO and PING are handled here,
+        the rest goes to :meth:`SessionEvents.control_frame`."""
+        now = time.monotonic()
+        while True:
+            try:
+                frame = session.dealer.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            session.last_seen = now
+            try:
+                op, req_id, body = wire.decode_control(frame)
+            except ProtocolError as exc:
+                log.warning("bad control reply from node: %s", exc)
+                continue
+            if req_id == 0 and op != wire.DELIVER:
+                self._on_node(session, op, body, now)
+                continue
+            self._events.control_frame(session, op, req_id, body)
+            if not self.alive(session):
+                return
+
+    def _on_node(self, session: Session, op: int, body: dict[str, Any], now: float) -> None:
+        if op == wire.PING and session.state == "up":
+            inc = body.get("incarnation")
+            if inc is not None and inc != session.hello.get("incarnation"):
+                # the node restarted under us faster than our heartbeat noticed
+                log.info("node restarted: incarnation %s at %s", inc, session.endpoint)
+                session.hello = {**session.hello, "incarnation": inc}
+                if session is self.primary:
+                    self._events.node_restarted(session)
+        elif op == wire.HELLO and session.state == "hello":
+            if not isinstance(body.get("ports"), dict):
+                return
+            session.state = "up"
+            session.hello = body
+            node = body.get("publish_batch")  # the node's max_frame_bytes
+            session.frame_max = node if type(node) is int and node > 0 else 0
+            session.last_ping = now
+            self._failures.pop(session.endpoint, None)
+            self._events.session_up(session)
+            if self.primary is None:
+                self._make_primary(session)
+
+    def close(self) -> None:
+        for session in list(self._sessions.values()):
+            session.dealer.close(linger=200)  # bounded: lets a last DURABLE_CLOSE out
+        self._sessions.clear()

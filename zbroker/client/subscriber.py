@@ -1,0 +1,170 @@
+"""Plain subscriptions: the registry user threads change, and the SUB socket that
+delivers.
+
+:class:`Subscriptions` holds the callbacks by pattern (user threads add and end them).
+:class:`Subscriber` is the client thread's: it owns the SUB socket, counts how many
+subscriptions want each pattern, confirms each subscribe with a sync key (the node echoes
+it once it has processed what came before), decodes delivery frames, notices gaps in the
+node's per-pattern numbering and runs the callbacks, in arrival order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, cast
+
+import zmq
+
+from .. import wire
+from ..errors import ClientClosed, ProtocolError
+from .credentials import Credentials
+from .messages import Message, Subscription, message_from_fields
+
+__all__ = ["Subscriber", "Subscriptions"]
+
+log = logging.getLogger("zbroker.client")
+
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+
+#: by pattern; read without the lock (each value is a tuple, replaced whole)
+Callbacks = dict[str, tuple[Subscription, ...]]
+
+
+class Subscriptions:
+    """The plain subscriptions of one client (durable ones are :mod:`.durables`')."""
+
+    def __init__(self, command: Callable[[str, Any], Future[Any]]) -> None:
+        self._command = command  # to the client thread: "sub"/"unsub" a pattern
+        self._lock = threading.Lock()
+        self.by_pattern: Callbacks = {}
+
+    def add(self, pattern: str, callback: Callable[[Message], Any]) -> Subscription:
+        """Register a callback (the caller then asks the client thread to subscribe)."""
+        sub = Subscription(self._end, pattern, callback)
+        with self._lock:
+            self.by_pattern[pattern] = (*self.by_pattern.get(pattern, ()), sub)
+        return sub
+
+    def _end(self, sub: Subscription) -> None:
+        with self._lock:
+            left = tuple(s for s in self.by_pattern.get(sub.pattern, ()) if s is not sub)
+            if left:
+                self.by_pattern[sub.pattern] = left
+            else:
+                self.by_pattern.pop(sub.pattern, None)
+        try:
+            self._command("unsub", sub.pattern)
+        except (ClientClosed, zmq.ZMQError):
+            pass  # closed: nothing to tell the node
+
+
+class Subscriber:
+    """The client thread's SUB socket and what it delivers."""
+
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], hwm: int, callbacks: Callbacks):
+        self.sock = ctx.socket(zmq.SUB)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.IPV6, 1)
+        self.sock.setsockopt(zmq.RCVHWM, hwm)
+        self._callbacks = callbacks
+        self._token = uuid.uuid4().hex[:12].encode()
+        self._sync_counter = itertools.count(1)
+        self._refs: dict[str, int] = {}  # pattern -> subscriptions wanting it
+        self._syncs: dict[bytes, Future[Any]] = {}  # sync key -> its subscribe() waiting
+        self._pseq: dict[str, int] = {}  # last delivery sequence seen per pattern
+        self._gaps: dict[str, int] = {}  # missed deliveries not yet reported
+        #: deliveries the node's queue toward this client dropped (a slow consumer)
+        self.missed = 0
+
+    def subscribe(self, pattern: str, done: Future[Any]) -> None:
+        """Want ``pattern``; ``done`` resolves once the node has it."""
+        n = self._refs.get(pattern, 0)
+        self._refs[pattern] = n + 1
+        if n == 0:
+            self._pseq.pop(pattern, None)  # what we missed while away is no gap
+            self.sock.subscribe(pattern.encode() + b"\0")
+        key = wire.SYNC_PREFIX + self._token + b"." + str(next(self._sync_counter)).encode()
+        self._syncs[key] = done
+        self.sock.subscribe(key)
+
+    def unsubscribe(self, pattern: str) -> None:
+        n = self._refs.get(pattern, 0)
+        if n <= 1:
+            self._refs.pop(pattern, None)
+            if n == 1:
+                self.sock.unsubscribe(pattern.encode() + b"\0")
+        else:
+            self._refs[pattern] = n - 1
+
+    def connect(self, endpoint: str, deliver_endpoint: str, credentials: Credentials) -> None:
+        """Receive from the node at ``endpoint`` (the new primary). The SUB socket re-sends
+        every subscription on the new connection by itself."""
+        self._pseq.clear()  # another node numbers its sends afresh
+        credentials.secure(self.sock, endpoint)
+        self.sock.connect(deliver_endpoint)
+
+    def disconnect(self, deliver_endpoint: str) -> None:
+        self.sock.disconnect(deliver_endpoint)
+
+    def take_gaps(self) -> dict[str, int]:
+        """Missed deliveries per pattern since the last call (to report to the node)."""
+        gaps, self._gaps = self._gaps, {}
+        return gaps
+
+    def on_frames(self) -> None:
+        """Receive what the SUB socket holds (at most 1,024 frames) and deliver it."""
+        recv = self.sock.recv
+        subs = self._callbacks
+        pseq = self._pseq
+        sync = wire.SYNC_PREFIX[0]
+        decode = wire.decode_delivery_batch
+        events = cast("Callable[[int], int]", self.sock.getsockopt)
+        for i in range(1024):
+            # after the frame poll() announced, ask the socket rather than end on
+            # zmq.Again: at low rates that exception was a large part of a delivery's cost
+            if i and not events(_EVENTS) & _POLLIN:
+                return
+            try:
+                frame = recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if frame[0] == sync:
+                self._synced(frame)
+                continue
+            try:  # one decoder per frame (a frame holds one message or a batch)
+                pattern, first, envelopes = decode(frame)
+                msgs = [message_from_fields(pattern, f) for f in envelopes]
+            except ProtocolError as exc:
+                log.warning("dropped malformed delivery: %s", exc)
+                continue
+            last = pseq.get(pattern)
+            if last is not None and first > last + 1:
+                self._gap(pattern, first - last - 1)
+            pseq[pattern] = first + len(msgs) - 1
+            for msg in msgs:
+                # looked up per message: a callback may unsubscribe in the middle of a batch
+                for s in subs.get(pattern, ()):
+                    try:
+                        s.callback(msg)
+                    except Exception:
+                        log.exception("subscriber callback for %r raised", pattern)
+
+    def _synced(self, key: bytes) -> None:
+        fut = self._syncs.pop(key, None)
+        self.sock.unsubscribe(key)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def _gap(self, pattern: str, missed: int) -> None:
+        """The node's queue toward us overflowed: count, and tell the node (next tick)."""
+        self.missed += missed
+        self._gaps[pattern] = self._gaps.get(pattern, 0) + missed
+
+    def close(self) -> None:
+        self.sock.close()

@@ -1,0 +1,214 @@
+"""The client thread: one loop that owns the control and delivery sockets.
+
+It polls the command channel (user threads), the SUB socket (deliveries) and every
+session's DEALER; runs every callback, in arrival order; sends the tail of a publish batch
+nobody filled; and every 50 ms ticks the sessions (heartbeats, failover), reports
+delivery gaps and expires requests. Session changes arrive here as
+:class:`~.sessions.SessionEvents` and are passed to the parts they concern: the publisher
+and subscriber connect to the primary, waiting requests go out, durables reattach.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+import zmq
+
+from .. import wire
+from ..errors import BrokerUnreachable
+from .channel import Channel
+from .credentials import Credentials
+from .durables import Durables
+from .fanout import Fanout
+from .locators import Locator
+from .publisher import Publisher
+from .requests import Requests
+from .sessions import Session, Sessions, Settings
+from .subscriber import Callbacks, Subscriber
+
+__all__ = ["ClientThread"]
+
+log = logging.getLogger("zbroker.client")
+
+
+class ClientThread:
+    """The client's own thread and what it owns. ``ready`` resolves with the first
+    primary's HELLO (or fails: no node answered)."""
+
+    def __init__(
+        self,
+        ctx: zmq.Context[zmq.Socket[bytes]],
+        settings: Settings,
+        *,
+        channel: Channel,
+        locator: Locator,
+        credentials: Credentials,
+        publisher: Publisher,
+        fanout: Fanout | None,
+        callbacks: Callbacks,
+        durables: Durables,
+        hwm: int,
+    ) -> None:
+        self._settings = settings
+        self._channel = channel
+        self._credentials = credentials
+        self._publisher = publisher
+        self._fanout = fanout
+        self._durables = durables
+        #: the primary node's HELLO reply (``Client.hello``)
+        self.hello: dict[str, Any] = {}
+        self.ready: Future[dict[str, Any]] = Future()
+        self.subscriber = Subscriber(ctx, hwm, callbacks)
+        self._requests = Requests(settings.timeout)
+        self._poller = zmq.Poller()
+        self._sessions = Sessions(ctx, locator, credentials, settings, self._poller, self)
+        self._ready_deadline = 0.0
+        self._running = True
+        self._thread = threading.Thread(target=self._run, name="zbroker-client", daemon=True)
+
+    def start(self) -> None:
+        self._ready_deadline = time.monotonic() + self._settings.timeout
+        self._thread.start()
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        cmd = self._channel.bind()
+        self._poller.register(cmd, zmq.POLLIN)
+        self._poller.register(self.subscriber.sock, zmq.POLLIN)
+        try:
+            self._loop(cmd)
+        except Exception as exc:  # report, never leave the constructor waiting
+            if not self.ready.done():
+                self.ready.set_exception(exc)
+            else:
+                log.exception("client thread crashed")
+        finally:
+            self._sessions.close()
+            cmd.close()
+            self.subscriber.close()
+
+    def _loop(self, cmd: zmq.Socket[bytes]) -> None:
+        next_tick = 0.0
+        publisher = self._publisher
+        sub = self.subscriber.sock
+        while self._running:
+            # 1 ms while a flood keeps a batch open (see Publisher.flush_tail)
+            for sock, _ in self._poller.poll(1 if publisher.armed else 50):
+                if sock is sub:
+                    self.subscriber.on_frames()
+                elif sock is cmd:
+                    self._on_commands()
+                else:
+                    session = self._sessions.owner(sock)
+                    if session is not None:
+                        self._on_session(session)
+            if publisher.armed:
+                publisher.flush_tail()
+            now = time.monotonic()
+            if now >= next_tick:
+                next_tick = now + 0.05
+                self._tick(now)
+
+    def _tick(self, now: float) -> None:
+        if self._channel.pending():
+            self._on_commands()  # a wake-up byte that could not be sent
+        alive = self._sessions.tick(now)
+        primary = self._sessions.primary
+        if primary is not None:  # (without one, gaps wait for the next node)
+            gaps = self.subscriber.take_gaps()
+            if gaps:
+                primary.send(wire.encode_control(wire.GAPS, 0, gaps))
+        if not self.ready.done():
+            self._check_ready(now, alive)
+        self._requests.expire(now)
+
+    def _check_ready(self, now: float, alive: set[str]) -> None:
+        s = self._settings
+        up = self._sessions.up()
+        primary = self._sessions.primary
+        if primary is not None and len(up) >= (s.min_brokers if s.fanout else 1):
+            self.ready.set_result(primary.hello)
+        elif now > self._ready_deadline:
+            found = self._credentials.unreachable_hint if alive else " (no node found)"
+            self.ready.set_exception(
+                BrokerUnreachable(
+                    f"no zbroker node answered at {s.address} within {s.timeout:g} s{found}"
+                    if not s.fanout
+                    else f"fan-out: {len(up)} of the {s.min_brokers} nodes needed answered "
+                    f"at {s.address} within {s.timeout:g} s"
+                )
+            )
+            self._running = False
+
+    def _on_session(self, session: Session) -> None:
+        try:
+            self._sessions.drain(session)
+        finally:
+            self._durables.flush_acks(session if self._sessions.alive(session) else None)
+
+    def _on_commands(self) -> None:
+        for name, arg, fut in self._channel.commands():
+            if name == "stop":
+                self._running = False
+            elif name == "sub":
+                assert fut is not None
+                self.subscriber.subscribe(arg, fut)
+            elif name == "unsub":
+                self.subscriber.unsubscribe(arg)
+                if fut is not None:
+                    fut.set_result(None)
+            elif name == "send":  # one-way, to the primary if there is one
+                primary = self._sessions.primary
+                if primary is not None:
+                    primary.send(wire.encode_control(arg[0], 0, arg[1]))
+                if fut is not None:
+                    fut.set_result(None)
+            elif name == "req":
+                assert fut is not None
+                self._requests.submit(arg[0], arg[1], fut, self._sessions.primary)
+
+    # -- SessionEvents -------------------------------------------------------------------
+
+    def session_up(self, session: Session) -> None:
+        if self._fanout is not None:
+            self._fanout.plug(session.endpoint, session.data_endpoint("publish"))
+
+    def session_lost(self, session: Session, primary: bool) -> None:
+        if self._fanout is not None:
+            self._fanout.unplug(session.endpoint)
+        if primary:
+            self.subscriber.disconnect(session.data_endpoint("deliver"))
+            self._publisher.detach(session.data_endpoint("publish"))
+
+    def primary_changed(self, session: Session) -> None:
+        """Subscriptions, requests and (without fan-out) publishing go through this node."""
+        self.hello = session.hello
+        self.subscriber.connect(
+            session.endpoint, session.data_endpoint("deliver"), self._credentials
+        )
+        self._publisher.attach(
+            session.endpoint, session.data_endpoint("publish"), session.frame_max
+        )
+        if self.ready.done():
+            log.info("connected to node %s at %s", session.hello.get("broker_id"), session.endpoint)
+        self._requests.send_waiting(session)
+        if self.ready.done():
+            self._durables.reattach(session)
+
+    def node_restarted(self, session: Session) -> None:
+        self._durables.reattach(session)
+
+    def control_frame(self, session: Session, op: int, req_id: int, body: Any) -> None:
+        if req_id == 0:  # (the only one Sessions passes on: a durable delivery)
+            self._durables.deliver(body)
+        else:
+            self._requests.reply(op, req_id, body)
