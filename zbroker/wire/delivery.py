@@ -57,7 +57,7 @@ def decode_delivery_batch(frame: bytes) -> tuple[str, int, list[list[Any]]]:
     _check_trailer(frame)
     last = int.from_bytes(frame[-8:], "big")
     pattern, nul = _split_pattern(frame)
-    value = unpack(frame[nul + 1 : -8])
+    value = unpack(memoryview(frame)[nul + 1 : -8])  # (a view: the body is not copied)
     if type(value) is not list or not value:
         raise ProtocolError("bad_shape", "delivery body must be a non-empty array")
     envelopes = value if type(value[0]) is list else [value]
