@@ -103,7 +103,7 @@ class Broker:
             raise
         self._ctx = zmq.Context()
         endpoint = f"inproc://zbroker-cmd-{uuid.uuid4().hex}"
-        self._node = Node(cfg, self._identity, self._ctx, endpoint, node_features(cfg))
+        self._node = Node(cfg, self._identity, self._ctx, endpoint, self._features(cfg))
         self._thread = threading.Thread(
             target=self._run, name=f"zbroker-node-{self._identity.broker_id}", daemon=True
         )
@@ -116,6 +116,10 @@ class Broker:
             raise error
         self._cmd = command_client(self._ctx, endpoint)
         return self
+
+    def _features(self, config: NodeConfig) -> list[Feature]:
+        """The features this broker's node runs (a subclass may add its own)."""
+        return node_features(config)
 
     def _run(self) -> None:
         node = self._node
