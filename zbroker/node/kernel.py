@@ -179,10 +179,17 @@ class Node:
             f.attach(ctx)
             self.control.add(list(f.ops()))
             self.hooks.add_frames(f)
-        self._phase = {
-            hook: [f for f in self.features if overrides(f, hook)]
+        # per phase, only the features that take part (a pass calls nothing else)
+        phase = {
+            hook: tuple(f for f in self.features if overrides(f, hook))
             for hook in ("busy", "on_events", "before_commit", "after_commit", "tick")
         }
+        self._busy, self._observers = phase["busy"], phase["on_events"]
+        self._before, self._after, self._timers = (
+            phase["before_commit"],
+            phase["after_commit"],
+            phase["tick"],
+        )
 
     def close(self) -> None:
         self.links.close()
@@ -224,7 +231,10 @@ class Node:
             publish_recv = self.security.publish_recv(socks.publish)
         limit = self.config.max_frame_bytes
         pipeline = self.pipeline
-        poller.add(socks.publish, lambda: pipeline.on_publish(socks.publish, publish_recv, limit))
+        poller.add(
+            socks.publish,
+            functools.partial(pipeline.on_publish, socks.publish, publish_recv, limit),
+        )
         subs: Any = self.delivery
         if self.security is not None:
             subs = SecureSubscriptions(self.delivery, self.security)
@@ -266,34 +276,35 @@ class Node:
     def _pass(self) -> None:
         """One pass of the loop: the phases in the module docstring, in that order."""
         handlers = self.poller.handlers
-        busy = [f for f in self._phase["busy"] if f.busy()]
-        timeout = 0 if busy else int(TICK_INTERVAL * 1000) if self.links.any() else 1000
+        working = [f for f in self._busy if f.busy()] if self._busy else None
+        timeout = 0 if working else int(TICK_INTERVAL * 1000) if self.links.any() else 1000
         for sock, _ in self.poller.poller.poll(timeout):
             try:
                 handlers[sock]()
             except Exception:  # a bug, not bad input: log it, count it, keep serving
                 self.counters.drop("internal_error")
                 log.exception("internal error in a socket handler; the node keeps running")
-        for f in busy:
-            f.work()
+        if working:
+            for f in working:
+                f.work()
         if self.links.dirty:
             flush_outboxes(self.links)
         flush_adverts(self.links)
         if self.events:
             events, self.events = self.events, []
-            for f in self._phase["on_events"]:
+            for f in self._observers:
                 f.on_events(events)
-        for f in self._phase["before_commit"]:
+        for f in self._before:
             f.before_commit()
         if (self.store is not None and self.store.commit()) or self.confirms:
             self._send_confirms()
-        for f in self._phase["after_commit"]:
+        for f in self._after:
             f.after_commit()
         now = time.monotonic()
         if now >= self._next_tick:
             self._next_tick = now + TICK_INTERVAL
             self.links.tick(now, self.dialer.dial)
-            for f in self._phase["tick"]:
+            for f in self._timers:
                 f.tick(now)
 
     def _send_confirms(self) -> None:

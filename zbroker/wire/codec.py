@@ -23,7 +23,7 @@ _UnpackErrors = (ValueError, msgpack.UnpackException, TypeError)
 TRAILING = "trailing bytes after the msgpack value"
 
 
-def unpack(frame: bytes) -> Any:
+def unpack(frame: bytes | memoryview) -> Any:
     """The one msgpack value ``frame`` holds (raises ProtocolError ``not_msgpack``)."""
     try:
         # strict_map_key=False: header values may hold maps with non-string keys; the
