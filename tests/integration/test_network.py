@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -1374,3 +1375,33 @@ def test_a_large_interest_table_reaches_a_new_neighbour(net: Net, wait_until: Wa
             client.close()
     finally:
         sub.close()
+
+
+def test_a_reply_through_a_relay_never_overtakes_the_interest_in_it(
+    net: Net, client_factory: Callable[..., Client], wait_until: WaitUntil
+) -> None:
+    """Request/reply across a relay (A - B - C): a requester on A subscribes to a fresh
+    reply topic (``subscribe()`` has returned), then publishes its request; the service on
+    C answers at once. Interest that reached a node before a message must reach the next
+    node before that message: a relay that got the new interest and the request in one
+    pass used to send the request first, so C answered before it knew anyone wanted the
+    reply, and the reply reached nobody (about 1 in 300, counted nowhere)."""
+    a = net.start("A", net.link("A", "B"))
+    b = net.start("B", net.link("B", "C"))
+    c = net.start("C")
+    wait_links(wait_until, {a: {("ab", "B")}, b: {("ab", "A"), ("bc", "C")}, c: {("bc", "B")}})
+    service = client_factory(c.endpoint)
+    service.subscribe("REQ.>", lambda m: service.publish(m.payload.decode(), b"reply"))
+    assert wait_until(lambda: has_route(a, "REQ.>", "C", hops=2), WAIT), routes(a)
+    requester = client_factory(a.endpoint)
+    background = client_factory(a.endpoint)
+    lost = []
+    for i in range(600):
+        got = threading.Event()
+        sub = requester.subscribe(f"REPLY.{i}", lambda m, got=got: got.set())
+        requester.publish(f"REQ.{i}", f"REPLY.{i}".encode())
+        background.publish("NOISE.X", b"n")  # traffic in the same passes
+        if not got.wait(2.0):
+            lost.append(i)
+        sub.unsubscribe()
+    assert lost == [], f"{len(lost)} of 600 replies reached nobody: {lost[:10]}"

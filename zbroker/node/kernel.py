@@ -8,9 +8,10 @@ A pass of the loop, in this order, for these reasons:
    pipeline handles each drained batch whole: route, link outboxes, feature sinks,
    deliveries); then features with waiting work do one slice (a staged commit is
    published a slice per pass, so sockets are served in between).
-2. **link flush** — every message queued for a link this pass leaves in MSGS frames,
-   then the engine's batched interest changes as ADVERTs. Interest changes go after the
-   messages of the same pass: both left this pass, so neither waits.
+2. **link flush** — the engine's batched interest changes leave as ADVERTs, then every
+   message queued for a link this pass in MSGS frames. Interest first: a link carries
+   frames in order, so interest that reached this node before a message reaches the next
+   node before it too (a reply to that message finds its way back).
 3. **events** — the pass's node events, to every feature that observes them.
 4. **before commit** — features prepare the transaction (durables hold their trims until
    their subscribers were served).
@@ -287,9 +288,12 @@ class Node:
         if working:
             for f in working:
                 f.work()
+        # interest first: a message sent this pass may draw a reply that needs it (a
+        # request whose reply topic was subscribed a moment before), and a link carries
+        # frames in order, so the next node learns the interest before the message
+        flush_adverts(self.links)
         if self.links.dirty:
             flush_outboxes(self.links)
-        flush_adverts(self.links)
         if self.events:
             events, self.events = self.events, []
             for f in self._observers:
