@@ -68,3 +68,65 @@ def test_address_list_fails_over_and_keeps_subscriptions(
     c.publish("L.Y", b"from-c")  # publishing moved too
     assert _wait(lambda: len(got) == 11)
     assert got[-1] == b"from-c"
+
+
+# -- many subscriptions move whole (issue 18, item 5) -------------------------------------
+
+MANY = 3000
+
+
+def _subscribe_many(c: Client, got: dict[str, int]) -> None:
+    def count(m: Message) -> None:
+        got[m.topic] = got.get(m.topic, 0) + 1
+
+    for i in range(MANY):
+        c.subscribe(f"M.{i}", count)
+
+
+def _each_pattern_delivers_once(node: Broker, pub: Client, got: dict[str, int]) -> None:
+    # every pattern is on the node the client moved to (libzmq re-sends them itself:
+    # before the fix its pipe's high-water mark kept 1,000 and dropped the rest)
+    def held() -> int:
+        return int(node.status()["subscriptions"]["count"])
+
+    assert _wait(lambda: held() == MANY, 15.0), held()
+    for i in range(MANY):
+        pub.publish(f"M.{i}", b"x")
+    assert _wait(lambda: sum(got.values()) >= MANY, 15.0), sum(got.values())
+    time.sleep(0.2)
+    assert got == {f"M.{i}": 1 for i in range(MANY)}
+
+
+def test_a_failover_moves_every_one_of_3000_subscriptions(
+    broker_factory: Callable[..., Broker], client_factory: Callable[..., Client]
+) -> None:
+    nodes = {"MA": broker_factory(broker_id="MA"), "MB": broker_factory(broker_id="MB")}
+    c = client_factory(
+        ",".join(n.endpoint for n in nodes.values()), heartbeat_interval=0.1, heartbeat_timeout=0.5
+    )
+    first = c.broker_id
+    other = nodes["MB" if first == "MA" else "MA"]
+    got: dict[str, int] = {}
+    _subscribe_many(c, got)
+    nodes[first].stop()
+    assert _wait(lambda: c.broker_id == other.broker_id, 5.0)
+    _each_pattern_delivers_once(other, client_factory(other.endpoint), got)
+
+
+def test_a_node_restart_keeps_every_one_of_3000_subscriptions(
+    broker_factory: Callable[..., Broker],
+    client_factory: Callable[..., Client],
+    free_port: Callable[[], int],
+    tmp_path: Any,
+) -> None:
+    port = free_port()
+    node = broker_factory(broker_id="MR", port=port, data_dir=tmp_path / "mr")
+    c = client_factory(node.endpoint, heartbeat_interval=0.1, heartbeat_timeout=0.5)
+    got: dict[str, int] = {}
+    _subscribe_many(c, got)
+    incarnation = node.incarnation
+    node.stop()
+    node = broker_factory(broker_id="MR", port=port, data_dir=tmp_path / "mr")
+    assert node.incarnation != incarnation
+    _each_pattern_delivers_once(node, client_factory(node.endpoint), got)
+

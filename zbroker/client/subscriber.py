@@ -72,6 +72,11 @@ class Subscriber:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.IPV6, 1)
         self.sock.setsockopt(zmq.RCVHWM, hwm)
+        # What a SUB sends is its subscriptions, and on every new connection (a failover, a
+        # node restart) libzmq re-sends all of them at once into a pipe bounded by SNDHWM,
+        # dropping what does not fit, silently: at the default 1,000 a client with 3,000
+        # patterns kept 1,000. They are bounded by the caller instead (one per subscribe).
+        self.sock.setsockopt(zmq.SNDHWM, 0)
         self._callbacks = callbacks
         self._token = uuid.uuid4().hex[:12].encode()
         self._sync_counter = itertools.count(1)
