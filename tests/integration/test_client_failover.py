@@ -54,10 +54,11 @@ def test_address_list_fails_over_and_keeps_subscriptions(
     b = broker_factory(broker_id="LB")
     got: list[Any] = []
     c = client_factory(f"{a.endpoint},{b.endpoint}", heartbeat_interval=0.1, heartbeat_timeout=0.5)
-    assert c.broker_id == "LA"  # the first address first
+    if c.broker_id == "LB":  # (a random one of the list)
+        a, b = b, a
     c.subscribe("L.>", lambda m: got.append(m.payload))
     a.stop()  # no goodbye reaches a client: it notices by heartbeat
-    assert _wait(lambda: c.broker_id == "LB", 5.0)
+    assert _wait(lambda: c.broker_id == b.broker_id, 5.0)
     pub = client_factory(b.endpoint)
     # the subscription moved with the client: wait until B has it, then publish
     assert _wait(lambda: "L.>" in b.status()["subscriptions"]["patterns"], 5.0)
@@ -130,3 +131,15 @@ def test_a_node_restart_keeps_every_one_of_3000_subscriptions(
     assert node.incarnation != incarnation
     _each_pattern_delivers_once(node, client_factory(node.endpoint), got)
 
+
+# -- placement (issue 18, item 7) ----------------------------------------------------------
+
+
+def test_clients_given_a_list_spread_over_its_nodes(
+    broker_factory: Callable[..., Broker], client_factory: Callable[..., Client]
+) -> None:
+    nodes = [broker_factory(broker_id=f"P{i}") for i in range(3)]
+    address = ",".join(n.endpoint for n in nodes)
+    placed = [client_factory(address).broker_id for _ in range(20)]
+    # random among the candidates: all 20 on one node has a chance of 3 in 3**20
+    assert len(set(placed)) > 1, placed

@@ -5,7 +5,8 @@ the client thread) opens sessions to the locator's candidates, says HELLO, pings
 session that stops answering heartbeats (or whose node said goodbye) and retries its
 endpoint with exponential backoff. One session is the *primary*: subscriptions, requests
 and (without fan-out) publishing go through it; when it fails another one that is up
-takes its place, or the next candidate is tried, round robin.
+takes its place, or a candidate is tried, chosen at random among those not waiting out
+a backoff (so the clients of one address list or group spread over its nodes).
 
 What a session change means to the rest of the client is the client thread's to decide:
 Sessions tells it through :class:`SessionEvents`, and forwards every frame that is not
@@ -15,6 +16,7 @@ its own (replies, durable deliveries).
 from __future__ import annotations
 
 import logging
+import random
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -120,7 +122,6 @@ class Sessions:
         self._by_socket: dict[zmq.Socket[bytes], Session] = {}
         self.primary: Session | None = None
         self._failures: dict[str, tuple[int, float]] = {}  # endpoint -> (count, retry at)
-        self._cursor = -1  # the first attempt takes the first candidate
 
     def owner(self, sock: zmq.Socket[bytes]) -> Session | None:
         return self._by_socket.get(sock)
@@ -166,9 +167,9 @@ class Sessions:
                 self._open(ep, now)
         elif self.primary is None and not any(s.state == "hello" for s in self._sessions.values()):
             if ready_to_try:
-                # round robin from where the last attempt left off
-                self._cursor = (self._cursor + 1) % len(ready_to_try)
-                self._open(ready_to_try[self._cursor], now)
+                # at random: the clients of one list or group spread over its nodes (the
+                # first candidate took them all); one that failed waits out its backoff
+                self._open(random.choice(ready_to_try), now)
 
     def _open(self, endpoint: str, now: float) -> None:
         dealer = self._ctx.socket(zmq.DEALER)
