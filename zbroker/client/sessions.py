@@ -51,13 +51,13 @@ class Session:
     """One node the client talks to: its control DEALER and liveness."""
 
     __slots__ = (
+        "asked",
         "deadline",
         "dealer",
         "endpoint",
         "frame_max",
         "hello",
         "last_ping",
-        "last_seen",
         "state",
     )
 
@@ -68,8 +68,11 @@ class Session:
         self.deadline = deadline
         self.hello: dict[str, Any] = {}
         self.frame_max = 0  # the node's max_frame_bytes, from its HELLO (0: not known)
-        self.last_seen = 0.0
         self.last_ping = 0.0
+        # when we sent the oldest ping the node has not answered (0: none waits). Silence is
+        # measured from a ping we sent, not from the last frame: while callbacks hold the
+        # client thread no ping goes out, and a node that was not asked owes no answer.
+        self.asked = 0.0
 
     def send(self, frame: bytes) -> bool:
         """Send without ever blocking or raising in the client thread: a node that does
@@ -141,14 +144,17 @@ class Sessions:
             if session.state == "hello" and now > session.deadline:
                 self._fail(session, now, "no answer")
             elif session.state == "up":
-                if now - session.last_seen > s.heartbeat_timeout and not (
-                    int(session.dealer.getsockopt(zmq.EVENTS)) & zmq.POLLIN
-                ):  # frames waiting to be read: the node is alive, we were busy
-                    self._fail(session, now, f"no heartbeat for {s.heartbeat_timeout:g} s")
+                if (
+                    session.asked
+                    and now - session.asked > s.heartbeat_timeout
+                    and not int(session.dealer.getsockopt(zmq.EVENTS)) & zmq.POLLIN
+                ):  # (frames waiting to be read: the node answered, we were busy)
+                    self._fail(session, now, f"no answer to a ping for {s.heartbeat_timeout:g} s")
                 elif session.endpoint not in alive:
                     self._fail(session, now, "it left the network (goodbye)")
                 elif now - session.last_ping >= s.heartbeat_interval:
                     session.last_ping = now
+                    session.asked = session.asked or now
                     session.send(wire.encode_control(wire.PING, 0, {}))
         self._connect_more(now)
         return alive
@@ -221,7 +227,7 @@ class Sessions:
                 frame = session.dealer.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            session.last_seen = now
+            session.asked = 0.0  # any frame answers
             try:
                 op, req_id, body = wire.decode_control(frame)
             except ProtocolError as exc:
