@@ -88,7 +88,7 @@ def test_a_failover_delivers_what_the_old_node_had_sent(
     # every message has left the node for the client's socket, most not yet delivered
     assert _wait(lambda: first.status()["counters"]["delivered"] >= n, 10.0)
     time.sleep(0.3)
-    assert len(got) < n // 2
+    assert len(got) < n - 100  # (else the test proves nothing)
     pub.close()
     first.stop()
     # the client fails over; what its socket held from the old node is delivered, not
