@@ -180,7 +180,7 @@ def test_the_subscriber_delivers_batches_and_counts_gaps_in_messages() -> None:
         deadline = time.monotonic() + 5.0
         while len(got) < 4 and time.monotonic() < deadline:
             if subscriber.sock.poll(100):
-                subscriber.on_frames()
+                subscriber.on_frames(time.monotonic() + 1.0)
         assert [m.payload for m in got] == [b"1", b"2", b"3", b"6"]
         assert {m.pattern for m in got} == {"A.>"}
         assert subscriber.missed == 2

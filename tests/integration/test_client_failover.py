@@ -54,10 +54,11 @@ def test_address_list_fails_over_and_keeps_subscriptions(
     b = broker_factory(broker_id="LB")
     got: list[Any] = []
     c = client_factory(f"{a.endpoint},{b.endpoint}", heartbeat_interval=0.1, heartbeat_timeout=0.5)
-    assert c.broker_id == "LA"  # the first address first
+    if c.broker_id == "LB":  # (a random one of the list)
+        a, b = b, a
     c.subscribe("L.>", lambda m: got.append(m.payload))
     a.stop()  # no goodbye reaches a client: it notices by heartbeat
-    assert _wait(lambda: c.broker_id == "LB", 5.0)
+    assert _wait(lambda: c.broker_id == b.broker_id, 5.0)
     pub = client_factory(b.endpoint)
     # the subscription moved with the client: wait until B has it, then publish
     assert _wait(lambda: "L.>" in b.status()["subscriptions"]["patterns"], 5.0)
@@ -68,3 +69,77 @@ def test_address_list_fails_over_and_keeps_subscriptions(
     c.publish("L.Y", b"from-c")  # publishing moved too
     assert _wait(lambda: len(got) == 11)
     assert got[-1] == b"from-c"
+
+
+# -- many subscriptions move whole (issue 18, item 5) -------------------------------------
+
+MANY = 3000
+
+
+def _subscribe_many(c: Client, got: dict[str, int]) -> None:
+    def count(m: Message) -> None:
+        got[m.topic] = got.get(m.topic, 0) + 1
+
+    for i in range(MANY):
+        c.subscribe(f"M.{i}", count)
+
+
+def _each_pattern_delivers_once(node: Broker, pub: Client, got: dict[str, int]) -> None:
+    # every pattern is on the node the client moved to (libzmq re-sends them itself:
+    # before the fix its pipe's high-water mark kept 1,000 and dropped the rest)
+    def held() -> int:
+        return int(node.status()["subscriptions"]["count"])
+
+    assert _wait(lambda: held() == MANY, 15.0), held()
+    for i in range(MANY):
+        pub.publish(f"M.{i}", b"x")
+    assert _wait(lambda: sum(got.values()) >= MANY, 15.0), sum(got.values())
+    time.sleep(0.2)
+    assert got == {f"M.{i}": 1 for i in range(MANY)}
+
+
+def test_a_failover_moves_every_one_of_3000_subscriptions(
+    broker_factory: Callable[..., Broker], client_factory: Callable[..., Client]
+) -> None:
+    nodes = {"MA": broker_factory(broker_id="MA"), "MB": broker_factory(broker_id="MB")}
+    c = client_factory(
+        ",".join(n.endpoint for n in nodes.values()), heartbeat_interval=0.1, heartbeat_timeout=0.5
+    )
+    first = c.broker_id
+    other = nodes["MB" if first == "MA" else "MA"]
+    got: dict[str, int] = {}
+    _subscribe_many(c, got)
+    nodes[first].stop()
+    assert _wait(lambda: c.broker_id == other.broker_id, 5.0)
+    _each_pattern_delivers_once(other, client_factory(other.endpoint), got)
+
+
+def test_a_node_restart_keeps_every_one_of_3000_subscriptions(
+    broker_factory: Callable[..., Broker],
+    client_factory: Callable[..., Client],
+    free_port: Callable[[], int],
+    tmp_path: Any,
+) -> None:
+    port = free_port()
+    node = broker_factory(broker_id="MR", port=port, data_dir=tmp_path / "mr")
+    c = client_factory(node.endpoint, heartbeat_interval=0.1, heartbeat_timeout=0.5)
+    got: dict[str, int] = {}
+    _subscribe_many(c, got)
+    incarnation = node.incarnation
+    node.stop()
+    node = broker_factory(broker_id="MR", port=port, data_dir=tmp_path / "mr")
+    assert node.incarnation != incarnation
+    _each_pattern_delivers_once(node, client_factory(node.endpoint), got)
+
+
+# -- placement (issue 18, item 7) ----------------------------------------------------------
+
+
+def test_clients_given_a_list_spread_over_its_nodes(
+    broker_factory: Callable[..., Broker], client_factory: Callable[..., Client]
+) -> None:
+    nodes = [broker_factory(broker_id=f"P{i}") for i in range(3)]
+    address = ",".join(n.endpoint for n in nodes)
+    placed = [client_factory(address).broker_id for _ in range(20)]
+    # random among the candidates: all 20 on one node has a chance of 3 in 3**20
+    assert len(set(placed)) > 1, placed

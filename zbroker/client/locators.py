@@ -1,9 +1,9 @@
 """Where the client finds nodes: broker addresses and the locators that list candidates.
 
-A locator answers ``candidates()`` (the endpoints to try, in preference order) and is
-asked again on every tick of the client thread, so a zeroconf group's membership can
-change under a running client. :func:`make_locator` picks one from the ``broker``
-address: a static list of ``tcp://`` endpoints, or ``zeroconf://GROUP``.
+A locator answers ``candidates()`` (the endpoints to try; the client picks among them at
+random) and is asked again on every tick of the client thread, so a zeroconf group's
+membership can change under a running client. :func:`make_locator` picks one from the
+``broker`` address: a static list of ``tcp://`` endpoints, or ``zeroconf://GROUP``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ the client thread) opens sessions to the locator's candidates, says HELLO, pings
 session that stops answering heartbeats (or whose node said goodbye) and retries its
 endpoint with exponential backoff. One session is the *primary*: subscriptions, requests
 and (without fan-out) publishing go through it; when it fails another one that is up
-takes its place, or the next candidate is tried, round robin.
+takes its place, or a candidate is tried, chosen at random among those not waiting out
+a backoff (so the clients of one address list or group spread over its nodes).
 
 What a session change means to the rest of the client is the client thread's to decide:
 Sessions tells it through :class:`SessionEvents`, and forwards every frame that is not
@@ -15,6 +16,7 @@ its own (replies, durable deliveries).
 from __future__ import annotations
 
 import logging
+import random
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -49,13 +51,13 @@ class Session:
     """One node the client talks to: its control DEALER and liveness."""
 
     __slots__ = (
+        "asked",
         "deadline",
         "dealer",
         "endpoint",
         "frame_max",
         "hello",
         "last_ping",
-        "last_seen",
         "state",
     )
 
@@ -66,8 +68,11 @@ class Session:
         self.deadline = deadline
         self.hello: dict[str, Any] = {}
         self.frame_max = 0  # the node's max_frame_bytes, from its HELLO (0: not known)
-        self.last_seen = 0.0
         self.last_ping = 0.0
+        # when we sent the oldest ping the node has not answered (0: none waits). Silence is
+        # measured from a ping we sent, not from the last frame: while callbacks hold the
+        # client thread no ping goes out, and a node that was not asked owes no answer.
+        self.asked = 0.0
 
     def send(self, frame: bytes) -> bool:
         """Send without ever blocking or raising in the client thread: a node that does
@@ -120,7 +125,6 @@ class Sessions:
         self._by_socket: dict[zmq.Socket[bytes], Session] = {}
         self.primary: Session | None = None
         self._failures: dict[str, tuple[int, float]] = {}  # endpoint -> (count, retry at)
-        self._cursor = -1  # the first attempt takes the first candidate
 
     def owner(self, sock: zmq.Socket[bytes]) -> Session | None:
         return self._by_socket.get(sock)
@@ -140,14 +144,17 @@ class Sessions:
             if session.state == "hello" and now > session.deadline:
                 self._fail(session, now, "no answer")
             elif session.state == "up":
-                if now - session.last_seen > s.heartbeat_timeout and not (
-                    int(session.dealer.getsockopt(zmq.EVENTS)) & zmq.POLLIN
-                ):  # frames waiting to be read: the node is alive, we were busy
-                    self._fail(session, now, f"no heartbeat for {s.heartbeat_timeout:g} s")
+                if (
+                    session.asked
+                    and now - session.asked > s.heartbeat_timeout
+                    and not int(session.dealer.getsockopt(zmq.EVENTS)) & zmq.POLLIN
+                ):  # (frames waiting to be read: the node answered, we were busy)
+                    self._fail(session, now, f"no answer to a ping for {s.heartbeat_timeout:g} s")
                 elif session.endpoint not in alive:
                     self._fail(session, now, "it left the network (goodbye)")
                 elif now - session.last_ping >= s.heartbeat_interval:
                     session.last_ping = now
+                    session.asked = session.asked or now
                     session.send(wire.encode_control(wire.PING, 0, {}))
         self._connect_more(now)
         return alive
@@ -166,9 +173,9 @@ class Sessions:
                 self._open(ep, now)
         elif self.primary is None and not any(s.state == "hello" for s in self._sessions.values()):
             if ready_to_try:
-                # round robin from where the last attempt left off
-                self._cursor = (self._cursor + 1) % len(ready_to_try)
-                self._open(ready_to_try[self._cursor], now)
+                # at random: the clients of one list or group spread over its nodes (the
+                # first candidate took them all); one that failed waits out its backoff
+                self._open(random.choice(ready_to_try), now)
 
     def _open(self, endpoint: str, now: float) -> None:
         dealer = self._ctx.socket(zmq.DEALER)
@@ -220,7 +227,7 @@ class Sessions:
                 frame = session.dealer.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            session.last_seen = now
+            session.asked = 0.0  # any frame answers
             try:
                 op, req_id, body = wire.decode_control(frame)
             except ProtocolError as exc:

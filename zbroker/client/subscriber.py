@@ -13,7 +13,9 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, cast
@@ -31,6 +33,7 @@ log = logging.getLogger("zbroker.client")
 
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
+_SYNC = wire.SYNC_PREFIX[0]
 
 #: by pattern; read without the lock (each value is a tuple, replaced whole)
 Callbacks = dict[str, tuple[Subscription, ...]]
@@ -72,12 +75,19 @@ class Subscriber:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.IPV6, 1)
         self.sock.setsockopt(zmq.RCVHWM, hwm)
+        # What a SUB sends is its subscriptions, and on every new connection (a failover, a
+        # node restart) libzmq re-sends all of them at once into a pipe bounded by SNDHWM,
+        # dropping what does not fit, silently: at the default 1,000 a client with 3,000
+        # patterns kept 1,000. They are bounded by the caller instead (one per subscribe).
+        self.sock.setsockopt(zmq.SNDHWM, 0)
         self._callbacks = callbacks
         self._token = uuid.uuid4().hex[:12].encode()
         self._sync_counter = itertools.count(1)
         self._refs: dict[str, int] = {}  # pattern -> subscriptions wanting it
         self._syncs: dict[bytes, Future[Any]] = {}  # sync key -> its subscribe() waiting
         self._pseq: dict[str, int] = {}  # last delivery sequence seen per pattern
+        # frames read from a node we left, with that node's sequences: delivered first
+        self._backlog: deque[tuple[deque[bytes], dict[str, int]]] = deque()
         self._gaps: dict[str, int] = {}  # missed deliveries not yet reported
         #: deliveries the node's queue toward this client dropped (a slow consumer)
         self.missed = 0
@@ -105,55 +115,90 @@ class Subscriber:
     def connect(self, endpoint: str, deliver_endpoint: str, credentials: Credentials) -> None:
         """Receive from the node at ``endpoint`` (the new primary). The SUB socket re-sends
         every subscription on the new connection by itself."""
-        self._pseq.clear()  # another node numbers its sends afresh
+        self._pseq = {}  # another node numbers its sends afresh
         credentials.secure(self.sock, endpoint)
         self.sock.connect(deliver_endpoint)
 
     def disconnect(self, deliver_endpoint: str) -> None:
+        """Stop receiving from a node (the primary we leave). What its connection holds
+        is read first, because libzmq drops a disconnected pipe's frames: a failover lost
+        every message the client had received but not yet delivered, uncounted. Those
+        frames are delivered before anything of the next node, and their gaps counted by
+        the sequences of the node that sent them."""
+        frames: deque[bytes] = deque()
+        recv = self.sock.recv
+        while True:
+            try:
+                frames.append(recv(zmq.NOBLOCK))
+            except zmq.Again:
+                break
         self.sock.disconnect(deliver_endpoint)
+        if frames:
+            self._backlog.append((frames, self._pseq))
+        self._pseq = {}  # the next node numbers its sends afresh
 
     def take_gaps(self) -> dict[str, int]:
         """Missed deliveries per pattern since the last call (to report to the node)."""
         gaps, self._gaps = self._gaps, {}
         return gaps
 
-    def on_frames(self) -> None:
-        """Receive what the SUB socket holds (at most 1,024 frames) and deliver it."""
+    @property
+    def backlog(self) -> bool:
+        """Frames of a node we left wait to be delivered (see :meth:`disconnect`)."""
+        return bool(self._backlog)
+
+    def on_frames(self, until: float) -> None:
+        """Deliver what a node we left sent (:meth:`disconnect`), then what the SUB socket
+        holds, until the monotonic time ``until`` is past (checked between frames): the
+        client thread serves its sessions, commands and publish batches between slices,
+        however slow the callbacks are."""
+        clock = time.monotonic
+        backlog = self._backlog
+        while backlog:
+            frames, numbered = backlog[0]
+            while frames:
+                self._deliver(frames.popleft(), numbered)
+                if clock() > until:
+                    return
+            backlog.popleft()
         recv = self.sock.recv
-        subs = self._callbacks
         pseq = self._pseq
-        sync = wire.SYNC_PREFIX[0]
-        decode = wire.decode_delivery_batch
         events = cast("Callable[[int], int]", self.sock.getsockopt)
         for i in range(1024):
             # after the frame poll() announced, ask the socket rather than end on
             # zmq.Again: at low rates that exception was a large part of a delivery's cost
-            if i and not events(_EVENTS) & _POLLIN:
+            if i and (not events(_EVENTS) & _POLLIN or clock() > until):
                 return
             try:
                 frame = recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if frame[0] == sync:
-                self._synced(frame)
-                continue
-            try:  # one decoder per frame (a frame holds one message or a batch)
-                pattern, first, envelopes = decode(frame)
-                msgs = [message_from_fields(pattern, f) for f in envelopes]
-            except ProtocolError as exc:
-                log.warning("dropped malformed delivery: %s", exc)
-                continue
-            last = pseq.get(pattern)
-            if last is not None and first > last + 1:
-                self._gap(pattern, first - last - 1)
-            pseq[pattern] = first + len(msgs) - 1
-            for msg in msgs:
-                # looked up per message: a callback may unsubscribe in the middle of a batch
-                for s in subs.get(pattern, ()):
-                    try:
-                        s.callback(msg)
-                    except Exception:
-                        log.exception("subscriber callback for %r raised", pattern)
+            self._deliver(frame, pseq)
+
+    def _deliver(self, frame: bytes, pseq: dict[str, int]) -> None:
+        """One frame: a sync key's echo, or deliveries (one message or a batch), numbered
+        in ``pseq`` (the sequences of the node that sent it)."""
+        if frame[0] == _SYNC:
+            self._synced(frame)
+            return
+        try:  # one decoder per frame (a frame holds one message or a batch)
+            pattern, first, envelopes = wire.decode_delivery_batch(frame)
+            msgs = [message_from_fields(pattern, f) for f in envelopes]
+        except ProtocolError as exc:
+            log.warning("dropped malformed delivery: %s", exc)
+            return
+        last = pseq.get(pattern)
+        if last is not None and first > last + 1:
+            self._gap(pattern, first - last - 1)
+        pseq[pattern] = first + len(msgs) - 1
+        subs = self._callbacks
+        for msg in msgs:
+            # looked up per message: a callback may unsubscribe in the middle of a batch
+            for s in subs.get(pattern, ()):
+                try:
+                    s.callback(msg)
+                except Exception:
+                    log.exception("subscriber callback for %r raised", pattern)
 
     def _synced(self, key: bytes) -> None:
         fut = self._syncs.pop(key, None)

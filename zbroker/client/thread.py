@@ -1,9 +1,10 @@
 """The client thread: one loop that owns the control and delivery sockets.
 
 It polls the command channel (user threads), the SUB socket (deliveries) and every
-session's DEALER; runs every callback, in arrival order; sends the tail of a publish batch
-nobody filled; and every 50 ms ticks the sessions (heartbeats, failover), reports
-delivery gaps and expires requests. Session changes arrive here as
+session's DEALER; runs every callback, in arrival order, in slices (``DELIVERY_SLICE``) so
+that slow callbacks delay nothing else for long; sends the tail of a publish batch nobody
+filled; and every 50 ms ticks the sessions (heartbeats, failover), reports delivery gaps
+and expires requests. Session changes arrive here as
 :class:`~.sessions.SessionEvents` and are passed to the parts they concern: the publisher
 and subscriber connect to the primary, waiting requests go out, durables reattach.
 """
@@ -33,6 +34,11 @@ from .subscriber import Callbacks, Subscriber
 __all__ = ["ClientThread"]
 
 log = logging.getLogger("zbroker.client")
+
+#: how long callbacks may run before the thread serves its other sockets and its tick
+#: (checked between delivery frames): pings, requests and commands do not wait for a slow
+#: subscriber to drain its queue
+DELIVERY_SLICE = 0.05
 
 
 class ClientThread:
@@ -99,18 +105,25 @@ class ClientThread:
     def _loop(self, cmd: zmq.Socket[bytes]) -> None:
         next_tick = 0.0
         publisher = self._publisher
-        sub = self.subscriber.sock
+        subscriber = self.subscriber
+        sub = subscriber.sock
         while self._running:
-            # 1 ms while a flood keeps a batch open (see Publisher.flush_tail)
-            for sock, _ in self._poller.poll(1 if publisher.armed else 50):
+            # 1 ms while a flood keeps a batch open (see Publisher.flush_tail); not at all
+            # while frames of a node we left wait to be delivered
+            wait = 0 if subscriber.backlog else 1 if publisher.armed else 50
+            delivered = False
+            for sock, _ in self._poller.poll(wait):
                 if sock is sub:
-                    self.subscriber.on_frames()
+                    subscriber.on_frames(time.monotonic() + DELIVERY_SLICE)
+                    delivered = True
                 elif sock is cmd:
                     self._on_commands()
                 else:
                     session = self._sessions.owner(sock)
                     if session is not None:
                         self._on_session(session)
+            if subscriber.backlog and not delivered:
+                subscriber.on_frames(time.monotonic() + DELIVERY_SLICE)
             if publisher.armed:
                 publisher.flush_tail()
             now = time.monotonic()
