@@ -20,10 +20,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, cast
 
+import msgpack
 import zmq
 
 from .. import wire
-from ..errors import ClientClosed, ProtocolError
+from ..errors import ClientClosed, PermissionDenied, ProtocolError
 from .credentials import Credentials
 from .messages import Message, Subscription, message_from_fields
 
@@ -200,11 +201,25 @@ class Subscriber:
                 except Exception:
                     log.exception("subscriber callback for %r raised", pattern)
 
-    def _synced(self, key: bytes) -> None:
+    def _synced(self, frame: bytes) -> None:
+        # a secure node answers the refusals since the last sync key after a NUL
+        key, _, refusal = frame.partition(b"\0")
         fut = self._syncs.pop(key, None)
         self.sock.unsubscribe(key)
+        error = None
+        if refusal:
+            try:
+                answer = msgpack.unpackb(refusal)
+                error, refused = str(answer["error"]), list(answer["refused"])
+            except Exception:
+                error, refused = "permission denied (unreadable refusal)", []
+            for pattern in refused:
+                self.unsubscribe(str(pattern))  # what subscribe() counted and sent
         if fut is not None and not fut.done():
-            fut.set_result(None)
+            if error is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(PermissionDenied(error))
 
     def _gap(self, pattern: str, missed: int) -> None:
         """The node's queue toward us overflowed: count, and tell the node (next tick)."""

@@ -4,7 +4,10 @@ their routing id; a LINK_HELLO that passes the checks makes an acceptor link.
 A second HELLO of the same peer and link name replaces the link (a restarted or
 redialling peer), unless it comes from an older incarnation; a frame from a routing id we
 have no link for is answered with a REFUSE that asks for a new handshake (we restarted,
-or the link timed out here).
+or the link timed out here). A HELLO whose broker ID another process holds on a link that
+is up (:func:`~.handshake.rival`) is refused, counted (``dropped.duplicate_broker_id``)
+and logged as an error naming both links; one from a later incarnation of that peer takes
+down the links of its former process instead.
 """
 
 from __future__ import annotations
@@ -14,7 +17,16 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import wire
-from .handshake import HELLO_ERRORS, Hello, parse_hello, problem, welcome_body
+from .handshake import (
+    HELLO_ERRORS,
+    Hello,
+    Repeats,
+    describe,
+    parse_hello,
+    problem,
+    rival,
+    welcome_body,
+)
 from .state import Link, LinkKind
 
 if TYPE_CHECKING:
@@ -33,6 +45,7 @@ class Acceptor:
         self._security = security
         # handshake refusals: an unauthenticated peer must not be able to flood the log
         self._refusals = refusals
+        self._duplicates = Repeats()  # a refused duplicate retries: said once a minute
 
     def on_frame(self, ident: bytes, value: list[Any], size: int) -> int:
         """A link frame on the ROUTER. Returns the messages it held."""
@@ -83,8 +96,28 @@ class Acceptor:
             self._refusals.report(f"{peer}/{hello.name}", "refused", trouble, now)
             self._refuse(ident, trouble, retry=retry)
             return
-        if self._replace(ident, hello, now):
+        if self._unique(ident, hello, now) and self._replace(ident, hello, now):
             self._admit(ident, hello, now)
+
+    def _unique(self, ident: bytes, hello: Hello, now: float) -> bool:
+        """False (refused, said and counted) if another process holds the peer's broker
+        ID on a link that is up; the links of its own former process are taken down."""
+        table = self._table
+        found = rival(table.all(), hello.peer, hello.instance, hello.incarnation)
+        newcomer = describe(hello.name, False, hello.peer, hello.instance)
+        trouble = found.problem(newcomer)
+        if trouble is not None:
+            table.counters.handshakes_refused += 1
+            table.counters.drop("duplicate_broker_id")
+            unsaid = self._duplicates.due(newcomer, now)
+            if unsaid is not None:
+                more = f" ({unsaid} more refused since last said)" if unsaid else ""
+                log.error("%s%s", trouble, more)
+            self._refuse(ident, trouble, retry=True)  # it may be fixed: keep trying
+            return False
+        for old in found.stale:
+            table.down(old, f"{hello.peer} restarted (incarnation {hello.incarnation})", now)
+        return True
 
     def _replace(self, ident: bytes, hello: Hello, now: float) -> bool:
         """Take down what this HELLO replaces; False if it is stale (refused)."""
@@ -114,6 +147,7 @@ class Acceptor:
             ident=ident,
             peer=hello.peer,
             peer_incarnation=hello.incarnation,
+            peer_instance=hello.instance,
         )
         link.set_peer_frame_max(hello.peer_max_frame)
         table.accepted[ident] = link

@@ -1,8 +1,15 @@
 """The dialer side of links: a DEALER per configured or discovered link, connected to
 the peer's ROUTER, its handshake, and the frames it receives.
 
-Its routing id is ``broker_id/link_name`` (with security, plus a random part per dial:
-with ROUTER_HANDOVER off nobody can take the connection's place on the peer).
+Its routing id is ``broker_id/link_name/`` plus this process's instance mark (with
+security, a random part per dial instead: with ROUTER_HANDOVER off nobody can take the
+connection's place on the peer). A redial of this process takes over its old connection
+on the peer's ROUTER; another node configured with our ID and link name cannot (before
+the mark, each of the two took the routing id from the other in turn).
+
+A WELCOME from a peer whose broker ID another process holds on a link that is up is
+refused here as the acceptor refuses such a HELLO (:func:`~.handshake.rival`): the peer is
+told with a REFUSE before the dial is closed.
 """
 
 from __future__ import annotations
@@ -17,7 +24,15 @@ import zmq
 from .. import wire
 from ..const import DRAIN_BATCH
 from ..errors import ProtocolError
-from .handshake import hello_body, peer_frame_max, problem
+from .handshake import (
+    Repeats,
+    describe,
+    hello_body,
+    instance_of,
+    peer_frame_max,
+    problem,
+    rival,
+)
 from .state import Link, LinkState
 
 if TYPE_CHECKING:
@@ -39,6 +54,7 @@ class Dialer:
         self._table = table
         self._zctx = zctx
         self._security = security
+        self._duplicates = Repeats()  # a refused duplicate is dialled again: said once a minute
 
     def dial(self, link: Link, now: float) -> None:
         cfg = link.config
@@ -64,11 +80,14 @@ class Dialer:
         assert cfg is not None
         sock = self._zctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
-        ident = f"{self._table.me.broker_id}/{link.name}"
+        me = self._table.me
+        ident = f"{me.broker_id}/{link.name}/"
         if self._security is not None:
             # unguessable per dial: with handover off, nobody can take this connection's
             # place on the peer's ROUTER
-            ident += "/" + uuid.uuid4().hex[:16]
+            ident += uuid.uuid4().hex[:16]
+        else:
+            ident += me.instance[:16]  # ours alone: a node sharing our ID cannot take it
         sock.setsockopt(zmq.ROUTING_ID, ident.encode())
         hwm = self._table.config.hwm
         sock.setsockopt(zmq.SNDHWM, hwm)
@@ -136,9 +155,11 @@ class Dialer:
             raise ProtocolError("bad_type", "LINK_WELCOME needs id and incarnation")
         trouble = problem(self._table.me, peer, info)
         peer_max = 0
+        instance = ""
         if trouble is None:
             try:
                 peer_max = peer_frame_max(info, self._table.config.max_frame_bytes)
+                instance = instance_of(info)
             except ProtocolError as exc:
                 trouble = f"malformed handshake from {peer}: {exc.detail}"
         expected = link.config.peer if link.config is not None else None
@@ -151,10 +172,45 @@ class Dialer:
             link.wait(trouble, now)
             log.warning("link %s: %s", link.name, trouble)
             return
+        if not self._unique(link, peer, instance, inc, now):
+            return
         link.peer = peer
         link.peer_incarnation = inc
+        link.peer_instance = instance
         link.set_peer_frame_max(peer_max)
         self._table.up(link, now)
+
+    def _unique(self, link: Link, peer: str, instance: str, inc: int, now: float) -> bool:
+        """False (refused, said, counted; the peer told) if another process holds
+        ``peer``'s broker ID on a link that is up; the links of its own former process are
+        taken down."""
+        table = self._table
+        found = rival(table.all(), peer, instance, inc)
+        newcomer = describe(link.name, True, peer, instance)
+        trouble = found.problem(newcomer)
+        if trouble is None:
+            for old in found.stale:
+                table.down(old, f"{peer} restarted (incarnation {inc})", now)
+            return True
+        table.counters.handshakes_refused += 1
+        table.counters.drop("duplicate_broker_id")
+        unsaid = self._duplicates.due(newcomer, now)
+        if unsaid is not None:
+            more = f" ({unsaid} more refused since last said)" if unsaid else ""
+            log.error("%s%s", trouble, more)
+        sock = link.socket
+        if sock is not None:
+            # the peer admitted the link on its side: tell it why it ends (a moment of
+            # linger lets the REFUSE leave; the dial is closed either way)
+            table.sockets.remove(sock)
+            try:
+                sock.send(wire.encode_link(wire.LINK_REFUSE, {"reason": trouble}), zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+            sock.close(linger=200)
+            link.socket = None
+        link.wait(trouble, now)
+        return False
 
     def _refused(self, link: Link, info: dict[str, Any], now: float) -> None:
         self._table.counters.handshakes_refused += 1

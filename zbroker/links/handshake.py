@@ -7,10 +7,17 @@ acceptor's ID, incarnation, instance mark, group, version and frame limit. A pee
 refused when it is this very process (its own dial came back), when it uses our broker ID
 from another process (two nodes under one ID would break the loop rules), or when its
 group or protocol version differs.
+
+Two *other* nodes under one ID are seen here too: a link that is up already has a peer of
+that ID with another instance mark (:func:`rival`). If the newcomer's incarnation is
+higher, it is that node restarted and the links of its former process are stale; if not,
+two nodes use the ID (their message IDs collide, and each drops the other's messages as
+loops), and the newcomer is refused: the link that was there first stays.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,11 +26,25 @@ from ..errors import ConfigError, InvalidTopic, ProtocolError
 from ..names import validate_broker_id
 from ..routing import LinkOptions
 from ..topics import validate_pattern
+from .state import Link, LinkState
 
 if TYPE_CHECKING:
     from ..config import LinkConfig
 
-__all__ = ["Hello", "Me", "hello_body", "parse_hello", "peer_frame_max", "problem", "welcome_body"]
+__all__ = [
+    "Hello",
+    "Me",
+    "Repeats",
+    "Rival",
+    "describe",
+    "hello_body",
+    "instance_of",
+    "parse_hello",
+    "peer_frame_max",
+    "problem",
+    "rival",
+    "welcome_body",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +75,7 @@ class Hello:
     heartbeat_interval: float
     heartbeat_timeout: float
     peer_max_frame: int
+    instance: str  # the dialer's process mark ("" from a node that sends none)
 
 
 def hello_body(me: Me, name: str, cfg: LinkConfig) -> dict[str, Any]:
@@ -114,6 +136,7 @@ def parse_hello(info: dict[str, Any], own_max: int) -> Hello:
         heartbeat_interval=_num(info, "heartbeat_interval"),
         heartbeat_timeout=_num(info, "heartbeat_timeout"),
         peer_max_frame=peer_frame_max(info, own_max),
+        instance=instance_of(info),
     )
 
 
@@ -137,6 +160,78 @@ def problem(me: Me, peer: str, info: dict[str, Any]) -> str | None:
     if version != PROTOCOL_VERSION:
         return f"refused peer {peer}: protocol version {version!r}, we speak {PROTOCOL_VERSION}"
     return None
+
+
+def instance_of(info: dict[str, Any]) -> str:
+    """The process mark a HELLO or WELCOME states ("" if none: an older node)."""
+    v = info.get("instance")
+    if v is None:
+        return ""
+    if type(v) is not str or not 0 < len(v) <= 64:
+        raise ProtocolError("bad_type", "instance must be a string of 1-64 characters")
+    return v
+
+
+def describe(name: str, dialled: bool, peer: str, instance: str) -> str:
+    """How a duplicate-ID refusal names a link: two may share name and peer."""
+    return f"link {name} ({'to' if dialled else 'from'} {peer}, process {instance[:8] or '?'})"
+
+
+@dataclass(frozen=True, slots=True)
+class Rival:
+    """What the links that are up say of a peer that completes a handshake."""
+
+    other: Link | None  # up, its peer another process under this ID that is not older
+    stale: tuple[Link, ...]  # up, the links of this peer's former process (it restarted)
+
+    def problem(self, newcomer: str) -> str | None:
+        """Why the newcomer (``describe``d) is refused, or None."""
+        other = self.other
+        if other is None:
+            return None
+        kept = describe(other.name, other.dialer, other.peer, other.peer_instance)
+        return (
+            f"two nodes use broker ID {other.peer!r}: refused {newcomer}, kept {kept}, "
+            "up before it; broker IDs must be unique (give each node its own --id, or "
+            "its own data directory)"
+        )
+
+
+def rival(links: Iterable[Link], peer: str, instance: str, incarnation: int) -> Rival:
+    """The links that are up to a peer claiming broker ID ``peer`` from a process other
+    than ``instance`` (marks unknown on either side decide nothing)."""
+    stale = []
+    for link in links:
+        mark = link.peer_instance
+        if link.state is not LinkState.UP or link.peer != peer or not mark or not instance:
+            continue
+        if mark == instance:
+            continue
+        if incarnation > link.peer_incarnation:
+            stale.append(link)  # the same node, restarted: that process is gone
+        else:
+            return Rival(link, ())
+    return Rival(None, tuple(stale))
+
+
+class Repeats:
+    """When to say a refusal that repeats (a refused peer retries): the first time, then
+    at most once per ``interval`` per key."""
+
+    def __init__(self, interval: float = 60.0) -> None:
+        self._interval = interval
+        self._last: dict[str, tuple[float, int]] = {}  # key -> (said at, unsaid since)
+
+    def due(self, key: str, now: float) -> int | None:
+        """None: not now; else how many went unsaid since it was last said."""
+        said, unsaid = self._last.get(key, (None, 0))
+        if said is not None and now - said < self._interval:
+            self._last[key] = (said, unsaid + 1)
+            return None
+        if len(self._last) > 1000:  # bounded: a flood of names cannot grow memory
+            self._last.clear()
+        self._last[key] = (now, 0)
+        return unsaid
 
 
 def peer_frame_max(info: dict[str, Any], own: int) -> int:

@@ -84,6 +84,7 @@ class Link:
     ident: bytes = b""  # acceptors: the dialer's routing id on our ROUTER
     peer: str = ""
     peer_incarnation: int = 0
+    peer_instance: str = ""  # the peer's process mark (its handshake's); "": not said
     state: LinkState = LinkState.WAITING
     last_recv: float = 0.0
     last_sent: float = 0.0

@@ -1,28 +1,70 @@
 """Subscriptions with security on: the XPUB is in manual mode, so a subscription takes
 effect (for the connection that sent it) only when the sender's key may subscribe to
-the pattern. Manual mode reports every connection's (un)subscribe, so the node counts
-them per (pattern, user) to know when the last one leaves; the unsubscriptions libzmq
-sends for a closed connection carry no user id.
+the pattern.
+
+Every (un)subscribe the XPUB reports carries its connection's user id, serial number
+(given by the ZAP handler, :data:`~zbroker.security.CONN_PROPERTY`) and file descriptor.
+A connection holds a pattern once, as libzmq's filter does (subscribed twice, one
+unsubscribe ends it); local interest ``clients`` in a pattern lasts while at least one
+connection holds it, approved. libzmq's own unsubscriptions for a closed connection say
+nothing of whose they are (and include what was refused), so they are ignored: the XPUB's
+monitor reports the closed connection's descriptor, and the connection on it leaves with
+what it held. No unsubscribe is ever charged to another connection.
+
+Descriptors are reused. A connection's serial is given only once the XPUB's monitor has
+been drained (``ZapHandler.before_serial``), so when a descriptor is reported closed,
+every connection that had it has a serial no higher than the last one given: its frames
+still queued are ignored, and the next connection on that descriptor (a higher serial) is
+not taken for it.
+
+A refused subscribe is counted and logged, never applied, and answered: the connection's
+next sync key is echoed as ``key NUL msgpack({"error": text, "refused": [patterns]})``
+for the refusals since its previous sync key, so a client that checked nothing itself
+still gets a PermissionDenied; a sync key after nothing refused is echoed as is.
 """
 
 from __future__ import annotations
 
 import logging
 
+import msgpack
 import zmq
 
-from ..security import Security
+from .. import wire
+from ..security import CONN_PROPERTY, Security
 from .delivery import Delivery
 
 __all__ = ["SecureSubscriptions"]
 
 log = logging.getLogger("zbroker.node")
 
+#: refusals one connection's sync answer names at most (a flood names the first ones)
+MAX_REFUSALS = 64
+#: a shorter sync key is refused: subscribed, ``\x02`` alone would get every echo
+SYNC_MIN = len(wire.SYNC_PREFIX) + 8
+
+
+class _Conn:
+    """One connection of the XPUB: the patterns it holds, refusals not yet answered."""
+
+    __slots__ = ("fd", "held", "refused")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.held: set[str] = set()
+        self.refused: list[tuple[str, str]] = []  # (pattern, why) since its last sync key
+
 
 class SecureSubscriptions:
     def __init__(self, delivery: Delivery, security: Security) -> None:
         self._delivery = delivery
         self._security = security
+        self._conns: dict[int, _Conn] = {}  # by serial
+        self._by_fd: dict[int, int] = {}  # descriptor -> serial of the connection on it
+        self._closed_upto: dict[int, int] = {}  # descriptor -> newest serial closed there
+        #: pattern -> connections holding it (approved)
+        self.holders: dict[str, int] = {}
+        security.on_disconnect(self.closed)
 
     def on_subscriptions(self, budget: int) -> None:
         sock = self._delivery.sock
@@ -32,53 +74,95 @@ class SecureSubscriptions:
             except zmq.Again:
                 return
             try:
-                user: str | None = str(frame.get("User-Id"))
+                user = str(frame.get("User-Id"))
+                serial = int(frame.get(CONN_PROPERTY))
+                fd = int(frame.get("__fd"))  # the descriptor libzmq notes for SRCFD
             except zmq.ZMQError:
-                user = None  # libzmq's own unsubscription for a closed connection
+                continue  # libzmq's unsubscription for a closed connection: see above
+            conn = self._conn(serial, fd)
             parsed = self._delivery.parse(frame.bytes)
-            if parsed is None:
-                continue
+            if conn is None or parsed is None:
+                continue  # a closed connection's frame read late, or malformed (counted)
             subscribe, key, pattern = parsed
             if pattern is None:
-                if user is not None:
-                    sock.setsockopt(zmq.SUBSCRIBE if subscribe else zmq.UNSUBSCRIBE, key)
-                if subscribe:
-                    self._delivery.echo(key)
+                self._sync(conn, user, subscribe, key)
             elif subscribe:
-                assert user is not None
-                self._subscribe(user, key, pattern)
+                self._subscribe(conn, user, key, pattern)
             else:
-                self._unsubscribe(user, key, pattern)
+                self._unsubscribe(conn, key, pattern)
             log.debug("local interest %s %s (%s)", "+" if subscribe else "-", pattern, user)
 
-    def _subscribe(self, user: str, key: bytes, pattern: str) -> None:
+    def closed(self, fd: int) -> None:
+        """The XPUB's connection on descriptor ``fd`` closed: it leaves with what it held."""
+        self._closed_upto[fd] = self._security.conn_serial
+        serial = self._by_fd.get(fd)
+        if serial is not None:
+            self._leave(serial)
+
+    def _conn(self, serial: int, fd: int) -> _Conn | None:
+        """The connection a frame came from; None if it is known closed."""
+        conn = self._conns.get(serial)
+        if conn is not None:
+            return conn
+        if serial <= self._closed_upto.get(fd, 0):
+            return None
+        older = self._by_fd.get(fd)
+        if older is not None and older < serial:
+            self._leave(older)  # its descriptor is another connection's now: it is gone
+        self._by_fd[fd] = serial
+        conn = self._conns[serial] = _Conn(fd)
+        return conn
+
+    def _leave(self, serial: int) -> None:
+        conn = self._conns.pop(serial)
+        if self._by_fd.get(conn.fd) == serial:
+            del self._by_fd[conn.fd]
+        for pattern in conn.held:
+            self._release(pattern)
+
+    def _release(self, pattern: str) -> None:
+        left = self.holders[pattern] - 1
+        if left:
+            self.holders[pattern] = left
+        else:
+            del self.holders[pattern]
+            self._delivery.last(pattern)
+
+    def _subscribe(self, conn: _Conn, user: str, key: bytes, pattern: str) -> None:
         sec = self._security
         if not sec.may_subscribe(user, pattern):
-            sec.refuse("subscribe to", user, pattern)
+            why = sec.refuse("subscribe to", user, pattern)
+            if len(conn.refused) < MAX_REFUSALS:
+                conn.refused.append((pattern, why))
             return
         self._delivery.sock.setsockopt(zmq.SUBSCRIBE, key)  # for the connection that asked
-        holders = sec.sub_counts.get(pattern)
-        if holders is None:
-            holders = sec.sub_counts[pattern] = {}
-            self._delivery.first(pattern)
-        holders[user] = holders.get(user, 0) + 1
-
-    def _unsubscribe(self, user: str | None, key: bytes, pattern: str) -> None:
-        counts = self._security.sub_counts
-        holders = counts.get(pattern)
-        if holders is None:
+        if pattern in conn.held:
             return
-        if user is None:
-            user = next(iter(holders))  # a closed connection: any holder's count
-        elif user not in holders:
+        conn.held.add(pattern)
+        n = self.holders.get(pattern, 0)
+        self.holders[pattern] = n + 1
+        if not n:
+            self._delivery.first(pattern)
+
+    def _unsubscribe(self, conn: _Conn, key: bytes, pattern: str) -> None:
+        if pattern not in conn.held:
             return  # it never held it (refused, or a stray unsubscribe)
-        else:
-            self._delivery.sock.setsockopt(zmq.UNSUBSCRIBE, key)
-        left = holders[user] - 1
-        if left:
-            holders[user] = left
-        else:
-            del holders[user]
-        if not holders:
-            del counts[pattern]
-            self._delivery.last(pattern)
+        conn.held.discard(pattern)
+        self._delivery.sock.setsockopt(zmq.UNSUBSCRIBE, key)
+        self._release(pattern)
+
+    def _sync(self, conn: _Conn, user: str, subscribe: bool, key: bytes) -> None:
+        sock = self._delivery.sock
+        if not subscribe:
+            sock.setsockopt(zmq.UNSUBSCRIBE, key)
+            return
+        if len(key) < SYNC_MIN:
+            self._security.refuse("subscribe to", user, "a sync key this short")
+            return
+        sock.setsockopt(zmq.SUBSCRIBE, key)
+        if not conn.refused:
+            self._delivery.echo(key)
+            return
+        refused, conn.refused = conn.refused, []
+        answer = {"error": "; ".join(why for _, why in refused), "refused": [p for p, _ in refused]}
+        self._delivery.echo(key + b"\0" + msgpack.packb(answer))

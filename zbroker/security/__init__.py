@@ -31,9 +31,10 @@ from .allowlist import load_allowlist
 from .keys import NODE_KEY_NAME, generate_keys, load_key_pair, read_public_key
 from .permissions import ClientRule, covers, load_clients
 from .runtime import Security
-from .zap import ZAP_DOMAIN
+from .zap import CONN_PROPERTY, ZAP_DOMAIN
 
 __all__ = [
+    "CONN_PROPERTY",
     "NODE_KEY_NAME",
     "ZAP_DOMAIN",
     "ClientRule",

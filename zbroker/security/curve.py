@@ -5,11 +5,15 @@ PULL and deliver XPUB are CURVE servers with the node's key pair that need the Z
 handler's approval; each link DEALER is a CURVE client that authenticates the peer it
 dials by that peer's public key (from the allowlist) and presents the node's own key.
 A handshake that fails before authentication (a plain peer, a wrong server key) never
-reaches the ZAP handler: a monitor on the socket counts it.
+reaches the ZAP handler: a monitor on the socket counts it. The deliver XPUB's monitor also
+reports each closed connection (its file descriptor): libzmq's own unsubscriptions for a
+closed connection do not say whose they are, so the node's subscriptions are ended by
+this event instead (:mod:`zbroker.node.secure_subs`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import zmq
@@ -55,7 +59,8 @@ _HANDSHAKE_REASONS: dict[int, str] = {
 
 
 class HandshakeMonitors:
-    """Monitors of the CURVE sockets' failed handshakes, counted by reason."""
+    """Monitors of the CURVE sockets' failed handshakes, counted by reason, and of the
+    deliver XPUB's closed connections."""
 
     def __init__(self, log: ThrottledLog) -> None:
         self._log = log
@@ -63,18 +68,31 @@ class HandshakeMonitors:
         self.monitors: list[tuple[zmq.Socket[bytes], zmq.Socket[bytes]]] = []
         #: handshakes that failed before authentication, by reason
         self.failures: dict[str, int] = {}
+        #: the XPUB's monitor, and who is told of its closed connections (by descriptor)
+        self.deliver: zmq.Socket[bytes] | None = None
+        self.on_disconnect: Callable[[int], None] | None = None
 
     def watch(self, sock: zmq.Socket[bytes]) -> zmq.Socket[bytes]:
-        """A monitor of ``sock``'s failed handshakes, for the node's poller. (Failures of
-        authentication itself are the ZAP handler's to count: it knows the address.)"""
-        mon = sock.get_monitor_socket(
-            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-        )
+        """A monitor of ``sock``'s failed handshakes (and for the XPUB, of its closed
+        connections), for the node's poller. (Failures of authentication itself are the
+        ZAP handler's to count: it knows the address.)"""
+        events = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+        xpub = sock.type == zmq.XPUB
+        if xpub:
+            events |= zmq.EVENT_DISCONNECTED
+        mon = sock.get_monitor_socket(events)
+        if xpub:
+            self.deliver = mon
         self.monitors.append((sock, mon))
         return mon
 
+    def drain_deliver(self) -> None:
+        """Handle what the XPUB's monitor holds now (before a new connection's serial)."""
+        if self.deliver is not None:
+            self.on_events(self.deliver)
+
     def on_events(self, mon: zmq.Socket[bytes]) -> None:
-        """Count (and log) the failures ``mon`` reports."""
+        """Count (and log) the failures ``mon`` reports; pass on closed connections."""
         from zmq.utils.monitor import recv_monitor_message
 
         while True:
@@ -84,7 +102,12 @@ class HandshakeMonitors:
                 return
             info: dict[str, Any] = dict(event)
             value = info.get("value")
-            if info.get("event") == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            kind = info.get("event")
+            if kind == zmq.EVENT_DISCONNECTED:
+                if self.on_disconnect is not None:
+                    self.on_disconnect(int(value or 0))  # the connection's descriptor
+                continue
+            if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
                 # e.g. a plain peer that sent its greeting and hung up (value: an errno)
                 reason = "handshake broke off (not CURVE, or the peer left)"
             else:
@@ -101,3 +124,4 @@ class HandshakeMonitors:
                 sock.disable_monitor()
             mon.close(linger=0)
         self.monitors.clear()
+        self.deliver = None

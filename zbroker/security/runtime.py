@@ -57,13 +57,25 @@ class Security:
         self.refused: dict[str, int] = {}
         #: user id of the control frame being handled (set by :meth:`recv_control`)
         self.user = ""
-        #: approved subscriptions on the deliver socket: pattern -> {user: count}
-        self.sub_counts: dict[str, dict[str, int]] = {}
+        # a new connection's serial is given only once the XPUB's earlier disconnects are
+        # known (node.secure_subs relies on this order)
+        self._zap.before_serial = self._handshakes.drain_deliver
 
     @property
     def auth_failures(self) -> int:
         """Connections the ZAP handler refused."""
         return self._zap.failures
+
+    @property
+    def conn_serial(self) -> int:
+        """The serial number of the last connection accepted (frame property
+        :data:`~.zap.CONN_PROPERTY`; serials count up from 1)."""
+        return self._zap.serial
+
+    def on_disconnect(self, handler: Callable[[int], None]) -> None:
+        """Call ``handler(fd)`` when a connection of the deliver XPUB closes (once its
+        monitor is watched: :meth:`watch`)."""
+        self._handshakes.on_disconnect = handler
 
     @property
     def zap(self) -> zmq.Socket[bytes] | None:
@@ -87,7 +99,8 @@ class Security:
         return curve.dial(sock, key, peer, self.public_key, self.secret_key)
 
     def watch(self, sock: zmq.Socket[bytes]) -> zmq.Socket[bytes]:
-        """A monitor of ``sock``'s failed handshakes, for the node's poller."""
+        """A monitor of ``sock``'s failed handshakes (and of the deliver XPUB's closed
+        connections), for the node's poller."""
         return self._handshakes.watch(sock)
 
     def on_monitor(self, mon: zmq.Socket[bytes]) -> None:

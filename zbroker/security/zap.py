@@ -3,12 +3,17 @@
 A key of the allowlist is the user ``node:BROKER_ID``, a client key ``client:NAME``; any
 other key is refused, logged with the peer address and counted (``auth_failures``).
 ZeroMQ stamps the user id on every frame of an accepted connection
-(``frame.get("User-Id")``). The handler is polled by the node's own loop: no extra thread,
+(``frame.get("User-Id")``), and the connection's serial number, given here (property
+:data:`CONN_PROPERTY` of the reply's metadata): what tells two connections of one key
+apart. The handler is polled by the node's own loop: no extra thread,
 nothing shared between nodes in one process, because each node has its own
 ``zmq.Context`` and so its own ZAP endpoint.
 """
 
 from __future__ import annotations
+
+import struct
+from collections.abc import Callable
 
 import zmq
 from zmq.utils import z85
@@ -17,9 +22,12 @@ from ..errors import ConfigError
 from .logs import ThrottledLog
 from .permissions import ClientRule
 
-__all__ = ["ZAP_DOMAIN", "ZapHandler", "user_ids"]
+__all__ = ["CONN_PROPERTY", "ZAP_DOMAIN", "ZapHandler", "user_ids"]
 
 ZAP_DOMAIN = b"zbroker"
+#: the frame property (ZAP metadata) holding an accepted connection's serial number
+CONN_PROPERTY = "Zbroker-Conn"
+_CONN_NAME = CONN_PROPERTY.encode()
 _ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 _ZAP_VERSION = b"1.0"
 
@@ -46,6 +54,11 @@ class ZapHandler:
         self.sock: zmq.Socket[bytes] | None = None
         #: connections refused (unknown key, or not CURVE)
         self.failures = 0
+        #: the serial number given to the last connection accepted (they count up from 1)
+        self.serial = 0
+        #: called before each serial is given (the node learns of earlier disconnects
+        #: first: see :mod:`zbroker.node.secure_subs`)
+        self.before_serial: Callable[[], None] | None = None
 
     def bind(self, ctx: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
         """Bind the handler (before any CURVE server binds: without a handler, libzmq
@@ -75,7 +88,11 @@ class ZapHandler:
             ident, _, version, request_id, domain, address, _identity, mechanism = frames[:8]
             user, why = self._identify(version, mechanism, frames[8:])
             if user:
-                reply = [ident, b"", _ZAP_VERSION, request_id, b"200", b"OK", user.encode(), b""]
+                if self.before_serial is not None:
+                    self.before_serial()
+                self.serial += 1
+                meta = _property(_CONN_NAME, str(self.serial).encode())
+                reply = [ident, b"", _ZAP_VERSION, request_id, b"200", b"OK", user.encode(), meta]
             else:
                 self.failures += 1
                 peer = address.decode("utf-8", "replace")
@@ -102,3 +119,8 @@ class ZapHandler:
         key = z85.encode(creds[0])
         user = self._users.get(key, "")
         return (user, "") if user else ("", f"unknown key {key.decode()}")
+
+
+def _property(name: bytes, value: bytes) -> bytes:
+    """One ZMTP metadata property (RFC 27's metadata frame): name, then a sized value."""
+    return bytes([len(name)]) + name + struct.pack(">I", len(value)) + value
