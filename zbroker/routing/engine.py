@@ -238,7 +238,9 @@ class RoutingEngine:
         table = self._table
         best = table.select(key)
         old = table.best.get(key)
-        if best == old and not force:
+        if best == old and (not force or best is None):
+            # nothing selected before or now (e.g. one frame advertised and withdrew the
+            # key): nothing was advertised for it, so there is nothing to withdraw
             return
         self._router.invalidate()
         table.set_best(key, old, best)
