@@ -223,7 +223,8 @@ class EngineMachine(RuleBasedStateMachine):
     )
     def route(self, topic: str, path: Path, to: tuple[str, ...] | None) -> None:
         local, sends = self.engine.route(topic, path, to)
-        ref_local, ref_sends = Router(self.plain._table, plan_limit=0)._route(topic, path, to)
+        ref = Router(self.plain._table, plan_limit=0)
+        ref_local, ref_sends = ref._route(ref._plan(topic), topic, path, to)
         assert local == ref_local
         assert sorted(sends) == sorted(ref_sends)
         wanted = frozenset(p for p in self.model.local if topics.match(p, topic))

@@ -242,7 +242,8 @@ class RoutingEngine:
             # nothing selected before or now (e.g. one frame advertised and withdrew the
             # key): nothing was advertised for it, so there is nothing to withdraw
             return
-        self._router.invalidate()
+        # only the plans of the topics this pattern matches depend on this key
+        self._router.evict(key[0])
         table.set_best(key, old, best)
         if best is None:
             propagation.withdraw(self.links, key)
