@@ -211,6 +211,27 @@ class EngineMachine(RuleBasedStateMachine):
         self.feed(LocalSubscribe(pattern=pattern, sticky=sticky))
         self.model.local[pattern] = sticky
 
+    @rule(
+        link=st.sampled_from(LINKS),
+        peer=st.sampled_from(IDS[1:]),
+        can_send=st.booleans(),
+        batch=st.lists(st.tuples(st.sampled_from(PATTERNS), st.sampled_from(IDS), paths)),
+    )
+    def restore_ghost(
+        self, link: str, peer: str, can_send: bool, batch: list[tuple[str, str, Path]]
+    ) -> None:
+        """A restarted node restores the sticky entries it kept for a link not up yet."""
+        self.engine.restore_ghost(link, peer, batch, can_send=can_send)
+        self.plain.restore_ghost(link, peer, batch, can_send=can_send)
+        if link in self.model.links or not batch:
+            return
+        ghost = MLink(peer, can_send, False, LinkOptions(), up=False)
+        for p, o, path in batch:
+            if o != ME and not path_holds(path, ME):
+                ghost.adj_in[(p, o)] = path
+                ghost.sticky.add((p, o))
+        self.model.links[link] = ghost
+
     @rule(pattern=st.sampled_from(PATTERNS))
     def unsubscribe(self, pattern: str) -> None:
         self.feed(LocalUnsubscribe(pattern=pattern))
