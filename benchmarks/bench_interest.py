@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_interest.py             # 50,000 changes per phase
     .venv/bin/python benchmarks/bench_interest.py -n 4000     # the first report
+    .venv/bin/python benchmarks/bench_interest.py --broker    # also through a Broker
 
 In-process and sans-IO: one :class:`~zbroker.routing.RoutingEngine` (node ``A``) with two
 links (to ``B``, which advertises interest in every cached topic, and to ``C``, which
@@ -17,6 +18,12 @@ between chunks (not timed) so every chunk meets a warm cache. Phases:
 * ``advert``      — N remote entries arriving in ADVERT frames of one chunk each
 * ``withdraw``    — the N withdrawals of them
 
+With ``--broker`` it also runs the changes through an in-thread :class:`~zbroker.Broker`
+on 127.0.0.1: a raw SUB socket subscribes N patterns on the node's XPUB, then closes (the
+XPUB reports N unsubscribes); the node's match cache is warmed with the 5,000 topics
+first. Printed: seconds until the engine holds all N patterns, then none, and the longest
+round trip of ``Broker.call`` sent every 5 ms meanwhile (how long the loop stalled).
+
 Printed per phase: total seconds for the N changes (target < 2 s) and the longest chunk
 (what one pass would spend on them; target < 100 ms). The collector is tuned as
 ``zbroker start`` tunes it (:func:`zbroker.tune_gc`); a full collection that still falls
@@ -26,6 +33,8 @@ into a chunk shows in its time.
 from __future__ import annotations
 
 import argparse
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 
@@ -108,9 +117,61 @@ def withdraw(engine: RoutingEngine, ids: range) -> None:
     engine.handle(AdvertIn(link="ab", full=False, entries=entries))
 
 
+def through_broker(n: int) -> None:
+    import zmq
+
+    from zbroker import Broker
+
+    broker = Broker(host="127.0.0.1", port=0, data_dir=tempfile.mkdtemp()).start()
+    ctx = zmq.Context()
+    try:
+        topics = [topic(k) for k in range(CACHED_TOPICS)]
+        broker.call(lambda node: [node.engine.local_matches(t) for t in topics])
+        held = lambda: broker.call(lambda node: len(node.engine.local_patterns), timeout=120)  # noqa: E731
+        trips: list[float] = []
+        done = threading.Event()
+
+        def ping() -> None:
+            while not done.is_set():
+                t0 = time.perf_counter()
+                broker.call(lambda node: None, timeout=120)
+                trips.append(time.perf_counter() - t0)
+                time.sleep(0.005)
+
+        sub = ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.SNDHWM, 0)  # every subscription reaches the node
+        sub.connect(f"tcp://127.0.0.1:{broker.ports['deliver']}")
+        time.sleep(0.3)
+        pinger = threading.Thread(target=ping, daemon=True)
+        pinger.start()
+        t0 = time.perf_counter()
+        for i in range(n):
+            sub.setsockopt(zmq.SUBSCRIBE, pattern(i).encode() + b"\0")
+        while held() < n:
+            time.sleep(0.01)
+        t_sub, stall_sub = time.perf_counter() - t0, max(trips)
+        trips.clear()
+        t0 = time.perf_counter()
+        sub.close(linger=0)
+        while held() > 0:
+            time.sleep(0.01)
+        t_unsub, stall_unsub = time.perf_counter() - t0, max(trips)
+        done.set()
+        pinger.join()
+    finally:
+        broker.stop()
+        ctx.term()
+    print(
+        f"Broker: {n} subscribes held in {t_sub:.2f} s (longest loop round trip "
+        f"{stall_sub * 1000:.0f} ms); a disconnect withdrew them in {t_unsub:.2f} s "
+        f"(longest {stall_unsub * 1000:.0f} ms)"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-n", type=int, default=50_000, help="interest changes per phase")
+    parser.add_argument("--broker", action="store_true", help="also through a Broker")
     args = parser.parse_args()
     engine = setup()
     tune_gc()  # as `zbroker start` does: a full collection would otherwise cost a pass
@@ -132,6 +193,8 @@ def main() -> int:
             f"{name:12s} {args.n} in {total:7.3f} s ({args.n / total:9.0f}/s), "
             f"longest chunk {longest * 1000:7.1f} ms  {'PASS' if ok else 'FAIL'}"
         )
+    if args.broker:
+        through_broker(args.n)
     return 1 if failed else 0
 
 
