@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -18,7 +19,7 @@ from hypothesis.stateful import (
 
 from zbroker import topics
 from zbroker.const import MATCH_CACHE_SIZE
-from zbroker.sublist import Sublist
+from zbroker.sublist import Sublist, TopicIndex
 
 MakeSublist = Callable[[], Sublist[str]]
 
@@ -557,3 +558,106 @@ TestSublistMachineNoCache = NoCacheSublistMachine.TestCase
 TestSublistMachineNoCache.settings = _MACHINE_SETTINGS
 TestSublistMachineTinyCache = TinyCacheSublistMachine.TestCase
 TestSublistMachineTinyCache.settings = _MACHINE_SETTINGS
+
+
+# ---------------------------------------------------------------------------------------
+# selective eviction without a scan (issue 18, item 9)
+# ---------------------------------------------------------------------------------------
+
+_WIDE_TOPIC = st.lists(st.sampled_from(["A", "B", "C", "D", "E"]), min_size=1, max_size=4).map(
+    ".".join
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("cache"), _WIDE_TOPIC),
+            st.tuples(st.just("drop"), _WIDE_TOPIC),
+            st.tuples(st.just("evict"), patterns()),
+        ),
+        max_size=60,
+    )
+)
+def test_topic_index_evicts_exactly_the_cached_topics_a_pattern_matches(
+    ops: list[tuple[str, str]],
+) -> None:
+    cache: dict[str, int] = {}
+    index = TopicIndex(cache)
+    for op, arg in ops:
+        if op == "cache" and arg not in cache:
+            cache[arg] = 1
+            index.note(arg)
+        elif op == "drop":  # the cache's size limit, which the index is not told of
+            cache.pop(arg, None)
+        elif op == "evict":
+            wanted = {t for t in cache if topics.match(arg, t)}
+            got = set(index.evict(arg))
+            assert wanted <= got  # every matching cached topic, maybe stale ones too
+            assert all(topics.match(arg, t) for t in got)
+            for t in got:
+                cache.pop(t, None)
+            # taken out of the index: a second eviction finds none of them
+            assert not set(index.evict(arg)) & wanted
+
+
+class CachedAgreesWithUncached(RuleBasedStateMachine):
+    """After any sequence of inserts, removes and matches, a cached sublist answers what
+    an uncached one does (the eviction index never lets a stale result through)."""
+
+    cache_size = MATCH_CACHE_SIZE
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cached: Sublist[str] = Sublist(cache_size=self.cache_size)
+        self.plain: Sublist[str] = Sublist(cache_size=0)
+
+    @rule(pattern=patterns(), item=_ITEM)
+    def insert(self, pattern: str, item: str) -> None:
+        assert self.cached.insert(pattern, item) == self.plain.insert(pattern, item)
+
+    @rule(pattern=patterns(), item=_ITEM)
+    def remove(self, pattern: str, item: str) -> None:
+        assert self.cached.remove(pattern, item) == self.plain.remove(pattern, item)
+
+    @rule(topic=_WIDE_TOPIC)
+    def match(self, topic: str) -> None:
+        assert self.cached.match(topic) == self.plain.match(topic)
+
+    @rule(topics_=st.lists(_WIDE_TOPIC, min_size=1, max_size=20))
+    def match_many(self, topics_: list[str]) -> None:
+        for t in topics_:
+            assert self.cached.match(t) == self.plain.match(t)
+
+
+class SmallCachedAgreesWithUncached(CachedAgreesWithUncached):
+    cache_size = 5
+
+
+_AGREE_SETTINGS = settings(max_examples=100, stateful_step_count=60, deadline=None)
+TestCachedAgreesWithUncached = CachedAgreesWithUncached.TestCase
+TestCachedAgreesWithUncached.settings = _AGREE_SETTINGS
+TestSmallCachedAgreesWithUncached = SmallCachedAgreesWithUncached.TestCase
+TestSmallCachedAgreesWithUncached.settings = _AGREE_SETTINGS
+
+
+def test_changes_against_a_full_cache_do_not_scan_it() -> None:
+    """10,000 inserts and removes of patterns with a literal prefix, half of them
+    matching one cached topic, against a full cache: the old eviction tested every cached topic per
+    change (about 20 s here); found through the index it takes milliseconds."""
+    sl: Sublist[str] = Sublist()
+    cached = [f"C{k % 100}.{k}.tick" for k in range(MATCH_CACHE_SIZE)]
+    for t in cached:
+        sl.match(t)
+    even = range(0, 10_000, 2)
+    start = time.perf_counter()
+    for i in even:
+        sl.insert(f"C{i % 100}.{i}.>", "x")
+    for i in even:
+        sl.remove(f"C{i % 100}.{i}.>", "x")
+    elapsed = time.perf_counter() - start
+    assert elapsed < 1.0, elapsed
+    # the cache kept exactly what no change touched: the odd topics
+    assert set(sl._cache) == set(cached[1::2])
+    assert sl.match(cached[0]) == frozenset()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 from zbroker.routing import (
     AdvertIn,
     LinkOptions,
@@ -129,3 +131,53 @@ def test_route_cache_starts_over_at_its_limit() -> None:
     e.route("C", (), None)
     e.route("D", (), None)  # a third key: the cache started over
     assert e.route("A", (), None) is not a
+
+
+def test_a_change_evicts_only_the_plans_and_routes_its_pattern_matches() -> None:
+    """Issue 18, item 9: interest in X.> changes nothing for Y.a, whose cached route
+    stays; X.a's is recomputed (before, every change cleared both caches)."""
+    e = RoutingEngine("B")
+    e.handle(LinkUp(link="l1", peer="P1"))
+    e.handle(AdvertIn(link="l1", full=True, entries=(("Y.>", "O", ("O", "P1")),)))
+    y = e.route("Y.a", (), None)
+    x = e.route("X.a", (), None)
+    assert x == (frozenset(), [])
+    e.handle(LocalSubscribe(pattern="X.>"))
+    assert e.route("Y.a", (), None) is y
+    assert e.route("X.a", (), None) == (frozenset({"X.>"}), [])
+    e.handle(AdvertIn(link="l1", full=False, entries=(("X.*", "O", ("O", "P1")),)))
+    assert e.route("Y.a", (), None) is y
+    assert e.route("X.a", (), None) == (frozenset({"X.>"}), [("l1", ("O",), 1)])
+    # a relay's route (another path and targets) of the same topic goes with its plan
+    e.handle(LinkUp(link="l2", peer="P2"))  # links change: everything starts over
+    relay = e.route("X.a", ("P2",), ("O",))
+    assert relay == (frozenset({"X.>"}), [("l1", ("O",), 1)])
+    y = e.route("Y.a", (), None)
+    e.handle(AdvertIn(link="l1", full=False, entries=(("X.*", "O", None),)))
+    assert e.route("X.a", ("P2",), ("O",)) == (frozenset({"X.>"}), [])
+    assert e.route("Y.a", (), None) is y
+
+
+def test_interest_changes_against_warm_caches_do_not_scan_them() -> None:
+    """20,000 local subscribes and as many remote entries, 4,000 of each covering one of
+    the 4,000 topics routed just before: before issue 18 item 9 every change scanned
+    both match caches and cleared the route cache; now it costs what it touches."""
+    e = RoutingEngine("B")
+    e.handle(LinkUp(link="l1", peer="P1"))
+    e.handle(LinkUp(link="l2", peer="P2"))
+    topics = [f"C{k % 100}.{k}.tick" for k in range(4_000)]
+    e.handle(AdvertIn(link="l1", full=True, entries=tuple((t, "O", ("O", "P1")) for t in topics)))
+    e.flush()
+    for t in topics:
+        e.route(t, (), None)
+    start = time.perf_counter()
+    for i in range(20_000):
+        e.handle(LocalSubscribe(pattern=f"C{i % 100}.{i}.>"))
+    e.flush()
+    entries = tuple((f"C{i % 100}.{i}.*", "O", ("O", "P1")) for i in range(20_000))
+    e.handle(AdvertIn(link="l1", full=False, entries=entries))
+    e.flush()
+    elapsed = time.perf_counter() - start
+    assert elapsed < 2.0, elapsed
+    assert len(e.local_patterns) == 20_000
+    assert e.route(topics[0], (), None) == (frozenset({"C0.0.>"}), [("l1", ("O",), 1)])

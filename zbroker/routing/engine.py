@@ -238,9 +238,12 @@ class RoutingEngine:
         table = self._table
         best = table.select(key)
         old = table.best.get(key)
-        if best == old and not force:
+        if best == old and (not force or best is None):
+            # nothing selected before or now (e.g. one frame advertised and withdrew the
+            # key): nothing was advertised for it, so there is nothing to withdraw
             return
-        self._router.invalidate()
+        # only the plans of the topics this pattern matches depend on this key
+        self._router.evict(key[0])
         table.set_best(key, old, best)
         if best is None:
             propagation.withdraw(self.links, key)

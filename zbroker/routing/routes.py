@@ -4,12 +4,15 @@ the two caches that make it cheap on every message's path.
 A *plan* is everything about one literal topic that does not depend on a message's path:
 the local patterns it reaches, the next-hop link toward each origin that wants it, and the
 links whose static patterns match. A *route* is the answer for one (topic, path, targets):
-a relay sees the same few keys again and again. Both caches are cleared on any change of
-the interest table (:meth:`Router.invalidate`) and when they reach their size limit.
+a relay sees the same few keys again and again. A change of the best entry of a key
+evicts only the plans of the topics its pattern matches, with their routes
+(:meth:`Router.evict`, through a :class:`~zbroker.sublist.TopicIndex`); a link coming or
+going clears both caches (:meth:`Router.invalidate`), and so does reaching the size limit.
 """
 
 from __future__ import annotations
 
+from ..sublist import TopicIndex
 from .events import Path
 from .loops import path_holds, ttl_spent
 from .table import EngineLink, InterestTable
@@ -26,7 +29,7 @@ Route = tuple[frozenset[str], list[Send]]  # (local patterns, sends)
 class Plan:
     """Everything about one literal topic that does not depend on a message's path."""
 
-    __slots__ = ("counts", "local", "next_hop", "static")
+    __slots__ = ("counts", "local", "next_hop", "routes", "static")
 
     def __init__(
         self,
@@ -39,6 +42,8 @@ class Plan:
         self.next_hop = next_hop  # origin -> link id of its best entry
         self.counts = counts  # link id -> origin -> matching keys (for conduit off)
         self.static = static  # link ids whose static patterns match
+        # the keys of the cached routes computed from this plan: evicted with it
+        self.routes: list[tuple[str, Path, tuple[str, ...] | None]] = []
 
 
 class Router:
@@ -53,6 +58,7 @@ class Router:
         self._local = table.local
         self._remote = table.remote
         self._plans: dict[str, Plan] = {}
+        self._planned = TopicIndex(self._plans)
         # route() results by (topic, path, targets)
         self._routes: dict[tuple[str, Path, tuple[str, ...] | None], Route] = {}
         self._plan_limit = plan_limit
@@ -84,12 +90,27 @@ class Router:
         if len(self._plans) >= self._plan_limit:
             self.invalidate()
         self._plans[topic] = plan
+        self._planned.note(topic)
         return plan
 
     def invalidate(self) -> None:
-        """Forget every plan and route: the interest table changed."""
+        """Forget every plan and route: a link came, went or changed."""
         self._plans.clear()
         self._routes.clear()
+        self._planned.clear()
+
+    def evict(self, pattern: str) -> None:
+        """Forget the plans and routes of the topics ``pattern`` matches: the best entry
+        of a key with this pattern changed (nothing else in a plan depends on it)."""
+        plans = self._plans
+        if not plans:
+            return
+        routes = self._routes
+        for topic in self._planned.evict(pattern):
+            plan = plans.pop(topic, None)
+            if plan is not None:
+                for key in plan.routes:
+                    routes.pop(key, None)
 
     def route(self, topic: str, path: Path, targets: tuple[str, ...] | None) -> Route:
         """Where a message goes from here: (local patterns, sends). The result is cached
@@ -98,13 +119,18 @@ class Router:
         hit = self._routes.get(key)
         if hit is not None:
             return hit
-        result = self._route(topic, path, targets)
-        if len(self._routes) >= self._plan_limit:
-            self._routes.clear()
-        self._routes[key] = result
+        plan = self._plan(topic)
+        result = self._route(plan, topic, path, targets)
+        routes = self._routes
+        if len(routes) >= self._plan_limit:
+            routes.clear()
+            for p in self._plans.values():
+                p.routes.clear()
+        routes[key] = result
+        plan.routes.append(key)
         return result
 
-    def _route(self, topic: str, path: Path, targets: tuple[str, ...] | None) -> Route:
+    def _route(self, plan: Plan, topic: str, path: Path, targets: tuple[str, ...] | None) -> Route:
         """Where a message goes from here: (local patterns, sends).
 
         ``path``: brokers it crossed, origin first (empty for a local publish).
@@ -112,7 +138,6 @@ class Router:
         publish, or a copy pushed by a static pattern). Each send is ``(link, targets of
         that branch or None, copies)``; the caller appends our ID to the path.
         """
-        plan = self._plan(topic)
         hops = len(path) + 1
         me = self.broker_id
         if targets is None:
