@@ -19,7 +19,7 @@ from zbroker.links.handshake import (
     problem,
     welcome_body,
 )
-from zbroker.links.outbox import advert_chunks, cut_msgs
+from zbroker.links.outbox import ADVERT_BATCH, advert_chunks, cut_msgs
 from zbroker.links.state import Due, Link, LinkKind, LinkState, due, link_key
 
 
@@ -178,6 +178,12 @@ def test_a_message_too_large_for_any_frame_comes_out_alone_and_over_the_limit() 
     out = list(cut_msgs([_msg(10), _msg(5000), _msg(10)], 100_000, 2000, _encode))
     assert [len(c) for _, c in out] == [1, 1, 1]
     assert [len(f) > 2000 for f, _ in out] == [False, True, False]
+
+
+def test_advert_frames_hold_at_most_advert_batch_entries() -> None:
+    entries = [[f"P.{i}", "A", None] for i in range(5000)]
+    chunks = advert_chunks(entries, 1 << 30)
+    assert [len(c) for c in chunks] == [ADVERT_BATCH, ADVERT_BATCH, 5000 - 2 * ADVERT_BATCH]
 
 
 def test_advert_chunks_keep_every_entry_and_an_empty_table_is_one_frame() -> None:

@@ -15,7 +15,11 @@ from typing import Any
 
 from ..const import LINK_BATCH
 
-__all__ = ["advert_chunks", "cut_msgs"]
+__all__ = ["ADVERT_BATCH", "advert_chunks", "cut_msgs"]
+
+#: entries per ADVERT frame at most: a receiver handles a frame's entries in one go, and
+#: counts them against its read budget per pass, so a long table costs several passes
+ADVERT_BATCH = 2048
 
 #: encode(chunk) -> frame bytes
 Encode = Callable[[list[Any]], bytes]
@@ -75,16 +79,17 @@ def _encode(
 
 
 def advert_chunks(entries: list[list[Any]], most: int) -> list[list[list[Any]]]:
-    """ADVERT entries cut into frames of about ``most`` bytes: an interest table of tens of
-    thousands of entries (a link's first, full advertisement) would otherwise be one frame
-    over the receiver's max_frame_bytes, refused whole."""
+    """ADVERT entries cut into frames of about ``most`` bytes and at most ADVERT_BATCH
+    entries: an interest table of tens of thousands of entries (a link's first, full
+    advertisement) would otherwise be one frame over the receiver's max_frame_bytes,
+    refused whole, or one long pass at the receiver."""
     chunks: list[list[list[Any]]] = []
     chunk: list[list[Any]] = []
     size = 0
     for e in entries:
         path = e[2]
         n = len(e[0]) + len(e[1]) + 8 + (sum(len(b) + 2 for b in path) if path else 0)
-        if chunk and size + n > most:
+        if chunk and (size + n > most or len(chunk) >= ADVERT_BATCH):
             chunks.append(chunk)
             chunk, size = [], 0
         chunk.append(e)

@@ -181,7 +181,9 @@ class LinkTable:
         if op == wire.HEARTBEAT:
             return 0
         if op == wire.ADVERT:
-            self._on_advert(link, value)
+            # counted for its entries against the read budget: a pass takes a bounded
+            # amount of interest work however the peer cut its frames
+            return self._on_advert(link, value)
         elif op == wire.BYE:
             reason = (
                 value[1].get("reason", "") if len(value) > 1 and isinstance(value[1], dict) else ""
@@ -198,7 +200,7 @@ class LinkTable:
             return held
         return 0
 
-    def _on_advert(self, link: Link, value: list[Any]) -> None:
+    def _on_advert(self, link: Link, value: list[Any]) -> int:
         full, entries, sticky = wire.decode_advert_sticky(value)
         for pattern, origin, _ in entries:
             try:
@@ -208,6 +210,7 @@ class LinkTable:
                 raise ProtocolError("bad_advert", str(exc)) from exc
         self.engine.handle(AdvertIn(link=link.engine_id, full=full, entries=entries, sticky=sticky))
         self.hooks.advert_in(link)
+        return len(entries)
 
     # -- up and down ------------------------------------------------------------------------
 
