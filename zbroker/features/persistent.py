@@ -5,10 +5,18 @@ Once the confirmation leaves, the message is in this node's retention log (if a 
 covers its topic), in its durable queues, and in the store-and-forward queue of every
 link it is routed over. A message that some feature cannot take (a full ``reject-new``
 rule, durable or link queue) is refused whole, with the reason, never half-accepted.
+
+A publish that names its ``(producer, pseq)`` is idempotent: the pair is recorded with the
+message (:mod:`zbroker.store.producers`, same transaction), and a retry of a pair taken
+already — by this node from a client, or from a link (the copy another node took) — is
+not stored or routed again: it is answered as the first one was (its message ID and
+retention sequence, ``duplicate: true``). A retry older than the node's window of that
+producer is refused with an error saying it may have been stored.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -16,6 +24,7 @@ from .. import wire
 from ..errors import InvalidTopic, ProtocolError
 from ..node import Feature, Op, Request
 from ..node.context import Context
+from ..store.producers import FORGOTTEN
 from ..topics import validate_publish_topic
 
 __all__ = ["PersistentPublish"]
@@ -41,11 +50,14 @@ class PersistentPublish(Feature):
         )
         try:
             _check(topic, payload, fmt, headers)
+            producer = _producer(body)
         except (ProtocolError, InvalidTopic) as exc:
             ctx.bad(ctx.source(req.ident), getattr(exc, "reason", "bad_topic"), str(exc))
             ctx.error(req, str(exc))
             return
         assert isinstance(topic, str) and isinstance(payload, bytes)
+        if producer is not None and self._retried(req, producer):
+            return
         refusal = ctx.admit({topic: [1, len(payload) + len(topic)]}, batch=False)
         if refusal is not None:
             # a persistent message that cannot be stored is refused, not half-accepted
@@ -53,17 +65,60 @@ class PersistentPublish(Feature):
             ctx.error(req, refusal.message)
             return
         (seq,) = ctx.pipeline.originate(
-            [(topic, payload, fmt, headers)], persistent=True, receipt=True
+            [(topic, payload, fmt, headers)], persistent=True, receipt=True, producer=producer
         )
         stored = ctx.pipeline.receipts.get(seq, {}).get("retained_seq")
+        if producer is not None and ctx.store is not None:
+            taken = (ctx.broker_id, ctx.incarnation, seq, stored)
+            ctx.store.producers.record(producer[0], producer[1], taken, time.time())
         ctx.confirm(
             req, wire.PUBLISH, {"id": [ctx.broker_id, ctx.incarnation, seq], "retained_seq": stored}
         )
+
+    def _retried(self, req: Request, producer: list[int]) -> bool:
+        """Answer a retry of a ``(producer, pseq)`` taken already (True), or say nothing
+        (False: it is new)."""
+        ctx = self._ctx
+        if ctx.store is None:
+            return False
+        producers = ctx.store.producers
+        taken = producers.check(producer[0], producer[1])
+        if taken is None:
+            return False
+        if taken is FORGOTTEN:
+            ctx.error(
+                req,
+                f"persistent publish {producer[1]} of producer {producer[0]:x} is older than "
+                f"the last {wire.PRODUCER_WINDOW} this node remembers of that producer: it "
+                "may have been stored, and is not stored again",
+            )
+            return True
+        producers.duplicates += 1
+        origin, inc, seq, retained = taken
+        # after the pass's commit like any confirmation: the first try may be in this pass
+        body = {"id": [origin, inc, seq], "retained_seq": retained, "duplicate": True}
+        ctx.confirm(req, wire.PUBLISH, body)
+        return True
+
+    def status(self, out: dict[str, Any]) -> None:
+        if self._ctx.store is not None:
+            producers = self._ctx.store.producers
+            out["persistent"] = {"producers": len(producers), "duplicates": producers.duplicates}
 
 
 def _subjects(body: dict[str, Any]) -> Iterable[tuple[str, str]]:
     topic = body.get("topic")
     return (("publish", topic),) if isinstance(topic, str) else ()
+
+
+def _producer(body: dict[str, Any]) -> list[int] | None:
+    """The request's ``[producer, pseq]`` (None: not idempotent); raises ProtocolError."""
+    producer, pseq = body.get("producer"), body.get("pseq")
+    if producer is None and pseq is None:
+        return None
+    wire.check_producer([producer, pseq])
+    assert type(producer) is int and type(pseq) is int
+    return [producer, pseq]
 
 
 def _check(topic: Any, payload: Any, fmt: Any, headers: Any) -> None:
