@@ -8,12 +8,17 @@ timeout leaves. Counts are exact: the node's retention log and a durable queue.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from zbroker import Broker, Client, PublishTimeout, wire
+import pytest
+
+from tests.conftest import wait_ready, wait_until
+from zbroker import Broker, Client, PublishTimeout, RequestError, wire
 from zbroker.store import RetainRule
 
 WAIT = 30.0
@@ -76,3 +81,224 @@ def test_lost_confirmation_retried_is_stored_once(
     # the retry was answered as the first try was: same message id and log sequence
     assert first["id"] == ["I", broker.incarnation, 1] and first["retained_seq"] == 1
     assert second["id"] == ["I", broker.incarnation, 2] and second["retained_seq"] == 2
+
+
+def test_publishing_again_after_a_timeout_is_its_retry(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    """The library gave up (every confirmation lost): PublishTimeout says the message may
+    have been stored, and publishing the same message again is safe."""
+    broker = broker_factory(broker_id="I", retain=(RetainRule("IP.>"),))
+    pub = client_factory(broker.endpoint, publish_timeout=1.5)
+    lost = LostReplies(pub, dropping=-1)
+    with pytest.raises(PublishTimeout) as info:
+        pub.publish("IP.X", b"once", {"h": 1}, persistent=True, confirm=True)
+    text = str(info.value)
+    assert "it may have been stored" in text and "Retrying is safe" in text, text
+    assert lost.dropped >= 2  # the library tried more than once (each stored once)
+    lost.dropping = 0
+    again = pub.publish("IP.X", b"once", {"h": 1}, persistent=True, confirm=True)
+    assert again == {"id": ["I", broker.incarnation, 1], "retained_seq": 1, "duplicate": True}
+    # a different message (other headers) is a new one
+    other = pub.publish("IP.X", b"once", {"h": 2}, persistent=True, confirm=True)
+    assert other == {"id": ["I", broker.incarnation, 2], "retained_seq": 2}
+    assert [(m.payload, m.headers) for m in pub.read("IP.>")] == [
+        (b"once", {"h": 1}),
+        (b"once", {"h": 2}),
+    ]
+    assert pub.status()["persistent"] == {"producers": 1, "duplicates": lost.dropped}
+
+
+def test_a_retry_older_than_the_window_is_refused(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    broker = broker_factory(broker_id="I", retain=(RetainRule("IP.>"),))
+    client = client_factory(broker.endpoint)
+
+    def publish(pseq: int) -> dict[str, Any]:
+        body = {"topic": "IP.X", "payload": b"%d" % pseq, "fmt": 0, "headers": None}
+        return client.request(wire.PUBLISH, {**body, "producer": 77, "pseq": pseq})
+
+    assert publish(1)["retained_seq"] == 1
+    assert publish(wire.PRODUCER_WINDOW + 1)["retained_seq"] == 2
+    assert publish(2)["retained_seq"] == 3  # within the window, never taken: new
+    assert publish(2) == {"id": ["I", broker.incarnation, 3], "retained_seq": 3, "duplicate": True}
+    with pytest.raises(RequestError, match="may have been stored"):
+        publish(1)
+    with pytest.raises(RequestError, match="producer must be"):
+        client.request(wire.PUBLISH, {"topic": "IP.X", "payload": b"", "producer": 0, "pseq": 1})
+    assert client.log_range() == (1, 3)
+
+
+# -- real processes: a node restart, a client failover ----------------------------------------
+
+NODE = """
+[node]
+id = "{id}"
+host = "127.0.0.1"
+port = {port}
+data_dir = "{data}"
+{retain}{links}
+"""
+RETAIN = """
+[[retain]]
+pattern = "IP.>"
+"""
+
+LINK = """
+[[link]]
+name = "{name}"
+uri = "tcp://127.0.0.1:{port}"
+heartbeat_interval = 0.2
+heartbeat_timeout = 1.0
+reconnect_initial_delay = 0.1
+reconnect_max_delay = 0.5
+"""
+
+
+class Nodes:
+    """``zbroker start`` processes by name; C (if any) dials every other node."""
+
+    def __init__(
+        self, procs: Any, tmp_path: Path, free_port: Callable[[], int], names: str, retain: str
+    ) -> None:
+        self.procs = procs
+        self.ports = {n: free_port() for n in names}
+        self.configs: dict[str, Path] = {}
+        self.running: dict[str, Any] = {}
+        for name in names:
+            links = ""
+            if name == "C":
+                links = "".join(
+                    LINK.format(name=f"c{o.lower()}", port=self.ports[o]) for o in names if o != "C"
+                )
+            path = tmp_path / f"{name}.toml"
+            path.write_text(
+                NODE.format(
+                    id=name,
+                    port=self.ports[name],
+                    data=tmp_path / name,
+                    retain=RETAIN if name in retain else "",
+                    links=links,
+                )
+            )
+            self.configs[name] = path
+
+    def ep(self, name: str) -> str:
+        return f"tcp://127.0.0.1:{self.ports[name]}"
+
+    def start(self, name: str) -> None:
+        proc = self.procs.zbroker("start", "--config", str(self.configs[name]))
+        self.running[name] = proc
+        wait_ready(self.ep(name), proc=proc)
+
+    def kill(self, name: str) -> None:
+        proc = self.running.pop(name)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(WAIT)
+
+    def status(self, name: str) -> dict[str, Any]:
+        with Client(self.ep(name), timeout=5.0) as c:
+            result: dict[str, Any] = c.status()
+            return result
+
+    def retained(self, name: str) -> int:
+        return int(self.status(name)["store"]["retained_rows"])
+
+    def routed(self, name: str) -> bool:
+        """Does ``name`` route IP.> toward C (the durable's interest)?"""
+        with Client(self.ep(name), timeout=5.0) as c:
+            return any(r["pattern"] == "IP.>" and r["origin"] == "C" for r in c.routes())
+
+    def durable(self, name: str) -> int:
+        with Client(self.ep(name), timeout=5.0) as c:
+            return durable_stored(c, "d")
+
+
+@pytest.mark.slow
+def test_retry_across_a_node_restart_is_stored_once(
+    procs: Any, tmp_path: Path, free_port: Callable[[], int]
+) -> None:
+    """Stored, confirmation lost, node killed (SIGKILL) and restarted: the retry to the
+    restarted node is recognised from its store."""
+    nodes = Nodes(procs, tmp_path, free_port, "A", retain="A")
+    nodes.start("A")
+    with Client(nodes.ep("A"), timeout=5.0) as c:
+        c.subscribe("IP.>", lambda m: None, durable="d").unsubscribe()
+    pub = Client(nodes.ep("A"), timeout=5.0, publish_timeout=WAIT)
+    try:
+        lost = LostReplies(pub, dropping=-1)
+        fut = pub.publish("IP.X", b"once", persistent=True)
+        assert wait_until(lambda: nodes.retained("A") == 1, WAIT)
+        nodes.kill("A")
+        lost.dropping = 0
+        nodes.start("A")
+        reply = fut.result(WAIT)
+        assert reply["id"][:2] == ["A", 1] and reply["retained_seq"] == 1, reply
+        assert reply.get("duplicate") is True, reply
+        pub.publish("IP.X", b"next", persistent=True, confirm=True)
+    finally:
+        pub.close()
+    assert nodes.retained("A") == 2
+    assert nodes.durable("A") == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["downstream_drops_retry", "retry_first", "other_node_has_it"])
+def test_retry_after_failover_is_stored_once(
+    case: str, procs: Any, tmp_path: Path, free_port: Callable[[], int]
+) -> None:
+    """A - C - B (C dials both; durable ``d`` and a retention rule on C). A client on A
+    publishes; A stores it and forwards it toward C; every confirmation is lost; A is
+    killed; the client fails over to B and its library sends the publish again.
+
+    ``downstream_drops_retry``: B never saw the message (no rule of its own): it takes it
+    and forwards it to C, which has A's copy and drops B's.
+    ``retry_first``: C is stopped while A takes the publish, so A's copy waits in A's
+    queue; C gets B's copy first, and A's when A is restarted: it drops A's.
+    ``other_node_has_it``: B retains IP.> too, so it had A's copy (through C): it answers
+    the retry as a duplicate, with A's message ID, and stores nothing again."""
+    retain = "ABC" if case == "other_node_has_it" else "AC"
+    nodes = Nodes(procs, tmp_path, free_port, "ABC", retain=retain)
+    for name in "ABC":
+        nodes.start(name)
+    with Client(nodes.ep("C"), timeout=5.0) as c:
+        c.subscribe("IP.>", lambda m: None, durable="d").unsubscribe()
+    for name in "AB":
+        assert wait_until(lambda name=name: nodes.routed(name), WAIT), name
+    # A first: the client takes the first address of its list
+    pub = Client(f"{nodes.ep('A')},{nodes.ep('B')}", timeout=5.0, publish_timeout=WAIT)
+    c_proc = nodes.running["C"]
+    try:
+        assert pub.hello["broker_id"] == "A"
+        lost = LostReplies(pub, dropping=-1)
+        if case == "retry_first":
+            c_proc.send_signal(signal.SIGSTOP)
+        fut = pub.publish("IP.X", b"once", persistent=True)
+        assert wait_until(lambda: nodes.retained("A") == 1, WAIT)
+        if case != "retry_first":
+            assert wait_until(lambda: nodes.durable("C") == 1, WAIT)
+        if case == "other_node_has_it":
+            assert wait_until(lambda: nodes.retained("B") == 1, WAIT)
+        nodes.kill("A")
+        lost.dropping = 0
+        if case == "retry_first":
+            c_proc.send_signal(signal.SIGCONT)
+        reply = fut.result(WAIT)
+        if case == "other_node_has_it":
+            assert reply == {"id": ["A", 1, 1], "retained_seq": None, "duplicate": True}
+        else:
+            assert reply["id"][0] == "B" and "duplicate" not in reply, reply  # new to B
+        assert wait_until(lambda: nodes.durable("C") == 1, WAIT)
+        nodes.start("A")  # its queue toward C (A's copy, if still there) goes on
+        for name in "AB":
+            assert wait_until(lambda name=name: nodes.status(name)["forward"]["held"] == 0, WAIT)
+    finally:
+        c_proc.send_signal(signal.SIGCONT)
+        pub.close()
+    c_status = nodes.status("C")
+    assert c_status["forward"]["producer_duplicates"] == (0 if case == "other_node_has_it" else 1)
+    assert nodes.durable("C") == 1
+    assert c_status["store"]["retained_rows"] == 1
+    assert nodes.retained("A") == 1
+    assert nodes.retained("B") == (1 if case == "other_node_has_it" else 0)
