@@ -2,8 +2,9 @@
 
 Each ``Client`` has a random producer id; its persistent publishes are numbered (``pseq``
 1, 2, ...) and every ``PUBLISH`` request carries both. A publish not yet confirmed is sent
-again under the same pair :data:`RETRY_AFTER` after its last try, and at once when the
-client moved to another node, until ``publish_timeout``. A node recognises a pair it took
+again under the same pair once :data:`RETRY_AFTER` passed since its last try (a thread of
+this part looks that often), and at once when the client moved to another node, until
+``publish_timeout``. A node recognises a pair it took
 (from this client, or as the copy another node took and forwarded) and answers as it did
 the first time, storing nothing again: the library's own retries never store a message
 twice.
@@ -75,11 +76,14 @@ class Persistent:
         self._request = request  # a control request through the client thread
         self._address = address  # for error messages
         self._timeout = timeout
-        self._cond = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # the retry thread waits on it
+        self._room_freed = threading.Condition(lock)  # publishes waiting for room
         self._pseq = 0
         self._unconfirmed: dict[int, _Unconfirmed] = {}  # by pseq, oldest first
         self._timed_out: collections.OrderedDict[bytes, int] = collections.OrderedDict()
         self._closed = False
+        self._room_waiters = 0
         self._thread: threading.Thread | None = None
 
     def publish(self, body: dict[str, Any], *, wait: bool) -> Any:
@@ -97,25 +101,26 @@ class Persistent:
             body["producer"], body["pseq"] = self.producer, seq
             u = _Unconfirmed(seq, body, Future(), deadline)
             self._unconfirmed[seq] = u
-            if self._thread is None:
+            if self._thread is None:  # (it looks every RETRY_AFTER at most: never woken)
                 self._thread = threading.Thread(
                     target=self._run, name="zbroker-persistent", daemon=True
                 )
                 self._thread.start()
-            self._cond.notify_all()
         self._send(u)
         if not wait:
             return u.done
-        try:  # (the retry thread settles it by its deadline; the slack is for a late one)
-            return u.done.result(self._timeout + 1.0)
+        try:
+            return u.done.result(max(0.0, deadline - _monotonic()))
         except FutureTimeout:
-            self._expire([u])
+            self._expire([u])  # (at its deadline: the retry thread may look later)
             return u.done.result(0)
 
     def _room(self, deadline: float) -> None:
         """Wait (under the lock) until a new sequence keeps the unconfirmed publishes
         within the span a node remembers."""
         while self._unconfirmed:
+            if self._closed:
+                raise ClientClosed("client is closed")
             oldest = next(iter(self._unconfirmed))
             if self._pseq + 1 - oldest < wire.PRODUCER_WINDOW:
                 return
@@ -126,7 +131,11 @@ class Persistent:
                     f"wait for confirmation from the node at {self._address}: this one was "
                     "not sent"
                 )
-            self._cond.wait(left)
+            self._room_waiters += 1
+            try:
+                self._room_freed.wait(left)
+            finally:
+                self._room_waiters -= 1
 
     def _send(self, u: _Unconfirmed) -> None:
         """One try (again) under the same (producer, pseq)."""
@@ -139,18 +148,23 @@ class Persistent:
         attempt.add_done_callback(functools.partial(self._answered, u))
 
     def _answered(self, u: _Unconfirmed, attempt: Future[Any]) -> None:
-        exc = attempt.exception()
-        if exc is None:
-            self._settle(u, attempt.result(), None)
-        elif not isinstance(exc, BrokerUnreachable):  # refused: nothing of it was stored
+        try:
+            result = attempt.result(0)
+        except BrokerUnreachable:
+            return  # no answer in time from that node: the retry thread sends it again
+        except Exception as exc:  # refused: nothing of it was stored
             self._settle(u, None, exc)
-        # else: no answer in time from that node: the retry thread sends it again
+        else:
+            self._settle(u, result, None)
 
     def _settle(self, u: _Unconfirmed, result: Any, exc: BaseException | None) -> None:
-        with self._cond:
-            if self._unconfirmed.get(u.seq) is u:
-                del self._unconfirmed[u.seq]
-                self._cond.notify_all()  # room for a publish waiting in _room
+        # (dict.pop is atomic: the lock is taken only when a publish waits for room, so
+        # the client thread pays no lock per confirmation)
+        if self._unconfirmed.get(u.seq) is u:  # (not: settled, or a later publish of it)
+            self._unconfirmed.pop(u.seq, None)
+        if self._room_waiters:
+            with self._cond:
+                self._room_freed.notify_all()
         try:  # (outside the lock: a caller's done-callback may publish)
             if exc is None:
                 u.done.set_result(result)
@@ -174,7 +188,7 @@ class Persistent:
                     return
                 now = _monotonic()
                 resend, expired = [], []
-                wake = now + RETRY_AFTER
+                wake = now + min(RETRY_AFTER, self._timeout)
                 for u in self._unconfirmed.values():
                     if u.deadline <= now:
                         expired.append(u)
@@ -183,7 +197,7 @@ class Persistent:
                         resend.append(u)
                     wake = min(wake, u.deadline, u.sent_at + RETRY_AFTER)
                 if not resend and not expired:
-                    self._cond.wait(max(_TICK_MIN, wake - now) if self._unconfirmed else None)
+                    self._cond.wait(max(_TICK_MIN, wake - now))
                     continue
             for u in resend:
                 self._send(u)
@@ -216,6 +230,7 @@ class Persistent:
             self._closed = True
             waiting = list(self._unconfirmed.values())
             self._cond.notify_all()
+            self._room_freed.notify_all()
         for u in waiting:
             self._settle(u, None, ClientClosed("client closed before the node confirmed"))
         if self._thread is not None and self._thread is not threading.current_thread():
