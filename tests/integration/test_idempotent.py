@@ -109,6 +109,26 @@ def test_publishing_again_after_a_timeout_is_its_retry(
     assert pub.status()["persistent"] == {"producers": 1, "duplicates": lost.dropped}
 
 
+def test_unconfirmed_publishes_stay_within_the_window(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client keeps its unconfirmed persistent publishes within the span of sequences a
+    node remembers: past it, a publish waits for a confirmation."""
+    monkeypatch.setattr(wire, "PRODUCER_WINDOW", 3)  # (the client's view of it)
+    broker = broker_factory(broker_id="I", retain=(RetainRule("IP.>"),))
+    pub = client_factory(broker.endpoint, publish_timeout=WAIT)
+    lost = LostReplies(pub, dropping=-1)
+    futures = [pub.publish("IP.X", b"%d" % i, persistent=True) for i in range(3)]
+    timer = threading.Timer(0.5, lambda: setattr(lost, "dropping", 0))
+    timer.start()
+    started = time.monotonic()
+    futures.append(pub.publish("IP.X", b"3", persistent=True))  # waits for room
+    assert time.monotonic() - started >= 0.5
+    assert [f.result(WAIT)["retained_seq"] for f in futures] == [1, 2, 3, 4]
+    assert [m.payload for m in pub.read("IP.>")] == [b"0", b"1", b"2", b"3"]
+    timer.join()
+
+
 def test_a_retry_older_than_the_window_is_refused(
     broker_factory: BrokerFactory, client_factory: ClientFactory
 ) -> None:
