@@ -2,8 +2,8 @@
 
 Each ``Client`` has a random producer id; its persistent publishes are numbered (``pseq``
 1, 2, ...) and every ``PUBLISH`` request carries both. A publish not yet confirmed is sent
-again under the same pair once :data:`RETRY_AFTER` passed since its last try (a thread of
-this part looks that often), and at once when the client moved to another node, until
+again under the same pair once :data:`RETRY_AFTER` passed since its last try (the client
+thread looks at its tick), and at once when the client moved to another node, until
 ``publish_timeout``. A node recognises a pair it took
 (from this client, or as the copy another node took and forwarded) and answers as it did
 the first time, storing nothing again: the library's own retries never store a message
@@ -19,12 +19,17 @@ error saying the message may have been stored).
 The unconfirmed publishes of a client span at most ``wire.PRODUCER_WINDOW`` sequences (a
 node remembers no more): a publish beyond waits for room, up to ``publish_timeout``.
 A new ``Client`` is a new producer: a retry from another process is not recognised.
+
+Threads: a user thread numbers the publish and posts it, with the one Future the caller
+gets, to the client thread, which owns what waits for confirmation (by pseq), sends it,
+completes the Future from the node's reply, and sweeps for retries and deadlines at its
+tick: nothing per publish beyond the request itself (no second Future, no callback, no
+wake-up of another thread).
 """
 
 from __future__ import annotations
 
 import collections
-import functools
 import secrets
 import threading
 import time
@@ -32,12 +37,17 @@ from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from .. import wire
 from ..errors import BrokerUnreachable, ClientClosed, PublishTimeout
+from .requests import reply_error
+
+if TYPE_CHECKING:
+    from .requests import Requests
+    from .sessions import Session
 
 __all__ = ["RETRY_AFTER", "Persistent"]
 
@@ -45,8 +55,6 @@ __all__ = ["RETRY_AFTER", "Persistent"]
 RETRY_AFTER = 1.0
 #: timed-out publishes remembered, so that publishing one again retries it
 _TIMED_OUT_KEPT = 1024
-#: the retry thread looks at most this often (seconds)
-_TICK_MIN = 0.05
 _monotonic = time.monotonic
 
 
@@ -56,164 +64,98 @@ class _Unconfirmed:
 
     seq: int
     body: dict[str, Any]
-    done: Future[Any]
+    done: Future[Any]  # the caller's own Future
     deadline: float
     sent_at: float = 0.0
+    tries: list[int] | None = None  # request ids of its tries but the last (usually none)
+    req: int = 0  # request id of its last try
 
 
 class Persistent:
-    """The producer id, the sequence, and the persistent publishes not yet confirmed."""
+    """The producer id and sequence (user threads), and the persistent publishes not yet
+    confirmed (the client thread's)."""
 
-    def __init__(
-        self,
-        request: Callable[[int, dict[str, Any]], Future[Any]],
-        *,
-        address: str,
-        timeout: float,
-    ) -> None:
+    def __init__(self, post: Callable[[Any], None], *, address: str, timeout: float) -> None:
         #: this client's producer id (random, 1..2^63-1)
         self.producer = secrets.randbits(63) or 1
-        self._request = request  # a control request through the client thread
+        self._post = post  # a command to the client thread (raises ClientClosed)
         self._address = address  # for error messages
         self._timeout = timeout
-        lock = threading.Lock()
-        self._cond = threading.Condition(lock)  # the retry thread waits on it
-        self._room_freed = threading.Condition(lock)  # publishes waiting for room
+        # user threads: numbering and posting in one order; timed-out publishes
+        self._lock = threading.Lock()
+        self._room_freed = threading.Condition(self._lock)  # publishes waiting for room
+        self._room_waiters = 0
         self._pseq = 0
-        self._unconfirmed: dict[int, _Unconfirmed] = {}  # by pseq, oldest first
         self._timed_out: collections.OrderedDict[bytes, int] = collections.OrderedDict()
         self._closed = False
-        self._room_waiters = 0
-        self._thread: threading.Thread | None = None
+        # the client thread's: by pseq, and the request id of each try
+        self._unconfirmed: dict[int, _Unconfirmed] = {}
+        self._tries: dict[int, int] = {}  # request id -> pseq
+        self._requests: Requests | None = None
+        self._newest = 0  # highest new pseq taken by the client thread
+        #: lowest pseq not yet settled (the client thread writes, publishers read)
+        self._oldest = 1
+
+    # -- user threads ----------------------------------------------------------------------
 
     def publish(self, body: dict[str, Any], *, wait: bool) -> Any:
         """Send a persistent publish (``body``: topic, payload, fmt, headers) until it is
         confirmed; its confirmation, or (``wait`` False) a Future of it."""
         deadline = _monotonic() + self._timeout
-        with self._cond:
+        done: Future[Any] = Future()
+        with self._lock:
             if self._closed:
                 raise ClientClosed("client is closed")
             seq = self._timed_out.pop(_content(body), None) if self._timed_out else None
             if seq is None:  # a new message (not the retry of one that timed out)
-                self._room(deadline)
-                self._pseq += 1
-                seq = self._pseq
+                seq = self._pseq + 1
+                if seq - self._oldest >= wire.PRODUCER_WINDOW:
+                    self._room(seq, deadline)
+                self._pseq = seq
             body["producer"], body["pseq"] = self.producer, seq
-            u = _Unconfirmed(seq, body, Future(), deadline)
-            self._unconfirmed[seq] = u
-            if self._thread is None:  # (it looks every RETRY_AFTER at most: never woken)
-                self._thread = threading.Thread(
-                    target=self._run, name="zbroker-persistent", daemon=True
-                )
-                self._thread.start()
-        self._send(u)
+            u = _Unconfirmed(seq, body, done, deadline)
+            self._post(u)  # (under the lock: the client thread gets them in pseq order)
         if not wait:
-            return u.done
+            return done
         try:
-            return u.done.result(max(0.0, deadline - _monotonic()))
+            return done.result(max(0.0, deadline - _monotonic()))
         except FutureTimeout:
-            self._expire([u])  # (at its deadline: the retry thread may look later)
-            return u.done.result(0)
+            self._give_up(u)  # (at its deadline: the client thread may look later)
+            return done.result(0)
 
-    def _room(self, deadline: float) -> None:
-        """Wait (under the lock) until a new sequence keeps the unconfirmed publishes
-        within the span a node remembers."""
-        while self._unconfirmed:
-            if self._closed:
-                raise ClientClosed("client is closed")
-            oldest = next(iter(self._unconfirmed))
-            if self._pseq + 1 - oldest < wire.PRODUCER_WINDOW:
-                return
-            left = deadline - _monotonic()
-            if left <= 0:
-                raise PublishTimeout(
-                    f"{wire.PRODUCER_WINDOW} sequences of persistent publishes of this client "
-                    f"wait for confirmation from the node at {self._address}: this one was "
-                    "not sent"
-                )
-            self._room_waiters += 1
-            try:
-                self._room_freed.wait(left)
-            finally:
-                self._room_waiters -= 1
-
-    def _send(self, u: _Unconfirmed) -> None:
-        """One try (again) under the same (producer, pseq)."""
-        u.sent_at = _monotonic()
+    def _room(self, seq: int, deadline: float) -> None:
+        """Wait (under the lock) until ``seq`` keeps the unconfirmed publishes within the
+        span a node remembers."""
+        self._room_waiters += 1  # (before looking again: see _settled)
         try:
-            attempt = self._request(wire.PUBLISH, u.body)
-        except ClientClosed as exc:
-            self._settle(u, None, exc)
-            return
-        attempt.add_done_callback(functools.partial(self._answered, u))
-
-    def _answered(self, u: _Unconfirmed, attempt: Future[Any]) -> None:
-        try:
-            result = attempt.result(0)
-        except BrokerUnreachable:
-            return  # no answer in time from that node: the retry thread sends it again
-        except Exception as exc:  # refused: nothing of it was stored
-            self._settle(u, None, exc)
-        else:
-            self._settle(u, result, None)
-
-    def _settle(self, u: _Unconfirmed, result: Any, exc: BaseException | None) -> None:
-        # (dict.pop is atomic: the lock is taken only when a publish waits for room, so
-        # the client thread pays no lock per confirmation)
-        if self._unconfirmed.get(u.seq) is u:  # (not: settled, or a later publish of it)
-            self._unconfirmed.pop(u.seq, None)
-        if self._room_waiters:
-            with self._cond:
-                self._room_freed.notify_all()
-        try:  # (outside the lock: a caller's done-callback may publish)
-            if exc is None:
-                u.done.set_result(result)
-            else:
-                u.done.set_exception(exc)
-        except InvalidStateError:
-            pass  # settled already (another try's answer, or given up)
-
-    def moved(self) -> None:
-        """The client's primary changed: what waits for confirmation goes to it now."""
-        with self._cond:
-            waiting = list(self._unconfirmed.values())
-        for u in waiting:
-            self._send(u)
-
-    def _run(self) -> None:
-        """The retry thread: sends again what waits too long, gives up at the deadline."""
-        while True:
-            with self._cond:
+            while seq - self._oldest >= wire.PRODUCER_WINDOW:
                 if self._closed:
-                    return
-                now = _monotonic()
-                resend, expired = [], []
-                wake = now + min(RETRY_AFTER, self._timeout)
-                for u in self._unconfirmed.values():
-                    if u.deadline <= now:
-                        expired.append(u)
-                    elif u.sent_at + RETRY_AFTER <= now:
-                        u.sent_at = now
-                        resend.append(u)
-                    wake = min(wake, u.deadline, u.sent_at + RETRY_AFTER)
-                if not resend and not expired:
-                    self._cond.wait(max(_TICK_MIN, wake - now))
-                    continue
-            for u in resend:
-                self._send(u)
-            self._expire(expired)
+                    raise ClientClosed("client is closed")
+                left = deadline - _monotonic()
+                if left <= 0:
+                    raise PublishTimeout(
+                        f"{wire.PRODUCER_WINDOW} sequences of persistent publishes of this "
+                        f"client wait for confirmation from the node at {self._address}: "
+                        "this one was not sent"
+                    )
+                self._room_freed.wait(min(left, 0.1))
+        finally:
+            self._room_waiters -= 1
 
-    def _expire(self, expired: list[_Unconfirmed]) -> None:
-        """Give up on these: PublishTimeout, and a later publish of the same message is
-        taken as their retry."""
-        for u in expired:
-            with self._cond:
-                if self._unconfirmed.get(u.seq) is not u:
-                    continue  # settled meanwhile
-                self._timed_out[_content(u.body)] = u.seq
-                while len(self._timed_out) > _TIMED_OUT_KEPT:
-                    self._timed_out.popitem(last=False)
-            self._settle(u, None, PublishTimeout(self._timeout_text(u.seq)))
+    def _give_up(self, u: _Unconfirmed) -> None:
+        """PublishTimeout for ``u``, and a later publish of the same message is taken as
+        its retry (unless it was settled meanwhile)."""
+        content = _content(u.body)
+        with self._lock:
+            self._timed_out[content] = u.seq
+            while len(self._timed_out) > _TIMED_OUT_KEPT:
+                self._timed_out.popitem(last=False)
+        try:
+            u.done.set_exception(PublishTimeout(self._timeout_text(u.seq)))
+        except InvalidStateError:  # confirmed or refused meanwhile: not to be retried
+            with self._lock:
+                if self._timed_out.get(content) == u.seq:
+                    del self._timed_out[content]
 
     def _timeout_text(self, seq: int) -> str:
         return (
@@ -225,16 +167,117 @@ class Persistent:
         )
 
     def close(self) -> None:
-        """Stop the retry thread; what is unconfirmed fails with ClientClosed."""
-        with self._cond:
+        """No more publishes; those waiting for room fail with ClientClosed (what is
+        unconfirmed fails once the client thread stops: :meth:`stopped`)."""
+        with self._lock:
             self._closed = True
-            waiting = list(self._unconfirmed.values())
-            self._cond.notify_all()
             self._room_freed.notify_all()
-        for u in waiting:
-            self._settle(u, None, ClientClosed("client closed before the node confirmed"))
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(1.0)
+
+    # -- the client thread -----------------------------------------------------------------
+
+    def use(self, requests: Requests) -> None:
+        """The client thread's requests (their ids, and how to send one)."""
+        self._requests = requests
+
+    def submit(self, u: _Unconfirmed, session: Session | None) -> None:
+        """A publish posted by a user thread: track it and send it (None: no node yet,
+        :meth:`moved` sends it)."""
+        seq = u.seq
+        if seq > self._newest:
+            self._newest = seq
+        elif seq < self._oldest:  # a retry of a timed-out publish
+            self._oldest = seq
+        self._unconfirmed[seq] = u
+        self._send(u, session, _monotonic())
+
+    def _send(self, u: _Unconfirmed, session: Session | None, now: float) -> None:
+        """One try (again) under the same (producer, pseq)."""
+        u.sent_at = now
+        if session is None:
+            return
+        requests = self._requests
+        assert requests is not None
+        req_id = requests.new_id()
+        if u.req:
+            if u.tries is None:
+                u.tries = []
+            u.tries.append(u.req)
+        u.req = req_id
+        self._tries[req_id] = u.seq
+        error = requests.send(session, req_id, wire.PUBLISH, u.body)
+        if error is not None and not isinstance(error, BrokerUnreachable):
+            self._settle(u.seq, None, error)  # (not sent: tried again after RETRY_AFTER)
+
+    def reply(self, op: int, req_id: int, body: dict[str, Any]) -> None:
+        """The node's answer to a try: completes the caller's Future (ERROR: refused,
+        nothing of it was stored)."""
+        seq = self._tries.pop(req_id, None)
+        if seq is not None:
+            self._settle(seq, body, reply_error(op, body))
+
+    def _settle(self, seq: int, result: Any, error: Exception | None) -> None:
+        u = self._unconfirmed.pop(seq, None)
+        if u is None:
+            return  # settled by another try's answer
+        tries = self._tries
+        tries.pop(u.req, None)
+        if u.tries is not None:
+            for req_id in u.tries:
+                tries.pop(req_id, None)
+        self._settled(seq)
+        try:
+            if error is None:
+                u.done.set_result(result)
+            else:
+                u.done.set_exception(error)
+        except InvalidStateError:
+            pass  # given up at its deadline by the caller, or cancelled
+
+    def _settled(self, seq: int) -> None:
+        """``seq`` is no longer unconfirmed: move the oldest on, wake who waits for room."""
+        if seq != self._oldest:
+            return
+        unconfirmed, newest = self._unconfirmed, self._newest
+        while seq <= newest and seq not in unconfirmed:
+            seq += 1
+        self._oldest = seq
+        if self._room_waiters:
+            with self._lock:
+                self._room_freed.notify_all()
+
+    def sweep(self, now: float, session: Session | None) -> None:
+        """At the client thread's tick: send again what waits too long, give up on what
+        is past its deadline (or settled by its caller)."""
+        if not self._unconfirmed:
+            return
+        resend, over = [], []
+        retry_before = now - RETRY_AFTER
+        for u in self._unconfirmed.values():
+            if u.deadline <= now or u.done.done():
+                over.append(u)
+            elif u.sent_at <= retry_before:
+                resend.append(u)
+        for u in over:
+            if not u.done.done():
+                self._give_up(u)
+            self._settle(u.seq, None, None)  # (its Future is done: only forgotten)
+        if session is not None:
+            for u in resend:
+                self._send(u, session, now)
+
+    def moved(self, session: Session) -> None:
+        """The client's primary changed: what waits for confirmation goes to it now."""
+        now = _monotonic()
+        for u in list(self._unconfirmed.values()):
+            self._send(u, session, now)
+
+    def stopped(self) -> None:
+        """The client thread stops: what is unconfirmed fails with ClientClosed."""
+        for seq in list(self._unconfirmed):
+            self._settle(seq, None, ClientClosed("client closed before the node confirmed"))
+        with self._lock:
+            self._closed = True
+            self._room_freed.notify_all()
 
 
 def _content(body: dict[str, Any]) -> bytes:

@@ -19,7 +19,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -77,7 +76,7 @@ class Publisher:
         credentials: Credentials,
         check: Callable[[str, str], None],
         wake: Callable[[], None],
-        request: Callable[[int, dict[str, Any]], Future[Any]],
+        post: Callable[[Any], None],
     ) -> None:
         self._address = address  # for error messages
         self._timeout = publish_timeout
@@ -86,9 +85,10 @@ class Publisher:
         self._check = check  # raises PermissionDenied for a topic the node does not allow
         self._wake = wake  # wakes the client thread (to send a batch's tail)
         # persistent publishes: control requests through the client thread, until confirmed
-        self._persistent = Persistent(request, address=address, timeout=publish_timeout)
+        #: persistent publishes (through the client thread, until confirmed)
+        self.persistent = Persistent(post, address=address, timeout=publish_timeout)
         #: this client's producer id (idempotent persistent publishes)
-        self.producer = self._persistent.producer
+        self.producer = self.persistent.producer
         self._lock = threading.Lock()
         self._closed = False
         # msgpack fixarray(4) + the topic: the constant start of every frame on it
@@ -303,7 +303,7 @@ class Publisher:
         with self._lock:
             if self._batch and not self._closed:
                 self._flush_batch(_monotonic())  # what was published before goes first
-        return self._persistent.publish(body, wait=wait)
+        return self.persistent.publish(body, wait=wait)
 
     # -- connections (the client thread) -------------------------------------------------
 
@@ -311,7 +311,6 @@ class Publisher:
         """The node at ``endpoint`` became the client's primary: without fan-out,
         publish to it, in batches sized for its ``frame_max`` (0: it takes none)."""
         self.forget_topics()  # topics allowed by the last node: this one checks afresh
-        self._persistent.moved()  # unconfirmed persistent publishes: to this node now
         if self._fanout is not None:
             return
         with self._lock:
@@ -360,7 +359,7 @@ class Publisher:
 
     def close(self, linger: int | None = None) -> None:
         """Close every socket (``linger`` None: each socket's own, publish_timeout)."""
-        self._persistent.close()
+        self.persistent.close()
         with self._lock:
             self._closed = True
             self._push.close(linger=linger)

@@ -63,7 +63,9 @@ class ClientThread:
         self.hello: dict[str, Any] = {}
         self.ready: Future[dict[str, Any]] = Future()
         self.subscriber = Subscriber(ctx, hwm, callbacks)
-        self._requests = Requests(settings.timeout)
+        self._persistent = persistent = publisher.persistent
+        self._requests = Requests(settings.timeout, persistent.reply)
+        persistent.use(self._requests)
         self._poller = zmq.Poller()
         self._sessions = Sessions(ctx, locator, credentials, settings, self._poller, self)
         self._ready_deadline = 0.0
@@ -92,6 +94,7 @@ class ClientThread:
             else:
                 log.exception("client thread crashed")
         finally:
+            self._persistent.stopped()
             self._sessions.close()
             cmd.close()
             self.subscriber.close()
@@ -130,6 +133,7 @@ class ClientThread:
         if not self.ready.done():
             self._check_ready(now, alive)
         self._requests.expire(now)
+        self._persistent.sweep(now, primary)
 
     def _check_ready(self, now: float, alive: set[str]) -> None:
         s = self._settings
@@ -175,6 +179,8 @@ class ClientThread:
             elif name == "req":
                 assert fut is not None
                 self._requests.submit(arg[0], arg[1], fut, self._sessions.primary)
+            elif name == "persistent":
+                self._persistent.submit(arg, self._sessions.primary)
 
     # -- SessionEvents -------------------------------------------------------------------
 
@@ -201,6 +207,7 @@ class ClientThread:
         if self.ready.done():
             log.info("connected to node %s at %s", session.hello.get("broker_id"), session.endpoint)
         self._requests.send_waiting(session)
+        self._persistent.moved(session)  # what waits for confirmation: to this node now
         if self.ready.done():
             self._durables.reattach(session)
 
