@@ -24,10 +24,12 @@ from .. import wire
 from ..errors import InvalidTopic, ProtocolError
 from ..node import Feature, Op, Request
 from ..node.context import Context
-from ..store.producers import FORGOTTEN
+from ..store.producers import FORGOTTEN, Producers
 from ..topics import validate_publish_topic
 
 __all__ = ["PersistentPublish"]
+
+_time = time.time
 
 
 class PersistentPublish(Feature):
@@ -41,54 +43,56 @@ class PersistentPublish(Feature):
 
     def _publish(self, req: Request) -> None:
         ctx = self._ctx
-        body = req.body
-        topic, payload, fmt, headers = (
-            body.get("topic"),
-            body.get("payload"),
-            body.get("fmt", 0),
-            body.get("headers"),
-        )
+        get = req.body.get
+        topic, payload, fmt, headers = get("topic"), get("payload"), get("fmt", 0), get("headers")
+        producer: Any = get("producer")  # (checked below: ints, or both None)
+        pseq: Any = get("pseq")
         try:
             _check(topic, payload, fmt, headers)
-            producer = _producer(body)
+            if producer is not None or pseq is not None:
+                wire.check_producer([producer, pseq])
         except (ProtocolError, InvalidTopic) as exc:
             ctx.bad(ctx.source(req.ident), getattr(exc, "reason", "bad_topic"), str(exc))
             ctx.error(req, str(exc))
             return
         assert isinstance(topic, str) and isinstance(payload, bytes)
-        if producer is not None and self._retried(req, producer):
-            return
+        producers = None
+        if producer is not None:
+            store = ctx.store
+            if store is not None:
+                producers = store.producers
+                if self._retried(req, producers, producer, pseq):
+                    return
         refusal = ctx.admit({topic: [1, len(payload) + len(topic)]}, batch=False)
         if refusal is not None:
             # a persistent message that cannot be stored is refused, not half-accepted
             ctx.drop("rejected_persistent")
             ctx.error(req, refusal.message)
             return
-        (seq,) = ctx.pipeline.originate(
-            [(topic, payload, fmt, headers)], persistent=True, receipt=True, producer=producer
+        pipeline = ctx.pipeline
+        (seq,) = pipeline.originate(
+            [(topic, payload, fmt, headers)],
+            persistent=True,
+            receipt=True,
+            producer=None if producer is None else [producer, pseq],
         )
-        stored = ctx.pipeline.receipts.get(seq, {}).get("retained_seq")
-        if producer is not None and ctx.store is not None:
-            taken = (ctx.broker_id, ctx.incarnation, seq, stored)
-            ctx.store.producers.record(producer[0], producer[1], taken, time.time())
-        ctx.confirm(
-            req, wire.PUBLISH, {"id": [ctx.broker_id, ctx.incarnation, seq], "retained_seq": stored}
-        )
+        stored = pipeline.receipts.get(seq, {}).get("retained_seq")
+        me, inc = ctx.broker_id, ctx.incarnation
+        if producers is not None:
+            producers.record(producer, pseq, (me, inc, seq, stored), _time())
+        ctx.confirm(req, wire.PUBLISH, {"id": [me, inc, seq], "retained_seq": stored})
 
-    def _retried(self, req: Request, producer: list[int]) -> bool:
+    def _retried(self, req: Request, producers: Producers, producer: int, pseq: int) -> bool:
         """Answer a retry of a ``(producer, pseq)`` taken already (True), or say nothing
         (False: it is new)."""
-        ctx = self._ctx
-        if ctx.store is None:
-            return False
-        producers = ctx.store.producers
-        taken = producers.check(producer[0], producer[1])
+        taken = producers.check(producer, pseq)
         if taken is None:
             return False
+        ctx = self._ctx
         if taken is FORGOTTEN:
             ctx.error(
                 req,
-                f"persistent publish {producer[1]} of producer {producer[0]:x} is older than "
+                f"persistent publish {pseq} of producer {producer:x} is older than "
                 f"the last {wire.PRODUCER_WINDOW} this node remembers of that producer: it "
                 "may have been stored, and is not stored again",
             )
@@ -109,16 +113,6 @@ class PersistentPublish(Feature):
 def _subjects(body: dict[str, Any]) -> Iterable[tuple[str, str]]:
     topic = body.get("topic")
     return (("publish", topic),) if isinstance(topic, str) else ()
-
-
-def _producer(body: dict[str, Any]) -> list[int] | None:
-    """The request's ``[producer, pseq]`` (None: not idempotent); raises ProtocolError."""
-    producer, pseq = body.get("producer"), body.get("pseq")
-    if producer is None and pseq is None:
-        return None
-    wire.check_producer([producer, pseq])
-    assert type(producer) is int and type(pseq) is int
-    return [producer, pseq]
 
 
 def _check(topic: Any, payload: Any, fmt: Any, headers: Any) -> None:

@@ -21,6 +21,7 @@ per producer):
 from __future__ import annotations
 
 import collections
+import operator
 import sqlite3
 from typing import Final
 
@@ -50,6 +51,7 @@ _PRUNE_EVERY = 256
 Taken = tuple[str, int, int, int | None]
 #: :meth:`Producers.check`'s answer for a sequence older than the window: cannot tell
 FORGOTTEN: Final[Taken] = ("", -1, -1, None)
+_first = operator.itemgetter(0)
 
 
 class Producers:
@@ -65,7 +67,8 @@ class Producers:
         ):
             self._newest[producer] = newest
             self._pruned[producer] = newest
-        self._pending: dict[tuple[int, int], tuple[Taken, float]] = {}
+        # rows of this pass, as written (a list: no per-message dict or tuple key)
+        self._pending: list[tuple[int, int, str, int, int, int | None, float]] = []
         self._forget: list[int] = []
         #: retries and second copies recognised (answered or dropped, not stored again)
         self.duplicates = 0
@@ -81,9 +84,9 @@ class Producers:
             return None  # (the common case: no lookup)
         if pseq <= newest - PRODUCER_WINDOW:
             return FORGOTTEN
-        pending = self._pending.get((producer, pseq))
-        if pending is not None:
-            return pending[0]
+        for row in reversed(self._pending):  # (a retry within the pass: rare)
+            if row[1] == pseq and row[0] == producer:
+                return row[2:6]
         row = self._db.execute(
             "SELECT origin, inc, seq, retained FROM producers WHERE producer=? AND pseq=?",
             (producer, pseq),
@@ -93,10 +96,15 @@ class Producers:
     def record(self, producer: int, pseq: int, taken: Taken, ts: float) -> None:
         """Queue the record that ``(producer, pseq)`` was taken as ``taken``; it is written
         in the pass's transaction, with the message."""
-        self._pending[(producer, pseq)] = (taken, ts)
-        newest = self._newest.pop(producer, None)
-        self._newest[producer] = pseq if newest is None or pseq > newest else newest
-        if newest is None:
+        self._pending.append((producer, pseq, *taken, ts))
+        newest_of = self._newest
+        newest = newest_of.get(producer)
+        if newest is not None:
+            newest_of.move_to_end(producer)  # (least recently heard of first)
+            if pseq > newest:
+                newest_of[producer] = pseq
+        else:
+            newest_of[producer] = pseq
             self._pruned[producer] = pseq
             if len(self._newest) > MAX_PRODUCERS:
                 gone, _ = self._newest.popitem(last=False)
@@ -108,16 +116,13 @@ class Producers:
 
     def write(self) -> None:
         """Write the queued records (inside the store's transaction) and prune."""
-        pending, self._pending = self._pending, {}
+        pending, self._pending = self._pending, []
         forget, self._forget = self._forget, []
         db = self._db
         if pending:
-            db.executemany(
-                "INSERT OR REPLACE INTO producers VALUES (?,?,?,?,?,?,?)",
-                [(p, s, *taken, ts) for (p, s), (taken, ts) in pending.items()],
-            )
+            db.executemany("INSERT OR REPLACE INTO producers VALUES (?,?,?,?,?,?,?)", pending)
         newest, pruned = self._newest, self._pruned
-        for producer in {p for p, _ in pending}:
+        for producer in set(map(_first, pending)):  # (at C speed: one pass, few producers)
             top = newest.get(producer)
             if top is not None and top - pruned.get(producer, top) >= _PRUNE_EVERY:
                 db.execute(

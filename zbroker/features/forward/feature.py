@@ -72,6 +72,8 @@ class StoreAndForward(Feature):
         if pseq is None:
             self.pseq += 1
             pseq = self.pseq
+        if not sends:
+            return
         fw = self.fw
         # an idempotent publish's [producer, pseq] (m[9]) travels last, after the pseq
         head, tail = (msg, ()) if len(msg) == 9 else (msg[:9], msg[9:])
