@@ -46,8 +46,9 @@ def test_older_than_the_window_is_forgotten_and_pruned(tmp_path: Path) -> None:
     top = 2 * PRODUCER_WINDOW
     assert p.check(9, top - PRODUCER_WINDOW) is FORGOTTEN
     assert p.check(9, top - PRODUCER_WINDOW + 1) == taken(top - PRODUCER_WINDOW + 1)
-    (rows,) = store.db.execute("SELECT COUNT(*) FROM producers").fetchone()
-    assert PRODUCER_WINDOW <= rows <= PRODUCER_WINDOW + 256
+    # rows are runs (here one per commit, of 100): the sequences they cover are counted
+    (kept,) = store.db.execute("SELECT SUM(last - pseq + 1) FROM producers").fetchone()
+    assert PRODUCER_WINDOW <= kept <= PRODUCER_WINDOW + 256 + 100
 
 
 def test_producers_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,3 +81,34 @@ def test_pmsgs_entry_may_carry_a_producer() -> None:
         wire.check_pmsgs_entry([*entry, [7, 0]])
     with pytest.raises(ProtocolError):
         wire.check_pmsgs_entry([*entry, [7, 3], 1])
+
+
+def test_a_stream_of_publishes_is_stored_as_runs(tmp_path: Path) -> None:
+    """Consecutive pseqs taken as consecutive seqs (and retention seqs) share one row;
+    a gap, another producer or another seq step starts a new one; every pseq is exact."""
+    store = Store(tmp_path / "s.sqlite3")
+    p = store.producers
+    for s in range(1, 6):
+        p.record(7, s, ("N", 1, 100 + s, 10 + s), 1.0)  # 1..5: one run
+        p.record(8, s, ("N", 1, 200 + 2 * s, None), 1.0)  # seqs step by 2: a row each
+    p.record(7, 7, ("N", 1, 107, 17), 1.0)  # a gap in pseq: a new run
+    p.record(7, 8, ("N", 1, 109, 18), 1.0)  # seq jumps: a new run
+    p.record(7, 9, ("N", 1, 110, None), 1.0)  # no retention seq: a new run
+    p.record(7, 10, ("N", 1, 111, None), 1.0)
+    assert p.check(7, 3) == ("N", 1, 103, 13) and p.check(7, 6) is None  # in the pass
+    store.commit()
+    rows = store.db.execute("SELECT producer, COUNT(*) FROM producers GROUP BY producer")
+    assert dict(rows.fetchall()) == {7: 4, 8: 5}
+    store.close()
+    p = Store(tmp_path / "s.sqlite3").producers
+    assert [p.check(7, s) for s in range(1, 11)] == [
+        *[("N", 1, 100 + s, 10 + s) for s in range(1, 6)],
+        None,
+        ("N", 1, 107, 17),
+        ("N", 1, 109, 18),
+        ("N", 1, 110, None),
+        ("N", 1, 111, None),
+    ]
+    assert [p.check(8, s) for s in range(1, 6)] == [
+        ("N", 1, 200 + 2 * s, None) for s in range(1, 6)
+    ]

@@ -26,10 +26,12 @@ from ..node import Feature, Op, Request
 from ..node.context import Context
 from ..store.producers import FORGOTTEN, Producers
 from ..topics import validate_publish_topic
+from ..wire.frames import I64
 
 __all__ = ["PersistentPublish"]
 
 _time = time.time
+_I64 = I64
 
 
 class PersistentPublish(Feature):
@@ -49,8 +51,13 @@ class PersistentPublish(Feature):
         pseq: Any = get("pseq")
         try:
             _check(topic, payload, fmt, headers)
-            if producer is not None or pseq is not None:
-                wire.check_producer([producer, pseq])
+            if (producer is not None or pseq is not None) and not (
+                type(producer) is int
+                and type(pseq) is int
+                and 0 < producer < _I64
+                and 0 < pseq < _I64
+            ):
+                wire.check_producer([producer, pseq])  # (raises, saying what is wrong)
         except (ProtocolError, InvalidTopic) as exc:
             ctx.bad(ctx.source(req.ident), getattr(exc, "reason", "bad_topic"), str(exc))
             ctx.error(req, str(exc))

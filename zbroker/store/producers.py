@@ -8,8 +8,12 @@ from a link — with the message ID it has and, for one taken from the client, i
 log sequence, in the same store transaction as the message itself: a node restarted after
 the commit still recognises the retry, one killed before it took neither.
 
-Bounds (memory: one entry per producer; rows: at most ``PRODUCER_WINDOW + _PRUNE_EVERY``
-per producer):
+A row is a run: ``pseq .. last`` taken as ``seq .. seq + (last - pseq)`` (and retention
+sequences likewise, or none), so that a client's stream of publishes costs about a row per
+store pass, not one per message.
+
+Bounds (memory: one entry per producer; rows: runs covering at most
+``PRODUCER_WINDOW + _PRUNE_EVERY`` sequences per producer, and one that straddles that):
 
 * per producer, the sequences above ``newest - PRODUCER_WINDOW`` (``newest``: the highest
   taken): :meth:`Producers.check` answers exactly for them. An older one is
@@ -23,7 +27,7 @@ from __future__ import annotations
 import collections
 import operator
 import sqlite3
-from typing import Final
+from typing import Any, Final
 
 from ..wire.frames import PRODUCER_WINDOW
 
@@ -33,6 +37,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS producers (
     producer INTEGER NOT NULL,
     pseq     INTEGER NOT NULL,
+    last     INTEGER NOT NULL,
     origin   TEXT NOT NULL,
     inc      INTEGER NOT NULL,
     seq      INTEGER NOT NULL,
@@ -63,12 +68,13 @@ class Producers:
         self._newest: collections.OrderedDict[int, int] = collections.OrderedDict()
         self._pruned: dict[int, int] = {}  # producer -> newest when its rows were pruned
         for producer, newest in db.execute(
-            "SELECT producer, MAX(pseq) FROM producers GROUP BY producer ORDER BY MAX(ts)"
+            "SELECT producer, MAX(last) FROM producers GROUP BY producer ORDER BY MAX(ts)"
         ):
             self._newest[producer] = newest
             self._pruned[producer] = newest
-        # rows of this pass, as written (a list: no per-message dict or tuple key)
-        self._pending: list[tuple[int, int, str, int, int, int | None, float]] = []
+        # runs of this pass, as written: [producer, pseq, last, origin, inc, seq, retained, ts]
+        self._pending: list[list[Any]] = []
+        self._open: dict[int, list[Any]] = {}  # producer -> its run of this pass
         self._forget: list[int] = []
         #: retries and second copies recognised (answered or dropped, not stored again)
         self.duplicates = 0
@@ -84,19 +90,39 @@ class Producers:
             return None  # (the common case: no lookup)
         if pseq <= newest - PRODUCER_WINDOW:
             return FORGOTTEN
-        for row in reversed(self._pending):  # (a retry within the pass: rare)
-            if row[1] == pseq and row[0] == producer:
-                return row[2:6]
+        for run in reversed(self._pending):  # (a retry within the pass: rare)
+            if run[0] == producer and run[1] <= pseq <= run[2]:
+                return _at((run[1], *run[3:7]), pseq)
+        # (runs of one producer overlap only where one was taken again below the window)
         row = self._db.execute(
-            "SELECT origin, inc, seq, retained FROM producers WHERE producer=? AND pseq=?",
-            (producer, pseq),
+            "SELECT pseq, origin, inc, seq, retained FROM producers"
+            " WHERE producer=? AND pseq<=? AND last>=? ORDER BY pseq DESC LIMIT 1",
+            (producer, pseq, pseq),
         ).fetchone()
-        return None if row is None else (row[0], row[1], row[2], row[3])
+        return None if row is None else _at(row, pseq)
 
     def record(self, producer: int, pseq: int, taken: Taken, ts: float) -> None:
         """Queue the record that ``(producer, pseq)`` was taken as ``taken``; it is written
         in the pass's transaction, with the message."""
-        self._pending.append((producer, pseq, *taken, ts))
+        origin, inc, seq, retained = taken
+        run = self._open.get(producer)
+        if (
+            run is not None
+            and pseq == run[2] + 1
+            and seq - run[5] == pseq - run[1]
+            and inc == run[4]
+            and origin == run[3]
+            and (
+                retained - run[6] == pseq - run[1]
+                if retained is not None and run[6] is not None
+                else retained is run[6]  # (both None)
+            )
+        ):
+            run[2] = pseq  # the run goes on: no new row
+        else:
+            run = [producer, pseq, pseq, origin, inc, seq, retained, ts]
+            self._pending.append(run)
+            self._open[producer] = run
         newest_of = self._newest
         newest = newest_of.get(producer)
         if newest is not None:
@@ -117,19 +143,27 @@ class Producers:
     def write(self) -> None:
         """Write the queued records (inside the store's transaction) and prune."""
         pending, self._pending = self._pending, []
+        self._open.clear()
         forget, self._forget = self._forget, []
         db = self._db
         if pending:
-            db.executemany("INSERT OR REPLACE INTO producers VALUES (?,?,?,?,?,?,?)", pending)
+            db.executemany("INSERT OR REPLACE INTO producers VALUES (?,?,?,?,?,?,?,?)", pending)
         newest, pruned = self._newest, self._pruned
         for producer in set(map(_first, pending)):  # (at C speed: one pass, few producers)
             top = newest.get(producer)
             if top is not None and top - pruned.get(producer, top) >= _PRUNE_EVERY:
                 db.execute(
-                    "DELETE FROM producers WHERE producer=? AND pseq<=?",
+                    "DELETE FROM producers WHERE producer=? AND last<=?",
                     (producer, top - PRODUCER_WINDOW),
                 )
                 pruned[producer] = top
         for producer in forget:
             if producer not in newest:  # (not heard of again since)
                 db.execute("DELETE FROM producers WHERE producer=?", (producer,))
+
+
+def _at(run: Any, pseq: int) -> Taken:
+    """What ``pseq`` was taken as, in a run ``(pseq, origin, inc, seq, retained)``."""
+    k = pseq - run[0]
+    retained = run[4]
+    return (run[1], run[2], run[3] + k, None if retained is None else retained + k)
