@@ -43,10 +43,9 @@ import msgpack
 
 from .. import wire
 from ..errors import BrokerUnreachable, ClientClosed, PublishTimeout
-from .requests import reply_error
+from .requests import Requests, reply_error
 
 if TYPE_CHECKING:
-    from .requests import Requests
     from .sessions import Session
 
 __all__ = ["RETRY_AFTER", "Persistent"]
@@ -56,6 +55,7 @@ RETRY_AFTER = 1.0
 #: timed-out publishes remembered, so that publishing one again retries it
 _TIMED_OUT_KEPT = 1024
 _monotonic = time.monotonic
+_send_request = Requests.send
 
 
 @dataclass(eq=False, slots=True)
@@ -67,8 +67,6 @@ class _Unconfirmed:
     done: Future[Any]  # the caller's own Future
     deadline: float
     sent_at: float = 0.0
-    tries: list[int] | None = None  # request ids of its tries but the last (usually none)
-    req: int = 0  # request id of its last try
 
 
 class Persistent:
@@ -88,10 +86,9 @@ class Persistent:
         self._pseq = 0
         self._timed_out: collections.OrderedDict[bytes, int] = collections.OrderedDict()
         self._closed = False
-        # the client thread's: by pseq, and the request id of each try
+        # the client thread's: by pseq (every try's request id is -pseq: a reply to any
+        # try settles it, and no map of request ids is kept)
         self._unconfirmed: dict[int, _Unconfirmed] = {}
-        self._tries: dict[int, int] = {}  # request id -> pseq
-        self._requests: Requests | None = None
         self._newest = 0  # highest new pseq taken by the client thread
         #: lowest pseq not yet settled (the client thread writes, publishers read)
         self._oldest = 1
@@ -175,10 +172,6 @@ class Persistent:
 
     # -- the client thread -----------------------------------------------------------------
 
-    def use(self, requests: Requests) -> None:
-        """The client thread's requests (their ids, and how to send one)."""
-        self._requests = requests
-
     def submit(self, u: _Unconfirmed, session: Session | None) -> None:
         """A publish posted by a user thread: track it and send it (None: no node yet,
         :meth:`moved` sends it)."""
@@ -195,35 +188,20 @@ class Persistent:
         u.sent_at = now
         if session is None:
             return
-        requests = self._requests
-        assert requests is not None
-        req_id = requests.new_id()
-        if u.req:
-            if u.tries is None:
-                u.tries = []
-            u.tries.append(u.req)
-        u.req = req_id
-        self._tries[req_id] = u.seq
-        error = requests.send(session, req_id, wire.PUBLISH, u.body)
+        error = _send_request(session, -u.seq, wire.PUBLISH, u.body)
         if error is not None and not isinstance(error, BrokerUnreachable):
             self._settle(u.seq, None, error)  # (not sent: tried again after RETRY_AFTER)
 
     def reply(self, op: int, req_id: int, body: dict[str, Any]) -> None:
-        """The node's answer to a try: completes the caller's Future (ERROR: refused,
-        nothing of it was stored)."""
-        seq = self._tries.pop(req_id, None)
-        if seq is not None:
-            self._settle(seq, body, reply_error(op, body))
+        """The node's answer to a try (request id -pseq): completes the caller's Future
+        (ERROR: refused, nothing of it was stored)."""
+        if req_id < 0:
+            self._settle(-req_id, body, reply_error(op, body))
 
     def _settle(self, seq: int, result: Any, error: Exception | None) -> None:
         u = self._unconfirmed.pop(seq, None)
         if u is None:
             return  # settled by another try's answer
-        tries = self._tries
-        tries.pop(u.req, None)
-        if u.tries is not None:
-            for req_id in u.tries:
-                tries.pop(req_id, None)
         self._settled(seq)
         try:
             if error is None:

@@ -28,9 +28,8 @@ class Requests:
     ) -> None:
         self._timeout = timeout
         self._ids = itertools.count(1)
-        #: new request ids (also for requests whose replies go to ``other``)
-        self.new_id = self._ids.__next__
-        self._other = other  # replies to requests not made here (persistent publishes)
+        # replies to requests not made here (persistent publishes: negative ids)
+        self._other = other
         self._pending: dict[int, tuple[Future[Any], float]] = {}  # req id -> (fut, deadline)
         self._waiting: list[tuple[int, int, dict[str, Any]]] = []  # requests with no node yet
 

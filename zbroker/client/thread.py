@@ -65,7 +65,6 @@ class ClientThread:
         self.subscriber = Subscriber(ctx, hwm, callbacks)
         self._persistent = persistent = publisher.persistent
         self._requests = Requests(settings.timeout, persistent.reply)
-        persistent.use(self._requests)
         self._poller = zmq.Poller()
         self._sessions = Sessions(ctx, locator, credentials, settings, self._poller, self)
         self._ready_deadline = 0.0

@@ -68,7 +68,12 @@ class PersistentPublish(Feature):
             store = ctx.store
             if store is not None:
                 producers = store.producers
-                if self._retried(req, producers, producer, pseq):
+                top = producers.newest.get(producer)
+                if (
+                    top is not None
+                    and pseq <= top
+                    and self._retried(req, producers, producer, pseq)
+                ):
                     return
         refusal = ctx.admit({topic: [1, len(payload) + len(topic)]}, batch=False)
         if refusal is not None:

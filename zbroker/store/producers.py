@@ -65,12 +65,14 @@ class Producers:
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
-        self._newest: collections.OrderedDict[int, int] = collections.OrderedDict()
+        #: the newest pseq taken per producer (least recently heard of first); a pseq
+        #: above it was never taken (the common case, tested without a call)
+        self.newest: collections.OrderedDict[int, int] = collections.OrderedDict()
         self._pruned: dict[int, int] = {}  # producer -> newest when its rows were pruned
         for producer, newest in db.execute(
             "SELECT producer, MAX(last) FROM producers GROUP BY producer ORDER BY MAX(ts)"
         ):
-            self._newest[producer] = newest
+            self.newest[producer] = newest
             self._pruned[producer] = newest
         # runs of this pass, as written: [producer, pseq, last, origin, inc, seq, retained, ts]
         self._pending: list[list[Any]] = []
@@ -80,12 +82,12 @@ class Producers:
         self.duplicates = 0
 
     def __len__(self) -> int:
-        return len(self._newest)
+        return len(self.newest)
 
     def check(self, producer: int, pseq: int) -> Taken | None:
         """What ``(producer, pseq)`` was taken as; None if it never was; :data:`FORGOTTEN`
         if it is older than the window (it may have been)."""
-        newest = self._newest.get(producer)
+        newest = self.newest.get(producer)
         if newest is None or pseq > newest:
             return None  # (the common case: no lookup)
         if pseq <= newest - PRODUCER_WINDOW:
@@ -123,7 +125,7 @@ class Producers:
             run = [producer, pseq, pseq, origin, inc, seq, retained, ts]
             self._pending.append(run)
             self._open[producer] = run
-        newest_of = self._newest
+        newest_of = self.newest
         newest = newest_of.get(producer)
         if newest is not None:
             newest_of.move_to_end(producer)  # (least recently heard of first)
@@ -132,8 +134,8 @@ class Producers:
         else:
             newest_of[producer] = pseq
             self._pruned[producer] = pseq
-            if len(self._newest) > MAX_PRODUCERS:
-                gone, _ = self._newest.popitem(last=False)
+            if len(self.newest) > MAX_PRODUCERS:
+                gone, _ = self.newest.popitem(last=False)
                 self._pruned.pop(gone, None)
                 self._forget.append(gone)
 
@@ -148,7 +150,7 @@ class Producers:
         db = self._db
         if pending:
             db.executemany("INSERT OR REPLACE INTO producers VALUES (?,?,?,?,?,?,?,?)", pending)
-        newest, pruned = self._newest, self._pruned
+        newest, pruned = self.newest, self._pruned
         for producer in set(map(_first, pending)):  # (at C speed: one pass, few producers)
             top = newest.get(producer)
             if top is not None and top - pruned.get(producer, top) >= _PRUNE_EVERY:
