@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_ready, wait_until
-from zbroker import Broker, Client, PublishTimeout, RequestError, wire
+from zbroker import Broker, Client, ClientClosed, PublishTimeout, RequestError, wire
 from zbroker.store import RetainRule
 
 WAIT = 30.0
@@ -322,3 +322,20 @@ def test_retry_after_failover_is_stored_once(
     assert c_status["store"]["retained_rows"] == 1
     assert nodes.retained("A") == 1
     assert nodes.retained("B") == (1 if case == "other_node_has_it" else 0)
+
+
+def test_close_fails_what_is_unconfirmed(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    """A persistent publish still unconfirmed when its client closes fails with
+    ClientClosed (it may have been stored), as does one posted and never taken."""
+    broker = broker_factory(broker_id="I", retain=(RetainRule("IP.>"),))
+    pub = client_factory(broker.endpoint, publish_timeout=WAIT)
+    LostReplies(pub, dropping=-1)
+    futures = [pub.publish("IP.X", b"%d" % i, persistent=True) for i in range(50)]
+    started = time.monotonic()
+    pub.close()
+    for f in futures:
+        with pytest.raises(ClientClosed):
+            f.result(WAIT)
+    assert time.monotonic() - started < WAIT / 2

@@ -33,7 +33,7 @@ import collections
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -249,13 +249,17 @@ class Persistent:
         for u in list(self._unconfirmed.values()):
             self._send(u, session, now)
 
-    def stopped(self) -> None:
-        """The client thread stops: what is unconfirmed fails with ClientClosed."""
-        for seq in list(self._unconfirmed):
-            self._settle(seq, None, ClientClosed("client closed before the node confirmed"))
-        with self._lock:
+    def stopped(self, queued: Callable[[], Iterable[Any]]) -> None:
+        """The client thread stops: no publish is posted any more, and what is unconfirmed
+        (``queued``: the commands it never took) fails with ClientClosed."""
+        with self._lock:  # (a publish posts under it, after looking at _closed)
             self._closed = True
             self._room_freed.notify_all()
+        for name, u, _ in queued():
+            if name == "persistent":
+                self._unconfirmed.setdefault(u.seq, u)
+        for seq in list(self._unconfirmed):
+            self._settle(seq, None, ClientClosed("client closed before the node confirmed"))
 
 
 def _content(body: dict[str, Any]) -> bytes:

@@ -93,7 +93,7 @@ class ClientThread:
             else:
                 log.exception("client thread crashed")
         finally:
-            self._persistent.stopped()
+            self._persistent.stopped(self._channel.commands)
             self._sessions.close()
             cmd.close()
             self.subscriber.close()
