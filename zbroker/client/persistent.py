@@ -195,14 +195,26 @@ class Persistent:
     def reply(self, op: int, req_id: int, body: dict[str, Any]) -> None:
         """The node's answer to a try (request id -pseq): completes the caller's Future
         (ERROR: refused, nothing of it was stored)."""
-        if req_id < 0:
-            self._settle(-req_id, body, reply_error(op, body))
+        # (inline, not through _settle: one call per confirmation on the client thread)
+        u = self._unconfirmed.pop(-req_id, None) if req_id < 0 else None
+        if u is None:
+            return  # settled by another try's answer
+        if u.seq == self._oldest:
+            self._settled(u.seq)
+        try:
+            if op == wire.ERROR:
+                u.done.set_exception(reply_error(body))
+            else:
+                u.done.set_result(body)
+        except InvalidStateError:
+            pass  # given up at its deadline by the caller, or cancelled
 
     def _settle(self, seq: int, result: Any, error: Exception | None) -> None:
         u = self._unconfirmed.pop(seq, None)
         if u is None:
             return  # settled by another try's answer
-        self._settled(seq)
+        if seq == self._oldest:
+            self._settled(seq)
         try:
             if error is None:
                 u.done.set_result(result)
@@ -212,9 +224,8 @@ class Persistent:
             pass  # given up at its deadline by the caller, or cancelled
 
     def _settled(self, seq: int) -> None:
-        """``seq`` is no longer unconfirmed: move the oldest on, wake who waits for room."""
-        if seq != self._oldest:
-            return
+        """``seq``, the oldest, is no longer unconfirmed: move the oldest on, wake who
+        waits for room."""
         unconfirmed, newest = self._unconfirmed, self._newest
         while seq <= newest and seq not in unconfirmed:
             seq += 1
@@ -231,10 +242,12 @@ class Persistent:
         resend, over = [], []
         retry_before = now - RETRY_AFTER
         for u in self._unconfirmed.values():
-            if u.deadline <= now or u.done.done():
-                over.append(u)
-            elif u.sent_at <= retry_before:
-                resend.append(u)
+            # (a Future its caller settled is dropped once due: no lock per look)
+            if u.sent_at <= retry_before or u.deadline <= now:
+                if u.deadline <= now or u.done.done():
+                    over.append(u)
+                else:
+                    resend.append(u)
         for u in over:
             if not u.done.done():
                 self._give_up(u)

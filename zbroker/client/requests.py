@@ -108,6 +108,6 @@ def _error(body: dict[str, Any]) -> RequestError:
     return error(text)
 
 
-def reply_error(op: int, body: dict[str, Any]) -> Exception | None:
-    """The error a reply carries (None: it is no ERROR)."""
-    return _error(body) if op == ERROR else None
+def reply_error(body: dict[str, Any]) -> RequestError:
+    """The error an ERROR reply carries."""
+    return _error(body)

@@ -160,7 +160,9 @@ class ClientThread:
 
     def _on_commands(self) -> None:
         for name, arg, fut in self._channel.commands():
-            if name == "stop":
+            if name == "persistent":  # (first: the one a flood of persistent publishes sends)
+                self._persistent.submit(arg, self._sessions.primary)
+            elif name == "stop":
                 self._running = False
             elif name == "sub":
                 assert fut is not None
@@ -178,8 +180,6 @@ class ClientThread:
             elif name == "req":
                 assert fut is not None
                 self._requests.submit(arg[0], arg[1], fut, self._sessions.primary)
-            elif name == "persistent":
-                self._persistent.submit(arg, self._sessions.primary)
 
     # -- SessionEvents -------------------------------------------------------------------
 
