@@ -116,7 +116,7 @@ class Client:
             credentials=self._credentials,
             check=self._check,
             wake=self._channel.wake,
-            request=self._submit,
+            post=self._post_persistent,
         )
         # the hot path: ``client.publish`` resolves straight to the publisher's method,
         # so a publish costs no call more than the publisher's own (see Client.publish)
@@ -374,6 +374,14 @@ class Client:
             raise ClientClosed("the client's thread has stopped (see the log); close the client")
         self._channel.post((name, arg, fut))
         return fut
+
+    def _post_persistent(self, publish: Any) -> None:
+        """A persistent publish to the client thread (its Future is the caller's own)."""
+        if self._closed:
+            raise ClientClosed("client is closed")
+        if not self._thread.is_alive():
+            raise ClientClosed("the client's thread has stopped (see the log); close the client")
+        self._channel.post(("persistent", publish, None))
 
     def _submit(self, op: int, body: dict[str, Any]) -> Future[Any]:
         """A control request; its future resolves with the reply."""

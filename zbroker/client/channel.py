@@ -19,7 +19,7 @@ import zmq
 
 __all__ = ["Channel", "Command"]
 
-#: (name, argument, future or None): "stop", "sub", "unsub", "send" or "req"
+#: (name, argument, future or None): "stop", "sub", "unsub", "send", "req" or "persistent"
 Command = tuple[str, Any, "Future[Any] | None"]
 
 

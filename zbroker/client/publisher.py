@@ -9,7 +9,8 @@ the node that answered (:meth:`Publisher.attach`); a lone publish leaves at once
 
 With ``fanout`` every frame goes to every node's own PUSH socket instead (no batches).
 Persistent publishes are control requests: they go through the client thread, after
-whatever this publisher still holds.
+whatever this publisher still holds, as an idempotent producer (:mod:`.persistent`: sent
+again until confirmed, stored once).
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -32,6 +31,7 @@ from ..errors import ClientClosed, PayloadError, PublishTimeout
 from ..topics import validate_publish_topic
 from .credentials import Credentials
 from .messages import encode_payload
+from .persistent import Persistent
 
 if TYPE_CHECKING:
     from .fanout import Fanout
@@ -76,7 +76,7 @@ class Publisher:
         credentials: Credentials,
         check: Callable[[str, str], None],
         wake: Callable[[], None],
-        request: Callable[[int, dict[str, Any]], Future[Any]],
+        post: Callable[[Any], None],
     ) -> None:
         self._address = address  # for error messages
         self._timeout = publish_timeout
@@ -84,7 +84,11 @@ class Publisher:
         self._credentials = credentials
         self._check = check  # raises PermissionDenied for a topic the node does not allow
         self._wake = wake  # wakes the client thread (to send a batch's tail)
-        self._request = request  # a control request through the client thread
+        # persistent publishes: control requests through the client thread, until confirmed
+        #: persistent publishes (through the client thread, until confirmed)
+        self.persistent = Persistent(post, address=address, timeout=publish_timeout)
+        #: this client's producer id (idempotent persistent publishes)
+        self.producer = self.persistent.producer
         self._lock = threading.Lock()
         self._closed = False
         # msgpack fixarray(4) + the topic: the constant start of every frame on it
@@ -299,15 +303,7 @@ class Publisher:
         with self._lock:
             if self._batch and not self._closed:
                 self._flush_batch(_monotonic())  # what was published before goes first
-        fut = self._request(wire.PUBLISH, body)
-        if not wait:
-            return fut
-        try:
-            return fut.result(self._timeout)
-        except FutureTimeout:
-            raise PublishTimeout(
-                f"node at {self._address} did not confirm the message within {self._timeout:g} s"
-            ) from None
+        return self.persistent.publish(body, wait=wait)
 
     # -- connections (the client thread) -------------------------------------------------
 
@@ -363,6 +359,7 @@ class Publisher:
 
     def close(self, linger: int | None = None) -> None:
         """Close every socket (``linger`` None: each socket's own, publish_timeout)."""
+        self.persistent.close()
         with self._lock:
             self._closed = True
             self._push.close(linger=linger)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -16,15 +17,19 @@ from ..errors import BrokerUnreachable, PayloadError, PermissionDenied, RequestE
 from ..wire import ERROR, encode_control
 from .sessions import Session
 
-__all__ = ["Requests"]
+__all__ = ["Requests", "reply_error"]
 
 
 class Requests:
     """Requests sent (or waiting for a node) and the futures of their callers."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(
+        self, timeout: float, other: Callable[[int, int, dict[str, Any]], None] | None = None
+    ) -> None:
         self._timeout = timeout
         self._ids = itertools.count(1)
+        # replies to requests not made here (persistent publishes: negative ids)
+        self._other = other
         self._pending: dict[int, tuple[Future[Any], float]] = {}  # req id -> (fut, deadline)
         self._waiting: list[tuple[int, int, dict[str, Any]]] = []  # requests with no node yet
 
@@ -45,7 +50,16 @@ class Requests:
         self._waiting.clear()
 
     def _send(self, session: Session, req_id: int, op: int, body: Any) -> None:
-        """Send a pending request, or fail it at once: a request over the node's
+        """Send a pending request, or fail it at once."""
+        error = self.send(session, req_id, op, body)
+        if error is not None:
+            pending = self._pending.pop(req_id, None)
+            if pending is not None and not pending[0].done():
+                pending[0].set_exception(error)
+
+    @staticmethod
+    def send(session: Session, req_id: int, op: int, body: Any) -> Exception | None:
+        """Send a request; None, or why it was not sent: a request over the node's
         max_frame_bytes is counted and dropped there without a reply, so it would only
         have waited out the client's timeout as if the node were gone; one that cannot
         be encoded must not take the client thread down with it."""
@@ -61,23 +75,21 @@ class Requests:
                     "(its max_frame_bytes)"
                 )
             elif session.send(frame):
-                return
+                return None
             else:
                 error = BrokerUnreachable("the request could not be sent")
-        pending = self._pending.pop(req_id, None)
-        if pending is not None and not pending[0].done():
-            pending[0].set_exception(error)
+        return error
 
     def reply(self, op: int, req_id: int, body: dict[str, Any]) -> None:
         """A reply came: resolve its request's future (ERROR: with the node's error)."""
         entry = self._pending.pop(req_id, None)
         if entry is None:
+            if self._other is not None:
+                self._other(op, req_id, body)
             return
         fut = entry[0]
         if op == ERROR:
-            text = str(body.get("message", "request failed"))
-            error = PermissionDenied if text.startswith("permission denied") else RequestError
-            fut.set_exception(error(text))
+            fut.set_exception(_error(body))
         else:
             fut.set_result(body)
 
@@ -88,3 +100,14 @@ class Requests:
                 self._waiting = [w for w in self._waiting if w[0] != req_id]
                 if not fut.done():
                     fut.set_exception(BrokerUnreachable("the node did not answer in time"))
+
+
+def _error(body: dict[str, Any]) -> RequestError:
+    text = str(body.get("message", "request failed"))
+    error = PermissionDenied if text.startswith("permission denied") else RequestError
+    return error(text)
+
+
+def reply_error(body: dict[str, Any]) -> RequestError:
+    """The error an ERROR reply carries."""
+    return _error(body)

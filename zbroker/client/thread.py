@@ -69,7 +69,8 @@ class ClientThread:
         self.hello: dict[str, Any] = {}
         self.ready: Future[dict[str, Any]] = Future()
         self.subscriber = Subscriber(ctx, hwm, callbacks)
-        self._requests = Requests(settings.timeout)
+        self._persistent = persistent = publisher.persistent
+        self._requests = Requests(settings.timeout, persistent.reply)
         self._poller = zmq.Poller()
         self._sessions = Sessions(ctx, locator, credentials, settings, self._poller, self)
         self._ready_deadline = 0.0
@@ -98,6 +99,7 @@ class ClientThread:
             else:
                 log.exception("client thread crashed")
         finally:
+            self._persistent.stopped(self._channel.commands)
             self._sessions.close()
             cmd.close()
             self.subscriber.close()
@@ -143,6 +145,7 @@ class ClientThread:
         if not self.ready.done():
             self._check_ready(now, alive)
         self._requests.expire(now)
+        self._persistent.sweep(now, primary)
 
     def _check_ready(self, now: float, alive: set[str]) -> None:
         s = self._settings
@@ -170,7 +173,9 @@ class ClientThread:
 
     def _on_commands(self) -> None:
         for name, arg, fut in self._channel.commands():
-            if name == "stop":
+            if name == "persistent":  # (first: the one a flood of persistent publishes sends)
+                self._persistent.submit(arg, self._sessions.primary)
+            elif name == "stop":
                 self._running = False
             elif name == "sub":
                 assert fut is not None
@@ -214,6 +219,7 @@ class ClientThread:
         if self.ready.done():
             log.info("connected to node %s at %s", session.hello.get("broker_id"), session.endpoint)
         self._requests.send_waiting(session)
+        self._persistent.moved(session)  # what waits for confirmation: to this node now
         if self.ready.done():
             self._durables.reattach(session)
 

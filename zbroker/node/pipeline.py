@@ -46,7 +46,8 @@ __all__ = ["Pipeline", "Send"]
 
 #: a route's send: (link id, targets of that branch or None, copies)
 Send = tuple[str, tuple[str, ...] | None, int]
-#: the store-and-forward hook: (sends, message fields up to its path, pseq or None)
+#: the store-and-forward hook: (sends, message fields up to its path [and its
+#: [producer, pseq]], pseq or None)
 Persist = Callable[[list[Send], list[Any], "int | None"], None]
 #: msgpack of (uint64 seq, float64 ts): the last two envelope fields, in one struct call
 _ENVELOPE_TAIL = struct.Struct(">BQBd")
@@ -255,12 +256,18 @@ class Pipeline:
     # -- ingress 3: messages that start here, and persistent messages taken -----------------
 
     def originate(
-        self, rows: list[tuple[str, bytes, int, Any]], *, persistent: bool, receipt: bool = False
+        self,
+        rows: list[tuple[str, bytes, int, Any]],
+        *,
+        persistent: bool,
+        receipt: bool = False,
+        producer: list[int] | None = None,
     ) -> list[int]:
         """Publish checked messages ``(topic, payload, fmt, headers)`` that start here;
         ``persistent``: across links by store-and-forward. Returns their message seqs;
         with ``receipt``, what sinks reported of each (a retention log seq...) is in
-        :attr:`receipts` until the next call."""
+        :attr:`receipts` until the next call. ``producer``: the ``[producer, pseq]`` of
+        an idempotent persistent publish (one row), carried with it to the next nodes."""
         me, inc = self._me, self._inc
         seqs = []
         taken = []
@@ -269,6 +276,8 @@ class Pipeline:
             seq = self._counters.seq
             seqs.append(seq)
             taken.append([topic, payload, fmt, headers, me, inc, seq, time.time(), [me]])
+        if producer is not None:
+            taken[0].append(producer)  # (the store-and-forward hook reads it: m[9])
         self._counters.received += len(rows)
         self.receipts = {seq: {} for seq in seqs} if receipt else {}
         self.take(taken, None if persistent else (), persistent=persistent)
@@ -282,9 +291,10 @@ class Pipeline:
         persistent: bool,
     ) -> None:
         """Route, sink and deliver checked messages ``[topic, payload, fmt, headers,
-        origin, inc, seq, ts, path forwarded]``. ``routing``: per message (path it came
-        by, targets, pseq) for persistent messages taken from a link; None or () for
-        messages that start here (None: persistent, numbered by the hook)."""
+        origin, inc, seq, ts, path forwarded]`` (a persistent one may end with its
+        ``[producer, pseq]``, for the store-and-forward hook). ``routing``: per message
+        (path it came by, targets, pseq) for persistent messages taken from a link; None
+        or () for messages that start here (None: persistent, numbered by the hook)."""
         route = self._engine.route
         persist = self.persist if persistent else None
         interest = self._interest

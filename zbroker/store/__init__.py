@@ -10,6 +10,8 @@ per table family.
   persistent messages per directed link (the logic is :mod:`zbroker.forward`'s);
 * :mod:`~zbroker.store.batches` -- **writer batches** (``writer_batches``): staged writes
   already applied, so a batch Spark replays is applied once;
+* :mod:`~zbroker.store.producers` -- **idempotent producers** (``producers``): the
+  ``(producer, pseq)`` of persistent publishes taken, so a retry is not stored twice;
 * :mod:`~zbroker.store.meta` -- the ``meta`` table (the sequence, expiry watermarks, drop
   counters); :mod:`~zbroker.store.bounds` -- what the bounded tables share;
 * :mod:`~zbroker.store.db` -- the connection and its transactions;

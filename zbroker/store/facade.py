@@ -12,20 +12,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import batches, db, durables, link_queues, meta, retention
+from . import batches, db, durables, link_queues, meta, producers, retention
 from .batches import WriterBatches
 from .durables import DurableQueues
 from .link_queues import LinkQueues
+from .producers import Producers
 from .retention import RetainRule, RetentionLog
 
 __all__ = ["Store"]
 
-_SCHEMAS = (retention.SCHEMA, meta.SCHEMA, durables.SCHEMA, batches.SCHEMA, link_queues.SCHEMA)
+_SCHEMAS = (
+    retention.SCHEMA,
+    meta.SCHEMA,
+    durables.SCHEMA,
+    batches.SCHEMA,
+    link_queues.SCHEMA,
+    producers.SCHEMA,
+)
 
 
 class Store:
     """SQLite-backed store of one node: retention log, durable queues, link queues, writer
-    batches (used by the node's I/O thread only)."""
+    batches, idempotent producers (used by the node's I/O thread only)."""
 
     def __init__(
         self, path: Path, rules: tuple[RetainRule, ...] = (), *, fsync: bool = False
@@ -68,6 +76,8 @@ class Store:
         self.writer_batches = wb = WriterBatches(self.db)
         self.batch_applied = wb.applied
         self.record_batch = wb.record
+        #: the (producer, pseq) of idempotent persistent publishes taken
+        self.producers = Producers(self.db)
 
     @property
     def last_seq(self) -> int:
@@ -97,6 +107,7 @@ class Store:
             or self.durable_queues.dirty()
             or self.link_queues.dirty()
             or self.writer_batches.dirty()
+            or self.producers.dirty()
             or self.drops.dirty()
         ):
             return 0
@@ -105,6 +116,7 @@ class Store:
             # counts, which every trim adds to
             queued = self.durable_queues.write()
             self.writer_batches.write()
+            self.producers.write()
             queued += self.link_queues.write()
             retained = self.retention.write()
             self.drops.write(self.db)

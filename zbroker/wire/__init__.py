@@ -26,7 +26,14 @@ from .delivery import (
     encode_delivery_batch,
     encode_delivery_body,
 )
-from .forward import check_pmsgs_entry, decode_pack, decode_pmsgs, encode_pmsgs, pmsgs_lseq
+from .forward import (
+    check_pmsgs_entry,
+    check_producer,
+    decode_pack,
+    decode_pmsgs,
+    encode_pmsgs,
+    pmsgs_lseq,
+)
 from .frames import (
     ADVERT,
     BYE,
@@ -54,6 +61,7 @@ from .frames import (
     PEERS,
     PING,
     PMSGS,
+    PRODUCER_WINDOW,
     PUBLISH,
     READ,
     ROUTES,
@@ -108,6 +116,7 @@ __all__ = [
     "PEERS",
     "PING",
     "PMSGS",
+    "PRODUCER_WINDOW",
     "PUBLISH",
     "READ",
     "ROUTES",
@@ -121,6 +130,7 @@ __all__ = [
     "check_link_msg",
     "check_msgs",
     "check_pmsgs_entry",
+    "check_producer",
     "check_publishes",
     "decode_advert",
     "decode_advert_sticky",

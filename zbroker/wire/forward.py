@@ -2,7 +2,8 @@
 cumulative acknowledgement).
 
 Layouts and the meaning of epoch, base, lseq and pseq are in :mod:`.frames`. A PMSGS entry
-is a MSGS entry (:func:`~.link.check_link_msg`) between its lseq and its pseq.
+is a MSGS entry (:func:`~.link.check_link_msg`) between its lseq and its pseq, optionally
+followed by the ``[producer, pseq]`` of an idempotent publish.
 """
 
 from __future__ import annotations
@@ -46,13 +47,28 @@ def check_pmsgs_entry(m: Any) -> int:
     pseq = m[11]
     if type(pseq) is not int or not 0 <= pseq < 1 << 63:
         raise ProtocolError("bad_type", "PMSGS pseq must be a non-negative integer")
+    if len(m) == 13:
+        check_producer(m[12])
     return lseq
+
+
+def check_producer(value: Any) -> None:
+    """Check an idempotent publish's ``[producer, pseq]`` (raises ProtocolError)."""
+    if (
+        type(value) is not list
+        or len(value) != 2
+        or type(value[0]) is not int
+        or type(value[1]) is not int
+        or not 1 <= value[0] < 1 << 63
+        or not 1 <= value[1] < 1 << 63
+    ):
+        raise ProtocolError("bad_type", "producer must be [producer, pseq], integers in 1..2^63-1")
 
 
 def pmsgs_lseq(m: Any) -> int:
     """The link sequence of a PMSGS entry (raises ProtocolError if it has none)."""
-    if type(m) is not list or len(m) != 12:
-        raise ProtocolError("bad_shape", "PMSGS entry must be a 12-element array")
+    if type(m) is not list or not 12 <= len(m) <= 13:
+        raise ProtocolError("bad_shape", "PMSGS entry must be a 12- or 13-element array")
     lseq = m[0]
     if type(lseq) is not int or not 1 <= lseq < 1 << 63:
         raise ProtocolError("bad_type", "PMSGS lseq must be a positive integer")

@@ -76,9 +76,17 @@ GAPS       13     one-way ``{pattern: missed, ...}``: deliveries a subscriber's 
 ROUTES     4      request ``{pattern?: str}``; reply ``{routes: [{pattern, origin, path,
                   hops, link}]}``
 PEERS      5      request ``{}``; reply ``{peers: [{id, found_by, state, endpoint, links}]}``
-PUBLISH    6      request ``{topic, payload, fmt, headers}``: a persistent publish; the
-                  reply ``{id: [origin, incarnation, seq], retained_seq}`` comes after the
-                  node's store committed it
+PUBLISH    6      request ``{topic, payload, fmt, headers, producer?, pseq?}``: a
+                  persistent publish; the reply ``{id: [origin, incarnation, seq],
+                  retained_seq}`` comes after the node's store committed it.
+                  ``producer`` (int, 1..2^63-1, random per client) and ``pseq`` (int >= 1,
+                  numbering that client's persistent publishes) make it idempotent: a
+                  ``(producer, pseq)`` the node took already is not stored again, and
+                  is answered ``{id, retained_seq, duplicate: true}`` with the first
+                  answer's values (``retained_seq`` null if this node had the message
+                  from a link). One older than the node's last
+                  :data:`PRODUCER_WINDOW` of that producer gets an ``ERROR`` (it may
+                  have been stored: the node cannot tell)
 READ       7      request ``{pattern, start, end?, limit}``: the retention log range
                   ``start <= seq < end``; reply ``{rows: [[seq, topic, payload, fmt,
                   headers, origin, incarnation, origin_seq, ts]], first_seq, last_seq,
@@ -127,7 +135,8 @@ types 16 and up, so the ROUTER tells them from control requests by the first ele
                          path: [str], targets: [str] | nil], ...]]
     BYE           [22, {reason: str}]
     PMSGS         [25, epoch: int, base: int, [[lseq, topic, payload, fmt, headers, origin,
-                         incarnation, seq, ts, path: [str], targets: [str] | nil, pseq], ...]]
+                         incarnation, seq, ts, path: [str], targets: [str] | nil, pseq,
+                         producer?: [producer, pseq]], ...]]
     PACK          [26, epoch: int, upto: int]
 
 ``ADVERT`` carries interest entries (``path`` nil withdraws; ``full`` replaces the
@@ -146,7 +155,10 @@ outbound queue for this link (random, made with the queue), ``lseq`` numbers its
 (1, 2, ... per queue; the receiver takes them strictly in order), ``base`` is the sender's
 oldest entry still held (entries below it that the receiver lacks were dropped by the
 queue's bounds: it stops waiting for them), ``pseq`` numbers the origin's persistent
-messages (per incarnation; the receiver's persistent dedupe key). ``PACK`` is the
+messages (per incarnation; the receiver's persistent dedupe key). The optional 13th
+element is the ``[producer, pseq]`` of an idempotent PUBLISH (above): every node that takes
+the message records it, so a second copy of the same publish (a client's retry through
+another node after a failover) is dropped at any node that took the first. ``PACK`` is the
 receiver's cumulative answer, sent after the commit that stored every entry up to ``upto``
 of that epoch; the sender then deletes them.
 """
@@ -219,6 +231,10 @@ DELIVERY_BATCH_BYTES = 64 * 1024
 #: collides with a real subscription.
 SYNC_PREFIX = b"\x02"
 
+
+#: sequences of a producer a node remembers (see PUBLISH above); a client keeps its
+#: unconfirmed persistent publishes within this span of sequences
+PRODUCER_WINDOW = 1000
 
 #: bounds of numbers that reach SQLite (INTEGER is signed 64-bit; ts must be finite)
 I64 = 1 << 63

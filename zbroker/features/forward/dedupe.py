@@ -1,6 +1,8 @@
 """Dedupe of persistent messages by ``(origin, incarnation, pseq)``: only another path
 (a route change in a mesh) repeats a persistent message once store-and-forward has taken
-it exactly once per link; this drops those repeats."""
+it exactly once per link; this drops those repeats. (The two copies of one idempotent
+publish that a client sent through two nodes have two origins: they are told apart by
+their ``(producer, pseq)``, recorded in the store: :mod:`zbroker.store.producers`.)"""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ from ...links.flush import too_large
 from ...links.state import Link, LinkState, link_key
 from ...node import Feature, Refusal
 from ...node.context import Context
+from ...store.producers import FORGOTTEN
 from ...topics import validate_topic
 from .dedupe import PersistentDedupe
 from .queues import Forwarder
@@ -46,6 +47,8 @@ class StoreAndForward(Feature):
         self.pdedupe = PersistentDedupe()  # persistent messages: by (origin, inc, pseq)
         self.pseq = 0  # persistent messages originated in this incarnation
         self._pack_due: dict[Link, None] = {}  # inbound links to acknowledge after commit
+        self.producer_duplicates = 0  # second copies of an idempotent publish dropped
+        self.producer_unknown = 0  # copies older than the producer window: taken
 
     def attach(self, ctx: Context) -> None:
         self._ctx = ctx
@@ -69,11 +72,16 @@ class StoreAndForward(Feature):
         if pseq is None:
             self.pseq += 1
             pseq = self.pseq
+        if not sends:
+            return
         fw = self.fw
+        # an idempotent publish's [producer, pseq] (m[9]) travels last, after the pseq
+        head, tail = (msg, ()) if len(msg) == 9 else (msg[:9], msg[9:])
         for link_id, targets, _copies in sends:
             # one copy per link even with conduit off: the receiver's dedupe would fold the
             # others, and a stored copy is not free
-            if not fw.put(link_id, [*msg, None if targets is None else list(targets), pseq]):
+            entry = [*head, None if targets is None else list(targets), pseq, *tail]
+            if not fw.put(link_id, entry):
                 self._ctx.drop("forward_no_queue")
 
     def _full(self, sends: list[Send], n: int, size: int) -> str | None:
@@ -181,7 +189,7 @@ class StoreAndForward(Feature):
         ctx = self._ctx
         try:
             wire.check_pmsgs_entry(m)  # (a MSGS entry's rules, but the topic's)
-            (_, topic, payload, fmt, headers, origin, inc, seq, ts, path, targets, pseq) = m
+            (_, topic, payload, fmt, headers, origin, inc, seq, ts, path, targets, pseq) = m[:12]
             validate_topic(topic)
         except ProtocolError as exc:
             ctx.bad(link.source, exc.reason, exc.detail)
@@ -195,8 +203,31 @@ class StoreAndForward(Feature):
         if self.pdedupe.seen(origin, inc, pseq):
             return None  # the same message by another path
         msg = [topic, payload, fmt, headers, origin, inc, seq, ts, [*path, ctx.broker_id]]
+        if len(m) == 13 and not self._first_copy(m[12], msg):
+            return None  # the same publish, sent again by its client through another node
         key_targets = None if targets is None else tuple(targets)
         return msg, (tuple(path), key_targets, pseq)
+
+    def _first_copy(self, producer: list[int], msg: list[Any]) -> bool:
+        """An idempotent publish's copy: False if this node took that ``(producer, pseq)``
+        already (a client retried it through another node: the second copy); otherwise it
+        is recorded with the message (same transaction) and carried on (``msg[9]``).
+        One older than the window cannot be told apart and is taken (it may be a backlog
+        that waited in a queue while its producer went on through another node)."""
+        store = self._ctx.store
+        assert store is not None
+        producers = store.producers
+        taken = producers.check(producer[0], producer[1])
+        if taken is FORGOTTEN:
+            self.producer_unknown += 1
+        elif taken is not None:
+            producers.duplicates += 1
+            self.producer_duplicates += 1
+            return False
+        else:
+            producers.record(producer[0], producer[1], (msg[4], msg[5], msg[6], None), msg[7])
+        msg.append(producer)
+        return True
 
     # -- links and the pass -------------------------------------------------------------------
 
@@ -252,4 +283,9 @@ class StoreAndForward(Feature):
         expire_sticky_routes(self._ctx, self.fw, now)
 
     def status(self, out: dict[str, Any]) -> None:
-        out["forward"] = {**self.fw.stats(), "sticky_ghost_links": self._ctx.engine.ghosts()}
+        out["forward"] = {
+            **self.fw.stats(),
+            "sticky_ghost_links": self._ctx.engine.ghosts(),
+            "producer_duplicates": self.producer_duplicates,
+            "producer_unknown": self.producer_unknown,
+        }
