@@ -24,7 +24,6 @@ from .handshake import (
     describe,
     parse_hello,
     problem,
-    rival,
     welcome_body,
 )
 from .state import Link, LinkKind
@@ -102,22 +101,14 @@ class Acceptor:
     def _unique(self, ident: bytes, hello: Hello, now: float) -> bool:
         """False (refused, said and counted) if another process holds the peer's broker
         ID on a link that is up; the links of its own former process are taken down."""
-        table = self._table
-        found = rival(table.all(), hello.peer, hello.instance, hello.incarnation)
         newcomer = describe(hello.name, False, hello.peer, hello.instance)
-        trouble = found.problem(newcomer)
-        if trouble is not None:
-            table.counters.handshakes_refused += 1
-            table.counters.drop("duplicate_broker_id")
-            unsaid = self._duplicates.due(newcomer, now)
-            if unsaid is not None:
-                more = f" ({unsaid} more refused since last said)" if unsaid else ""
-                log.error("%s%s", trouble, more)
-            self._refuse(ident, trouble, retry=True)  # it may be fixed: keep trying
-            return False
-        for old in found.stale:
-            table.down(old, f"{hello.peer} restarted (incarnation {hello.incarnation})", now)
-        return True
+        trouble = self._table.unique(
+            newcomer, hello.peer, hello.instance, hello.incarnation, self._duplicates, now
+        )
+        if trouble is None:
+            return True
+        self._refuse(ident, trouble, retry=True)  # it may be fixed: keep trying
+        return False
 
     def _replace(self, ident: bytes, hello: Hello, now: float) -> bool:
         """Take down what this HELLO replaces; False if it is stale (refused)."""

@@ -31,7 +31,6 @@ from .handshake import (
     instance_of,
     peer_frame_max,
     problem,
-    rival,
 )
 from .state import Link, LinkState
 
@@ -185,19 +184,10 @@ class Dialer:
         ``peer``'s broker ID on a link that is up; the links of its own former process are
         taken down."""
         table = self._table
-        found = rival(table.all(), peer, instance, inc)
         newcomer = describe(link.name, True, peer, instance)
-        trouble = found.problem(newcomer)
+        trouble = table.unique(newcomer, peer, instance, inc, self._duplicates, now)
         if trouble is None:
-            for old in found.stale:
-                table.down(old, f"{peer} restarted (incarnation {inc})", now)
             return True
-        table.counters.handshakes_refused += 1
-        table.counters.drop("duplicate_broker_id")
-        unsaid = self._duplicates.due(newcomer, now)
-        if unsaid is not None:
-            more = f" ({unsaid} more refused since last said)" if unsaid else ""
-            log.error("%s%s", trouble, more)
         sock = link.socket
         if sock is not None:
             # the peer admitted the link on its side: tell it why it ends (a moment of

@@ -26,7 +26,7 @@ from ..errors import ConfigError, InvalidTopic, ProtocolError
 from ..names import validate_broker_id
 from ..routing import AdvertIn, LinkDown, LinkUp, RoutingEngine
 from ..topics import validate_pattern
-from .handshake import Me
+from .handshake import Me, Repeats, rival
 from .state import Due, Link, LinkKind, LinkState, due
 
 __all__ = ["LinkHooks", "LinkTable", "Sockets"]
@@ -274,6 +274,27 @@ class LinkTable:
         else:
             self.accepted.pop(link.ident, None)
         self.hooks.link_down(link, reason, was_up, now)
+
+    def unique(
+        self, newcomer: str, peer: str, instance: str, inc: int, repeats: Repeats, now: float
+    ) -> str | None:
+        """A peer completing a handshake as ``newcomer`` (``describe``d): why it is refused
+        if another process holds its broker ID on a link that is up (counted, and said at
+        most once a minute per link), else None after the links of its own former process
+        (it restarted) are taken down."""
+        found = rival(self.all(), peer, instance, inc)
+        trouble = found.problem(newcomer)
+        if trouble is None:
+            for old in found.stale:
+                self.down(old, f"{peer} restarted (incarnation {inc})", now)
+            return None
+        self.counters.handshakes_refused += 1
+        self.counters.drop("duplicate_broker_id")
+        unsaid = repeats.due(newcomer, now)
+        if unsaid is not None:
+            more = f" ({unsaid} more refused since last said)" if unsaid else ""
+            log.error("%s%s", trouble, more)
+        return trouble
 
     def remove_discovered(self, link: Link, now: float, reason: str = "peer gone") -> None:
         """Close a link to a discovered peer for good (it left, or another link replaces
