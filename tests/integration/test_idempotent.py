@@ -286,8 +286,13 @@ def test_retry_after_failover_is_stored_once(
         c.subscribe("IP.>", lambda m: None, durable="d").unsubscribe()
     for name in "AB":
         assert wait_until(lambda name=name: nodes.routed(name), WAIT), name
-    # A first: the client takes the first address of its list
-    pub = Client(f"{nodes.ep('A')},{nodes.ep('B')}", timeout=5.0, publish_timeout=WAIT)
+    # A first: a client picks a node of its list at random, so open clients until one is
+    # on A (each try is a coin toss; 30 misses in a row would be a bug)
+    for _ in range(30):
+        pub = Client(f"{nodes.ep('A')},{nodes.ep('B')}", timeout=5.0, publish_timeout=WAIT)
+        if pub.hello["broker_id"] == "A":
+            break
+        pub.close()
     c_proc = nodes.running["C"]
     try:
         assert pub.hello["broker_id"] == "A"
