@@ -24,16 +24,7 @@ from zbroker.links.state import Due, Link, LinkKind, LinkState, due, link_key
 
 
 def dialer(**cfg: Any) -> Link:
-    c = LinkConfig(name="ab", uri="tcp://127.0.0.1:7200", **cfg)
-    return Link(
-        name=c.name,
-        kind=LinkKind.STATIC,
-        duplex=c.duplex,
-        options=c.options,
-        heartbeat_interval=c.heartbeat_interval,
-        heartbeat_timeout=c.heartbeat_timeout,
-        config=c,
-    )
+    return Link.dialing(LinkConfig(name="ab", uri="tcp://127.0.0.1:7200", **cfg))
 
 
 def test_rule_2_a_waiting_dialer_dials_at_its_deadline() -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import Collector
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 
@@ -31,16 +31,6 @@ FAST: dict[str, Any] = {
     "reconnect_max_delay": 0.5,
 }
 N = 300
-
-
-class Got:
-    def __init__(self) -> None:
-        self.items: list[bytes] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, msg: Any) -> None:
-        with self._lock:
-            self.items.append(msg.payload)
 
 
 class Trio:
@@ -130,7 +120,7 @@ def test_two_nodes_with_one_id_the_second_is_refused_loudly_and_the_first_works(
 
     # everything the first node's publisher sends reaches the third node's subscriber
     # once, while the second node's publisher (its message IDs the same) publishes too
-    got = Got()
+    got = Collector()
     sub = client_factory(t.endpoint)
     sub.subscribe("P.>", got)
     pubs = [client_factory(first.endpoint), client_factory(second.endpoint)]
@@ -138,9 +128,9 @@ def test_two_nodes_with_one_id_the_second_is_refused_loudly_and_the_first_works(
     for i in range(N):
         pubs[0].publish("P.first", b"f%d" % i)
         pubs[1].publish("P.second", b"s%d" % i)
-    assert wait_until(lambda: len(got.items) >= N, 10), len(got.items)
+    assert wait_until(lambda: len(got) >= N, 10), len(got)
     time.sleep(0.3)
-    assert got.items == [b"f%d" % i for i in range(N)]
+    assert got.payloads() == [b"f%d" % i for i in range(N)]
     st = t.status()
     assert st["counters"]["links_down"] == 0
     assert st["counters"]["duplicates"] == 0

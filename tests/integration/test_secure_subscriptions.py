@@ -10,7 +10,6 @@ skips its library (or a hostile one) can send. Nodes are in-thread Brokers on 12
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 import zmq
 
+from tests.helpers import Collector
 from zbroker import Broker, Client
 from zbroker.errors import PermissionDenied
 from zbroker.security import generate_keys, load_key_pair
@@ -114,26 +114,16 @@ def _refused(node: Broker) -> dict[str, int]:
     return dict(node.status()["security"]["refused"])
 
 
-class Got:
-    def __init__(self) -> None:
-        self.items: list[bytes] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, msg: Any) -> None:
-        with self._lock:
-            self.items.append(msg.payload)
-
-
 def _publish_and_collect(
-    pub: Client, got: Got, n: int, tag: bytes, wait_until: Callable[..., bool]
+    pub: Client, got: Collector, n: int, tag: bytes, wait_until: Callable[..., bool]
 ) -> list[bytes]:
     """Publish n X.T messages, then wait for them (and a little more for extras)."""
-    start = len(got.items)
+    start = len(got)
     for i in range(n):
         pub.publish("X.T", tag + b"%d" % i)
-    wait_until(lambda: len(got.items) - start >= n, 10)
+    wait_until(lambda: len(got) - start >= n, 10)
     time.sleep(0.2)
-    return got.items[start:]
+    return got.payloads()[start:]
 
 
 def test_a_refused_subscribe_then_close_does_not_cancel_another_clients_subscription(
@@ -145,7 +135,7 @@ def test_a_refused_subscribe_then_close_does_not_cancel_another_clients_subscrip
 ) -> None:
     """Issue 18, item 1: bob's refused X.> and his close leave alice's X.> alone."""
     alice = client_factory(node.endpoint, keys=keys.client("alice"), server_key=keys.public())
-    got = Got()
+    got = Collector()
     sub = alice.subscribe("X.>", got)
     bob = RawSub(zctx, node, keys, "bob")
     bob.subscribe("X.>")
@@ -173,7 +163,7 @@ def test_a_refused_subscribe_never_holds_interest(
     bob.subscribe("X.>")
     bob.sync()
     alice = client_factory(node.endpoint, keys=keys.client("alice"), server_key=keys.public())
-    sub = alice.subscribe("X.>", Got())
+    sub = alice.subscribe("X.>", Collector())
     assert _patterns(node) == ["X.>"]
     sub.unsubscribe()
     assert wait_until(lambda: _patterns(node) == [], 5), _patterns(node)
@@ -181,7 +171,7 @@ def test_a_refused_subscribe_never_holds_interest(
     time.sleep(GRACE)
     assert _patterns(node) == []
     # and a new subscription of alice's works as the first one did
-    got = Got()
+    got = Collector()
     alice.subscribe("X.>", got)
     assert _publish_and_collect(alice, got, 10, b"n", wait_until) == [b"n%d" % i for i in range(10)]
 
@@ -223,7 +213,7 @@ def test_interest_counts_connections_of_the_same_client(
     first.subscribe("X.>")
     first.sync()
     alice = client_factory(node.endpoint, keys=keys.client("alice"), server_key=keys.public())
-    got = Got()
+    got = Collector()
     sub = alice.subscribe("X.>", got)
     first.close()
     time.sleep(GRACE)
@@ -285,10 +275,10 @@ def test_a_refused_subscribe_is_answered_with_an_error(
         with pytest.raises(PermissionDenied, match=r"client:bob may not subscribe to 'X\.>'"):
             bob.subscribe("X.>", lambda m: None)
         assert time.monotonic() - started < 2.0
-    got = Got()
+    got = Collector()
     bob.subscribe("B.1", got)
     bob.publish("B.1", b"fine")
-    assert wait_until(lambda: got.items == [b"fine"], 5)
+    assert wait_until(lambda: got.payloads() == [b"fine"], 5)
     assert _refused(node) == {"subscribe": 2}
     assert _patterns(node) == ["B.1"]
     # a raw subscriber sees the refusal in the answer to its sync key

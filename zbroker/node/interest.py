@@ -41,9 +41,6 @@ class LocalInterest:
         for name in feature.sink_sources:
             self._sink_owner[name] = feature
 
-    def sources(self, pattern: str) -> frozenset[str]:
-        return frozenset(self._sources.get(pattern, ()))
-
     def add(self, pattern: str, source: str) -> None:
         sources = self._sources.setdefault(pattern, set())
         was_sticky = _sticky(sources)

@@ -298,6 +298,7 @@ class Pipeline:
         route = self._engine.route
         persist = self.persist if persistent else None
         interest = self._interest
+        prefix = self._delivery.prefix
         sink_out = self._sink_out
         out: dict[str, list[Any]] = {}
         for i, m in enumerate(msgs):
@@ -314,7 +315,7 @@ class Pipeline:
                 for f in interest.sinks_for(patterns):
                     sink_out.setdefault(f, []).append(m)
             for pattern in patterns:
-                if pattern in self._delivery.prefix:
+                if pattern in prefix:
                     out.setdefault(pattern, []).append(m[:8])
         self.end_batch(None, out)
 

@@ -38,12 +38,13 @@ def decode_pmsgs(value: list[Any]) -> tuple[int, int, list[Any]]:
     return value[1], value[2], value[3]
 
 
-def check_pmsgs_entry(m: Any) -> int:
+def check_pmsgs_entry(m: Any, topics: set[str] | None = None) -> int:
     """Type-check one PMSGS entry; return its lseq (raises ProtocolError). The lseq is
     checked first and alone, so a receiver can still account for an entry whose other
-    fields are bad (see :func:`pmsgs_lseq`)."""
+    fields are bad (see :func:`pmsgs_lseq`). ``topics``: as for
+    :func:`~.link.check_link_msg`."""
     lseq = pmsgs_lseq(m)
-    check_link_msg(m[1:11])
+    check_link_msg(m[1:11], topics)
     pseq = m[11]
     if type(pseq) is not int or not 0 <= pseq < 1 << 63:
         raise ProtocolError("bad_type", "PMSGS pseq must be a non-negative integer")

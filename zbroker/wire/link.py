@@ -76,11 +76,12 @@ def decode_advert_sticky(
     return value[1], tuple(entries), frozenset(sticky)
 
 
-def check_link_msg(m: Any) -> None:
+def check_link_msg(m: Any, topics: set[str] | None = None) -> None:
     """Type-check one message of a MSGS batch (raises ProtocolError): the one-message form
-    of :func:`check_msgs` (topic rules are the caller's)."""
+    of :func:`check_msgs`. ``topics``: topics already valid (checked and added); None:
+    topic rules are the caller's."""
     errors: Errors = []
-    check_msgs([list(m) if type(m) is list else m], (set(), set(), None), errors)
+    check_msgs([list(m) if type(m) is list else m], (set(), set(), topics), errors)
     if errors:
         raise ProtocolError(*errors[0])
 

@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from ... import wire
 from ...const import LINK_BATCH
-from ...errors import InvalidTopic, ProtocolError
+from ...errors import ProtocolError
 from ...links.flush import too_large
 from ...links.state import Link, LinkState, link_key
 from ...node import Feature, Refusal
 from ...node.context import Context
 from ...store.producers import FORGOTTEN
-from ...topics import validate_topic
 from .dedupe import PersistentDedupe
 from .queues import Forwarder
 from .sticky import expire_sticky_routes, restore_sticky_routes, save_sticky_routes
@@ -47,6 +46,7 @@ class StoreAndForward(Feature):
         self.pdedupe = PersistentDedupe()  # persistent messages: by (origin, inc, pseq)
         self.pseq = 0  # persistent messages originated in this incarnation
         self._pack_due: dict[Link, None] = {}  # inbound links to acknowledge after commit
+        self._topics: set[str] = set()  # topics of PMSGS entries already found valid
         self.producer_duplicates = 0  # second copies of an idempotent publish dropped
         self.producer_unknown = 0  # copies older than the producer window: taken
 
@@ -188,15 +188,11 @@ class StoreAndForward(Feature):
         None if bad (counted; it is never asked for again), a loop or a repeat."""
         ctx = self._ctx
         try:
-            wire.check_pmsgs_entry(m)  # (a MSGS entry's rules, but the topic's)
-            (_, topic, payload, fmt, headers, origin, inc, seq, ts, path, targets, pseq) = m[:12]
-            validate_topic(topic)
+            wire.check_pmsgs_entry(m, self._topics)  # a MSGS entry's rules, topic included
         except ProtocolError as exc:
             ctx.bad(link.source, exc.reason, exc.detail)
             return None
-        except InvalidTopic as exc:
-            ctx.bad(link.source, "bad_topic", str(exc))
-            return None
+        (_, topic, payload, fmt, headers, origin, inc, seq, ts, path, targets, pseq) = m[:12]
         if ctx.broker_id in path:
             ctx.drop("loop")
             return None
