@@ -11,6 +11,7 @@ import logging
 import signal
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from click.core import ParameterSource
 
 from zbroker import Broker, NodeConfig, load_config, tune_gc
 from zbroker.config import LOG_LEVELS, default_data_dir, peer_link, validate_broker_id
+from zbroker.errors import ConfigError
 
 from .app import cli
 from .signals import SignalStop
@@ -126,14 +128,15 @@ def start(
     interfaces: tuple[str, ...],
     **flags: Any,
 ) -> None:
-    """Run a broker node in the foreground until Ctrl-C or SIGTERM."""
+    """Run a broker node in the foreground until Ctrl-C or SIGTERM (SIGHUP reloads the
+    allowlist and client permissions)."""
     config = start_config(ctx, config_file, peers, interfaces, flags)
     logging.basicConfig(
         level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    signals = SignalStop(signal.SIGINT, signal.SIGTERM)
+    signals = SignalStop(signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     broker = Broker(config).start()
     # this process exists to run the node: fit the garbage collector to it (zbroker.process)
     tune_gc()
@@ -143,11 +146,30 @@ def start(
         err=True,
     )
     try:
-        while not signals.wait(3600.0):
-            pass
+        while True:
+            if not signals.wait(3600.0):
+                continue
+            if signals.received != [signal.SIGHUP]:
+                break
+            signals.received.clear()
+            _reload(broker, lambda: start_config(ctx, config_file, peers, interfaces, flags))
     finally:
         broker.stop()
         click.echo("zbroker node stopped", err=True)
+
+
+def _reload(broker: Broker, read_config: Callable[[], NodeConfig]) -> None:
+    """SIGHUP: the allowlist and client permissions again, from the config as ``start``
+    reads it now (a bad file is said and changes nothing)."""
+    if not broker.config.security:
+        click.echo("SIGHUP: security is off: nothing to reload", err=True)
+        return
+    try:
+        result = broker.reload_security(read_config())
+    except (ConfigError, OSError, ValueError) as exc:
+        click.echo(f"SIGHUP: reload refused, the previous rules stay: {exc}", err=True)
+        return
+    click.echo(f"SIGHUP: security reloaded: {result}", err=True)
 
 
 def start_config(

@@ -35,6 +35,7 @@ from .features.retention import Retention
 from .features.staging import StagedWrites
 from .identity import DataDirLock, Identity, open_identity
 from .node import CALL, STOP, Feature, Node, command_client, format_endpoint
+from .node.reload import reload_security
 
 __all__ = ["Broker", "node_features"]
 
@@ -225,6 +226,23 @@ class Broker:
         with self._cmd_lock:
             self._cmd.send(CALL)
         return fut.result(timeout)
+
+    def reload_security(self, config: NodeConfig | None = None) -> dict[str, Any]:
+        """Reload the allowlist and client permissions without a restart (``zbroker
+        start`` does it on SIGHUP): from the files the node started with, or from
+        ``config``'s ``allowlist`` and ``clients``. The new rules apply at once: see
+        :mod:`zbroker.node.reload`. Raises ConfigError (rules unchanged) if they do not
+        load. Returns what changed."""
+        if config is not None:
+            allowlist, clients = config.allowlist, config.clients
+        else:
+            allowlist, clients = self.config.allowlist, self.config.clients
+        result: dict[str, Any] = self.call(
+            lambda node: reload_security(node, allowlist, clients, same_sources=config is None)
+        )
+        if config is not None:
+            self.config = self.config.replace(allowlist=allowlist, clients=clients)
+        return result
 
     def status(self) -> dict[str, Any]:
         """id, incarnation, endpoints, uptime, counters, subscriptions (a fresh dict)."""

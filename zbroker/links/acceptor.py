@@ -55,8 +55,9 @@ class Acceptor:
             return 0
         link = table.accepted.get(ident)
         sec = self._security
-        if link is not None and sec is not None and sec.user != "node:" + link.peer:
-            # another connection took over this routing id: it is not that peer's key
+        if link is not None and sec is not None and not sec.node_ok(sec.user, link.peer):
+            # another connection took over this routing id (not that peer's key), or the
+            # peer left the allowlist at a reload (its connection authenticated before)
             sec.refuse("send on link", sec.user, f"{link.name} of {link.peer}")
             return 0
         if link is None:
@@ -82,12 +83,14 @@ class Acceptor:
         trouble = problem(table.me, peer, info)
         retry = not table.me.is_self(peer, info)  # a duplicate ID may be fixed: keep trying
         sec = self._security
-        if trouble is None and sec is not None and sec.user != "node:" + peer:
+        if trouble is None and sec is not None and not sec.node_ok(sec.user, peer):
             retry = False  # its key will not change by retrying
             # the broker ID is bound to the key the connection authenticated with
             trouble = (
                 f"refused peer {peer}: it authenticated as {sec.user or 'nobody'}, "
                 f"not as node:{peer}"
+                if sec.user != "node:" + peer
+                else f"refused peer {peer}: no longer in the allowlist"
             )
             sec.refuse("link as", sec.user, peer)
         if trouble is not None:

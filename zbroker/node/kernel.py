@@ -102,6 +102,7 @@ class Node:
             hooks=self.hooks, sockets=self.poller,
         )  # fmt: skip
         self.security: Security | None = None
+        self.secure_subs: SecureSubscriptions | None = None
         self.store: Store | None = None
         self.events: list[NodeEvent] = []
         self.confirms: list[tuple[bytes, int, int, dict[str, Any]]] = []  # after the commit
@@ -225,20 +226,25 @@ class Node:
 
     # -- the loop -------------------------------------------------------------------------
 
-    def _register_sockets(self) -> None:
-        socks, poller = self.sockets, self.poller
+    def register_publish(self) -> None:
+        """(Re)register the publish PULL's handler: with security on, its permission
+        filter (and that filter's cache of decisions) is made anew after a reload."""
+        socks = self.sockets
         publish_recv: Callable[[int], bytes] = socks.publish.recv
         if self.security is not None:
             publish_recv = self.security.publish_recv(socks.publish)
         limit = self.config.max_frame_bytes
-        pipeline = self.pipeline
-        poller.add(
+        self.poller.add(
             socks.publish,
-            functools.partial(pipeline.on_publish, socks.publish, publish_recv, limit),
+            functools.partial(self.pipeline.on_publish, socks.publish, publish_recv, limit),
         )
+
+    def _register_sockets(self) -> None:
+        socks, poller = self.sockets, self.poller
+        self.register_publish()
         subs: Any = self.delivery
         if self.security is not None:
-            subs = SecureSubscriptions(self.delivery, self.security)
+            subs = self.secure_subs = SecureSubscriptions(self.delivery, self.security)
         poller.add(socks.deliver, lambda: subs.on_subscriptions(2048))
         poller.add(socks.control, self.control.on_frames)
         poller.add(socks.command, self._on_command)

@@ -26,6 +26,7 @@ still gets a PermissionDenied; a sync key after nothing refused is echoed as is.
 from __future__ import annotations
 
 import logging
+import socket
 
 import msgpack
 import zmq
@@ -47,10 +48,11 @@ SYNC_MIN = len(wire.SYNC_PREFIX) + 8
 class _Conn:
     """One connection of the XPUB: the patterns it holds, refusals not yet answered."""
 
-    __slots__ = ("fd", "held", "refused")
+    __slots__ = ("fd", "held", "refused", "user")
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, user: str) -> None:
         self.fd = fd
+        self.user = user
         self.held: set[str] = set()
         self.refused: list[tuple[str, str]] = []  # (pattern, why) since its last sync key
 
@@ -79,7 +81,7 @@ class SecureSubscriptions:
                 fd = int(frame.get("__fd"))  # the descriptor libzmq notes for SRCFD
             except zmq.ZMQError:
                 continue  # libzmq's unsubscription for a closed connection: see above
-            conn = self._conn(serial, fd)
+            conn = self._conn(serial, fd, user)
             parsed = self._delivery.parse(frame.bytes)
             if conn is None or parsed is None:
                 continue  # a closed connection's frame read late, or malformed (counted)
@@ -99,7 +101,32 @@ class SecureSubscriptions:
         if serial is not None:
             self._leave(serial)
 
-    def _conn(self, serial: int, fd: int) -> _Conn | None:
+    def revoke(self) -> int:
+        """After a reload of the permissions: end every connection that holds a pattern
+        its key may no longer subscribe to (a key no longer a client's may subscribe to
+        nothing). libzmq offers no way to drop one connection's subscription later (in
+        manual mode a subscription is applied for the connection whose frame is being
+        read), so the connection's TCP socket is shut down: libzmq closes it, the client's
+        socket reconnects and sends its subscriptions again, and each is checked against
+        the new rules. Returns how many were ended."""
+        sec = self._security
+        sec.drain_deliver()  # closed descriptors first: never end a newcomer on a reused one
+        ended = 0
+        for serial, conn in list(self._conns.items()):
+            if all(sec.may_subscribe(conn.user, p) for p in conn.held):
+                continue
+            self._closed_upto[conn.fd] = max(self._closed_upto.get(conn.fd, 0), serial)
+            self._leave(serial)  # its frames still queued are ignored from now on
+            if shut_down(conn.fd):
+                ended += 1
+            log.warning(
+                "ended the connection of %s: it held a subscription the reloaded permissions "
+                "refuse (it may reconnect; each subscription is checked again)",
+                conn.user or "an unidentified client",
+            )
+        return ended
+
+    def _conn(self, serial: int, fd: int, user: str) -> _Conn | None:
         """The connection a frame came from; None if it is known closed."""
         conn = self._conns.get(serial)
         if conn is not None:
@@ -110,7 +137,7 @@ class SecureSubscriptions:
         if older is not None and older < serial:
             self._leave(older)  # its descriptor is another connection's now: it is gone
         self._by_fd[fd] = serial
-        conn = self._conns[serial] = _Conn(fd)
+        conn = self._conns[serial] = _Conn(fd, user)
         return conn
 
     def _leave(self, serial: int) -> None:
@@ -166,3 +193,19 @@ class SecureSubscriptions:
         refused, conn.refused = conn.refused, []
         answer = {"error": "; ".join(why for _, why in refused), "refused": [p for p, _ in refused]}
         self._delivery.echo(key + b"\0" + msgpack.packb(answer))
+
+
+def shut_down(fd: int) -> bool:
+    """Shut down the TCP connection on descriptor ``fd`` (libzmq's: it sees the end and
+    closes the descriptor itself; we never close it). False if ``fd`` is not a socket."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return False
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        return False
+    finally:
+        sock.detach()
+    return True

@@ -11,7 +11,9 @@ publishes on the publish PULL goes through :func:`~.publish_filter.publish_recv`
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +23,30 @@ from . import curve
 from .allowlist import load_allowlist
 from .keys import load_key_pair
 from .logs import ThrottledLog
-from .permissions import ClientPermissions, load_clients
+from .permissions import ClientPermissions, ClientRule, load_clients
 from .publish_filter import publish_recv
 from .zap import ZapHandler, user_ids
 
-__all__ = ["Security"]
+__all__ = ["Reloaded", "Security"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reloaded:
+    """What a reload of the allowlist and client permissions changed."""
+
+    #: broker IDs no longer allowed, or whose key changed (their links must end)
+    nodes_removed: frozenset[str]
+    #: broker IDs newly allowed (a link that failed for want of their key may dial again)
+    nodes_added: frozenset[str]
+    #: client user ids no longer allowed, or whose key changed (``client:NAME``)
+    clients_removed: frozenset[str]
+
+    def summary(self) -> dict[str, list[str]]:
+        return {
+            "nodes_removed": sorted(self.nodes_removed),
+            "nodes_added": sorted(self.nodes_added),
+            "clients_removed": sorted(self.clients_removed),
+        }
 
 
 class Security:
@@ -41,13 +62,16 @@ class Security:
         clients: Path | dict[str, Any] | None,
     ) -> None:
         self.public_key, self.secret_key = load_key_pair(key_file)
-        self.nodes = load_allowlist(allowlist) if allowlist is not None else {}
-        self.clients = load_clients(clients) if clients is not None else {}
+        self._sources = (allowlist, clients)
+        self.nodes, self.clients = _load(allowlist, clients)
         self._log = ThrottledLog()
         self._zap = ZapHandler(user_ids(self.nodes, self.clients), self._log)
         self._perms = ClientPermissions(self.clients)
         self.may_publish = self._perms.may_publish
         self.may_subscribe = self._perms.may_subscribe
+        #: reloads done, and the wall-clock time of the last one (0: never)
+        self.reloads = 0
+        self.reloaded_at = 0.0
         self._handshakes = curve.HandshakeMonitors(self._log)
         #: (socket, monitor) of each watched socket
         self.monitors = self._handshakes.monitors
@@ -60,6 +84,47 @@ class Security:
         # a new connection's serial is given only once the XPUB's earlier disconnects are
         # known (node.secure_subs relies on this order)
         self._zap.before_serial = self._handshakes.drain_deliver
+
+    def reload(
+        self,
+        allowlist: Path | None = None,
+        clients: Path | dict[str, Any] | None = None,
+        *,
+        same_sources: bool = True,
+    ) -> Reloaded:
+        """Load the allowlist and client permissions again (from the sources given at start
+        unless ``same_sources`` is False, when ``allowlist`` and ``clients`` replace them)
+        and apply them to every later connection and operation. Raises ConfigError, with
+        nothing changed, when the new ones do not load; the node applies the rest
+        (:mod:`zbroker.node.reload`): connections and links the new rules no longer admit
+        are ended there."""
+        if same_sources:
+            allowlist, clients = self._sources
+        nodes, rules = _load(allowlist, clients)
+        users = user_ids(nodes, rules)  # a key both a node's and a client's: refused here
+        old_nodes, old_clients = self.nodes, self.clients
+        self._sources = (allowlist, clients)
+        self.nodes, self.clients = nodes, rules
+        self._zap.users = users
+        self._perms = ClientPermissions(rules)
+        self.may_publish = self._perms.may_publish
+        self.may_subscribe = self._perms.may_subscribe
+        self.reloads += 1
+        self.reloaded_at = time.time()
+        return Reloaded(
+            nodes_removed=frozenset(n for n, k in old_nodes.items() if nodes.get(n) != k),
+            nodes_added=frozenset(n for n, k in nodes.items() if old_nodes.get(n) != k),
+            clients_removed=frozenset(
+                "client:" + n
+                for n, rule in old_clients.items()
+                if n not in rules or rules[n].key != rule.key
+            ),
+        )
+
+    def node_ok(self, user: str, peer: str) -> bool:
+        """May the connection of ``user`` speak for node ``peer`` on a link? (Its key is
+        that node's, and the node is still in the allowlist.)"""
+        return user == "node:" + peer and peer in self.nodes
 
     @property
     def auth_failures(self) -> int:
@@ -102,6 +167,10 @@ class Security:
         """A monitor of ``sock``'s failed handshakes (and of the deliver XPUB's closed
         connections), for the node's poller."""
         return self._handshakes.watch(sock)
+
+    def drain_deliver(self) -> None:
+        """Learn of every closed connection of the deliver XPUB reported so far."""
+        self._handshakes.drain_deliver()
 
     def on_monitor(self, mon: zmq.Socket[bytes]) -> None:
         self._handshakes.on_events(mon)
@@ -161,4 +230,14 @@ class Security:
             "auth_failures": self.auth_failures,
             "handshake_failures": dict(sorted(self.handshake_failures.items())),
             "refused": dict(sorted(self.refused.items())),
+            "reloads": self.reloads,
+            "reloaded_at": self.reloaded_at or None,
         }
+
+
+def _load(
+    allowlist: Path | None, clients: Path | dict[str, Any] | None
+) -> tuple[dict[str, bytes], dict[str, ClientRule]]:
+    nodes = load_allowlist(allowlist) if allowlist is not None else {}
+    rules = load_clients(clients) if clients is not None else {}
+    return nodes, rules

@@ -49,7 +49,8 @@ class ZapHandler:
     """Answers ZAP requests on its ROUTER (``sock``, once bound) from the known keys."""
 
     def __init__(self, users: dict[bytes, str], log: ThrottledLog) -> None:
-        self._users = users
+        #: Z85 public key -> user id (replaced whole on a reload)
+        self.users = users
         self._log = log
         self.sock: zmq.Socket[bytes] | None = None
         #: connections refused (unknown key, or not CURVE)
@@ -117,7 +118,7 @@ class ZapHandler:
         if mechanism != b"CURVE" or len(creds) != 1 or len(creds[0]) != 32:
             return "", f"mechanism {mechanism.decode('ascii', 'replace')} (CURVE required)"
         key = z85.encode(creds[0])
-        user = self._users.get(key, "")
+        user = self.users.get(key, "")
         return (user, "") if user else ("", f"unknown key {key.decode()}")
 
 
