@@ -17,6 +17,7 @@ EXPECTED_ALL = [
     "ClientClosed",
     "ConfigError",
     "DataDirError",
+    "Gap",
     "InvalidTopic",
     "Message",
     "MessageId",

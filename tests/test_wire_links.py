@@ -375,3 +375,35 @@ def test_forward_frames_with_wrong_fields_raise_only_protocol_error(
     if _protocol_error_only(lambda: wire.decode_advert_sticky(value), reasons):
         _, _, sticky = wire.decode_advert_sticky(value)
         assert all(type(k[0]) is str and type(k[1]) is str for k in sticky)
+
+
+def test_gap_frames_are_checked_and_notices_told_apart() -> None:
+    """GAP (issue 18, item 12): a well-formed frame passes, anything else is a
+    ProtocolError; a gap notice is recognised, a delivery is not taken for one."""
+    from zbroker.wire.frames import GAP
+    from zbroker.wire.gaps import GAP_PATH_MAX, check_gap, decode_gap_notice, gap_notice
+
+    good = {"node": "a", "n": 1, "link": "l", "peer": "b", "reason": "r", "path": ["a"]}
+    assert check_gap([GAP, good]) == good
+    bad: list[list[Any]] = [
+        [GAP],
+        [GAP, []],
+        [GAP, {**good, "n": -1}],
+        [GAP, {**good, "n": "1"}],
+        [GAP, {**good, "node": 5}],
+        [GAP, {**good, "path": []}],
+        [GAP, {**good, "path": ["x"] * (GAP_PATH_MAX + 1)}],
+        [GAP, {**good, "path": [1]}],
+        [GAP, {**good, "reason": "x" * 300}],
+    ]
+    for value in bad:
+        with pytest.raises(ProtocolError):
+            check_gap(value)
+    notice = gap_notice(b"G.>\0", {"node": "a", "link": "l", "peer": "b", "reason": "r"}, bytes(8))
+    assert decode_gap_notice(notice) == (
+        "G.>",
+        {"node": "a", "link": "l", "peer": "b", "reason": "r"},
+    )
+    body = wire.encode_delivery_body("G.X", b"p", 0, None, "a", 1, 1, 0.0)
+    assert decode_gap_notice(b"G.>\0" + body + bytes(8)) is None
+    assert decode_gap_notice(b"G.>\0\x81\xa1x\x01" + bytes(8)) is None  # a map, no "gap"

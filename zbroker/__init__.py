@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .aio import AsyncClient
 from .broker import Broker
-from .client import Client, Message, MessageId, Subscription
+from .client import Client, Gap, Message, MessageId, Subscription
 from .config import NodeConfig, load_config
 from .errors import (
     AddressInUse,
@@ -43,6 +43,7 @@ __all__ = [
     "ClientClosed",
     "ConfigError",
     "DataDirError",
+    "Gap",
     "InvalidTopic",
     "Message",
     "MessageId",

@@ -29,6 +29,7 @@ from .errors import ZBrokerError
 from .features.discovery import LanDiscovery
 from .features.durables import Durables
 from .features.forward import StoreAndForward
+from .features.gaps import GapNotices
 from .features.introspection import Introspection
 from .features.persistent import PersistentPublish
 from .features.retention import Retention
@@ -56,6 +57,7 @@ def node_features(config: NodeConfig) -> list[Feature]:
         StoreAndForward(),
         Durables(),
         LanDiscovery(),
+        GapNotices(),
     ]
 
 

@@ -34,6 +34,6 @@ from __future__ import annotations
 
 from .api import Client
 from .locators import parse_address
-from .messages import Message, MessageId, Subscription
+from .messages import Gap, Message, MessageId, Subscription
 
-__all__ = ["Client", "Message", "MessageId", "Subscription", "parse_address"]
+__all__ = ["Client", "Gap", "Message", "MessageId", "Subscription", "parse_address"]

@@ -18,7 +18,7 @@ import msgpack
 from .. import wire
 from ..errors import PayloadError, ProtocolError
 
-__all__ = ["Message", "MessageId", "Subscription", "encode_payload", "message_from_fields"]
+__all__ = ["Gap", "Message", "MessageId", "Subscription", "encode_payload", "message_from_fields"]
 
 _FMT_BYTES = wire.FMT_BYTES
 _FMT_MSGPACK = wire.FMT_MSGPACK
@@ -142,10 +142,26 @@ def message_from_fields(pattern: str, fields: list[Any]) -> Message:
     return Message(topic, payload, "msgpack", headers or {}, origin, inc, seq, ts, pattern, raw)
 
 
-class Subscription:
-    """A handle on one subscription; ``unsubscribe()`` ends it (idempotent)."""
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Messages of a subscription may be missing: a link died upstream (at ``node``, its
+    link ``link`` to ``peer``, for ``reason``). Non-persistent messages in flight on it
+    may be lost; how many, neither end can tell."""
 
-    __slots__ = ("_active", "_end", "callback", "durable", "pattern")
+    node: str
+    link: str
+    peer: str
+    reason: str
+
+
+class Subscription:
+    """A handle on one subscription; ``unsubscribe()`` ends it (idempotent).
+
+    ``on_gap``: called (in the client's thread, like the callback) with a :class:`Gap`
+    when a link upstream died and messages of this subscription may be missing; ``gaps``
+    counts those notices."""
+
+    __slots__ = ("_active", "_end", "callback", "durable", "gaps", "on_gap", "pattern")
 
     def __init__(
         self,
@@ -157,6 +173,8 @@ class Subscription:
         self.pattern = pattern
         self.callback = callback
         self.durable: str | None = None
+        self.on_gap: Callable[[Gap], Any] | None = None
+        self.gaps = 0
         self._active = True
 
     @property

@@ -25,8 +25,9 @@ import zmq
 
 from .. import wire
 from ..errors import ClientClosed, PermissionDenied, ProtocolError
+from ..wire.gaps import decode_gap_notice
 from .credentials import Credentials
-from .messages import Message, Subscription, message_from_fields
+from .messages import Gap, Message, Subscription, message_from_fields
 
 __all__ = ["Subscriber", "Subscriptions"]
 
@@ -186,7 +187,11 @@ class Subscriber:
             pattern, first, envelopes = wire.decode_delivery_batch(frame)
             msgs = [message_from_fields(pattern, f) for f in envelopes]
         except ProtocolError as exc:
-            log.warning("dropped malformed delivery: %s", exc)
+            notice = decode_gap_notice(frame)  # (a notice's body is a map: rare, so here)
+            if notice is None:
+                log.warning("dropped malformed delivery: %s", exc)
+            else:
+                self._gap_notice(*notice)
             return
         last = pseq.get(pattern)
         if last is not None and first > last + 1:
@@ -220,6 +225,21 @@ class Subscriber:
                 fut.set_result(None)
             else:
                 fut.set_exception(PermissionDenied(error))
+
+    def _gap_notice(self, pattern: str, said: dict[str, Any]) -> None:
+        """A link died upstream: messages of ``pattern`` may be missing."""
+        gap = Gap(*(str(said.get(k)) for k in ("node", "link", "peer", "reason")))
+        log.warning(
+            "messages of %r may be missing: link %s of %s to %s died (%s)",
+            pattern, gap.link, gap.node, gap.peer, gap.reason,
+        )  # fmt: skip
+        for s in self._callbacks.get(pattern, ()):
+            s.gaps += 1
+            if s.on_gap is not None:
+                try:
+                    s.on_gap(gap)
+                except Exception:
+                    log.exception("on_gap callback for %r raised", pattern)
 
     def _gap(self, pattern: str, missed: int) -> None:
         """The node's queue toward us overflowed: count, and tell the node (next tick)."""

@@ -48,6 +48,7 @@ def flush_outboxes(table: LinkTable) -> None:
                 too_large(table, link, f"a message of {len(frame)} bytes on {chunk[0][0]!r}")
             elif table.send(link, frame, now):
                 link.msgs_out += len(chunk)
+                link.unheard += len(chunk)
                 counters.forwarded += len(chunk)
             else:
                 link.drops += len(chunk)

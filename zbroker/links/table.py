@@ -167,6 +167,7 @@ class LinkTable:
     def on_frame(self, link: Link, value: list[Any], size: int, now: float) -> int:
         """A frame from a link that is up (either side). Returns the messages it held."""
         link.last_recv = now
+        link.unheard = 0  # the peer is alive: what we sent before reached its socket
         link.bytes_in += size
         op = value[0]
         if op == wire.MSGS:
@@ -257,6 +258,12 @@ class LinkTable:
                 reason,
             )
         link.last_error = reason
+        if link.unheard:
+            # sent after the peer's last sign of life: nothing on a plain link says
+            # whether they arrived, so they are counted as what this death may have lost
+            link.drops += link.unheard
+            self.counters.drop("link_died", link.unheard)
+            link.unheard = 0
         if link.outbox:
             link.drops += len(link.outbox)
             self.counters.drop("link_down", len(link.outbox))

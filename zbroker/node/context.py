@@ -130,6 +130,11 @@ class Context:
     def drop_interest(self, pattern: str, source: str) -> None:
         self._node.interest.drop(pattern, source)
 
+    def notify_subscribers(self, allows: Callable[[str], bool], info: dict[str, Any]) -> int:
+        """A gap notice to the local subscribers of every pattern ``allows`` accepts;
+        returns how many patterns were told."""
+        return self._node.delivery.notice(allows, info)
+
     def admit(self, topics: dict[str, list[int]], *, batch: bool) -> Refusal | None:
         """Can persistent messages on ``topics`` (topic -> [messages, bytes]) be taken?
         Every feature is asked, in the node's order; the first refusal answers."""

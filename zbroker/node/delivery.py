@@ -27,6 +27,7 @@ import zmq.backend
 from .. import wire
 from ..errors import InvalidTopic
 from ..topics import validate_pattern
+from ..wire.gaps import gap_notice
 from .counters import Counters
 from .interest import LocalInterest
 
@@ -119,6 +120,20 @@ class Delivery:
                 self.first(pattern)
             else:
                 self.last(pattern)
+
+    def notice(self, allows: Callable[[str], bool], info: dict[str, Any]) -> int:
+        """Tell the subscribers of every pattern ``allows`` accepts that messages may be
+        lost upstream (a gap notice, :mod:`zbroker.wire.gaps`); returns the patterns told."""
+        told = 0
+        for pattern, pfx in self.prefix.items():
+            if allows(pattern):
+                frame = gap_notice(pfx, info, U64.pack(self._pseq[pattern]))
+                try:
+                    self.sock.send(frame, zmq.NOBLOCK)
+                except zmq.Again:
+                    continue
+                told += 1
+        return told
 
     def on_gaps(self, body: dict[str, Any]) -> None:
         """A subscriber's report of messages its full queue here lost (GAPS)."""

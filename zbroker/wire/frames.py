@@ -49,6 +49,14 @@ only, never stalling the others) sees a gap, counts it and reports it to the nod
 ``k`` messages takes the numbers ``n - k + 1 .. n`` and carries ``n``, so a dropped batch
 shows as a gap of exactly the messages it held.
 
+A *gap notice* has a map for its body, and the pattern's current trailer (it takes no
+number)::
+
+    pattern-utf8  NUL  msgpack({gap: {node, link, peer, reason}})  pattern-seq
+
+It tells the subscribers of ``pattern`` that messages may have been lost upstream: a link
+died at ``node`` (see ``GAP`` below and :mod:`zbroker.features.gaps`).
+
 The frame begins with the subscription pattern it is delivered for and a NUL byte (which no
 pattern contains); clients subscribe to ``pattern + NUL``, so ZeroMQ's prefix filter becomes
 an exact match and a client with two overlapping patterns receives one copy per pattern.
@@ -138,6 +146,7 @@ types 16 and up, so the ROUTER tells them from control requests by the first ele
                          incarnation, seq, ts, path: [str], targets: [str] | nil, pseq,
                          producer?: [producer, pseq]], ...]]
     PACK          [26, epoch: int, upto: int]
+    GAP           [27, {node: str, n: int, link: str, peer: str, reason: str, path: [str]}]
 
 ``ADVERT`` carries interest entries (``path`` nil withdraws; ``full`` replaces the
 receiver's table for this link). An entry with a fourth element ``true`` is *sticky*: it is
@@ -149,6 +158,11 @@ link queue (see :mod:`zbroker.forward`).
 adds an identity frame per send: amortize it), cut by count and by bytes so that no frame
 passes what the next node accepts (see ``zbroker.const.LINK_BATCH_BYTES``). An ``ADVERT``
 too long for one frame is sent as several: only the first says ``full``.
+
+``GAP`` says that a link died at ``node`` (its ``n``-th such notice): messages in flight
+on it may be lost. Each node that takes it tells its own subscribers and passes it on to
+its other links (``path`` lists the nodes it crossed; a node in it, or a notice seen
+before, stops there).
 
 ``PMSGS`` carries persistent messages store-and-forward: ``epoch`` names the sender's
 outbound queue for this link (random, made with the queue), ``lseq`` numbers its entries
@@ -217,8 +231,9 @@ BYE = 22
 # 23 and 24 are control ops (STAGE_COMMIT, STAGE_ABORT): link types continue at 25
 PMSGS = 25
 PACK = 26
+GAP = 27
 LINK_TYPES = frozenset(
-    {LINK_HELLO, LINK_WELCOME, LINK_REFUSE, HEARTBEAT, ADVERT, MSGS, BYE, PMSGS, PACK}
+    {LINK_HELLO, LINK_WELCOME, LINK_REFUSE, HEARTBEAT, ADVERT, MSGS, BYE, PMSGS, PACK, GAP}
 )
 
 #: messages per delivery batch frame at most (see "Delivery" above)
