@@ -3,6 +3,9 @@ what arrives)."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import json
 import signal
 import sys
 import threading
@@ -158,9 +161,23 @@ def sub(
     # stuck (seen once in a full test run: SIGINT, no exit within 5 s); the main thread
     # only sleeps and looks at flags here, and the signal only records itself
     signals = SignalStop(signal.SIGTERM, signal.SIGINT)
+
+    def on_gap(pattern: str, gap: Any) -> None:
+        # a link died upstream: messages of this pattern may be missing
+        with lock:
+            if as_json:
+                click.echo(json.dumps({"pattern": pattern, "gap": dataclasses.asdict(gap)}))
+            else:
+                click.echo(
+                    f"gap on {pattern}: link {gap.link} of {gap.node} to {gap.peer} died "
+                    f"({gap.reason}); messages may be missing",
+                    err=True,
+                )
+
     with connect(**conn) as client:
         for p in patterns:
-            client.subscribe(p, on_message, durable=durable)
+            handle = client.subscribe(p, on_message, durable=durable)
+            handle.on_gap = functools.partial(on_gap, p)
         click.echo(f"subscribed to {', '.join(patterns)} on {client.broker_id}", err=True)
         while not done.is_set() and not signals.wait(0.2):
             pass

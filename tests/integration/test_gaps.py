@@ -11,11 +11,12 @@ messages sent meanwhile are lost for certain. Then, exactly:
   delivered is within ``dropped.link_died`` (what A sent after B's last sign of life);
 * the subscriber on A and the one on C (both ends of a dead link) get one notice each,
   naming their own node and peer B; the one on D, downstream of C, gets C's notice,
-  passed on as a GAP frame — once.
+  passed on as a GAP frame — once; so does ``zbroker sub --json`` there (a ``gap`` line).
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -115,6 +116,9 @@ def test_a_dying_link_counts_its_loss_and_tells_subscribers_downstream(
     # the interest of C and D has reached A
     assert wait_until(lambda: {r["origin"] for r in a.routes()} >= {"A", "C", "D"}, WAIT)
 
+    cli_sub = procs.zbroker("sub", "G.>", "--json", "--broker", f"tcp://127.0.0.1:{ports['D']}")
+    assert cli_sub.wait_stderr("subscribed to", WAIT), cli_sub.stderr_text()
+    assert wait_until(lambda: len(clients["C"].routes()) >= 3, WAIT)
     pub = Publisher(client_factory(f"tcp://127.0.0.1:{ports['A']}", timeout=10.0))
     pub.start()
     assert wait_until(lambda: watch["D"].messages > 200, WAIT)
@@ -132,6 +136,15 @@ def test_a_dying_link_counts_its_loss_and_tells_subscribers_downstream(
         assert len(gaps) == 1, (name, gaps)
         assert (gaps[0].node, gaps[0].peer) == (node, "B"), (name, gaps)
         assert watch[name].sub.gaps == 1
+    lines = [json.loads(line) for line in cli_sub.stdout_text().splitlines()]
+    gaps = [line for line in lines if "gap" in line]
+    assert gaps == [
+        {
+            "pattern": "G.>",
+            "gap": {"node": "C", "link": "to-B", "peer": "B", "reason": gaps[0]["gap"]["reason"]},
+        }
+    ], gaps[:3]
+    assert len(lines) > 200
     st = a.status()
     sent = st["counters"]["forwarded"]  # A's only link was to B
     lost = sent - watch["C"].messages
