@@ -260,3 +260,16 @@ def test_persistent_dedupe_with_permanent_gaps() -> None:
     assert not d.seen("A", 1, 30_005) and not d.seen("A", 1, 30_002)
     assert d.seen("A", 1, 30_005)
     assert not d.seen("A", 2, 1)
+
+
+def test_persistent_dedupe_takes_older_messages_of_an_origin_first_heard_late() -> None:
+    """An origin's first message here may be a newer one that took a shorter path while
+    older ones wait on another (a relay of a mesh came back; this node had just started):
+    the older ones are new here and must be taken, not folded into a floor."""
+    from zbroker.features.forward import PersistentDedupe
+
+    d = PersistentDedupe(window=100)
+    assert not d.seen("A", 1, 500)
+    assert not any(d.seen("A", 1, p) for p in range(1, 500))
+    assert all(d.seen("A", 1, p) for p in range(1, 501))
+    assert d.duplicates == 500

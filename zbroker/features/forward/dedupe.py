@@ -19,6 +19,8 @@ class PersistentDedupe:
     the floor at once (amortized O(log n) per message, where the MSGS window pays O(window)
     per message once full). A copy arriving by another path more than ``window / 2``
     messages late would be taken for a repeat: routes in a mesh converge long before that.
+    An origin first heard of mid-stream starts with the floor at 0, not at its first
+    message: older ones may still come (from a relay that held them) and are new here.
     """
 
     def __init__(self, window: int = 65_536, max_origins: int = 65_536) -> None:
@@ -33,7 +35,9 @@ class PersistentDedupe:
         if state is None:
             if len(self._origins) >= self._max_origins:
                 del self._origins[next(iter(self._origins))]
-            self._origins[key] = ([pseq], set())
+            # nothing below it is known seen: an older message may come later by a longer
+            # path (and is new here), so the floor starts at 0, not at this one
+            self._origins[key] = ([1], set()) if pseq == 1 else ([0], {pseq})
             return False
         floor, above = state
         if pseq <= floor[0] or pseq in above:

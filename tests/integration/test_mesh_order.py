@@ -1,0 +1,163 @@
+"""Per-publisher order in a mesh when a relay dies (issue 18, item 4): what is promised,
+proved on the diamond P - {M1, M2} - D with real processes.
+
+M1 and M2 dial P, D dials both; P's persistent stream to a durable subscriber on D takes
+M1 (ties go to the lower neighbour ID). M1 is killed (SIGKILL) mid-stream and started
+again after a while. Messages P had queued toward M1, or that M1 had stored, arrive when
+M1 is back — after newer ones that took M2 meanwhile. The promise (README, "Messages that
+must not be missed"): every message reaches the durable exactly once, and the stream is
+in order along each route it took — the deliveries split into at most one increasing run
+per route change plus one, here at most three (M1, then M2, then M1 again).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_forward_faults import (
+    LINK,
+    NODE,
+    SUBSCRIBER,
+    WAIT,
+    Publisher,
+    Seen,
+    links_up,
+    status,
+)
+from zbroker import Client
+
+pytestmark = pytest.mark.slow
+
+N = 1200
+
+
+def increasing_runs(order: list[int]) -> int:
+    """The fewest increasing subsequences that cover ``order`` (patience sorting: the
+    length of its longest decreasing subsequence)."""
+    piles: list[int] = []  # the last element of each pile, decreasing
+    for x in order:
+        lo, hi = 0, len(piles)
+        while lo < hi:  # the first pile whose top is below x
+            mid = (lo + hi) // 2
+            if piles[mid] < x:
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo == len(piles):
+            piles.append(x)
+        else:
+            piles[lo] = x
+    return len(piles)
+
+
+def test_increasing_runs() -> None:
+    assert increasing_runs([]) == 0
+    assert increasing_runs([0, 1, 2, 3]) == 1
+    assert increasing_runs([0, 3, 4, 1, 2, 5]) == 2
+    assert increasing_runs([2, 1, 0]) == 3
+
+
+class Diamond:
+    def __init__(self, procs: Any, tmp_path: Path, free_port: Callable[[], int]) -> None:
+        self.procs = procs
+        self.ports = {n: free_port() for n in ("P", "M1", "M2", "D")}
+        dials = {"P": (), "M1": ("P",), "M2": ("P",), "D": ("M1", "M2")}
+        self.configs: dict[str, Path] = {}
+        for name, peers in dials.items():
+            links = "".join(
+                LINK.format(name=f"{name.lower()}-{p.lower()}", port=self.ports[p]) for p in peers
+            )
+            path = tmp_path / f"{name}.toml"
+            path.write_text(
+                NODE.format(id=name, port=self.ports[name], data=tmp_path / name, links=links)
+            )
+            self.configs[name] = path
+        self.nodes: dict[str, Any] = {}
+
+    def ep(self, name: str) -> str:
+        return f"tcp://127.0.0.1:{self.ports[name]}"
+
+    def start(self, name: str, wait_ready: Callable[..., Any]) -> None:
+        self.nodes[name] = self.procs.zbroker("start", "--config", str(self.configs[name]))
+        wait_ready(self.ep(name), proc=self.nodes[name])
+
+
+def has_route(ep: str) -> bool:
+    with Client(ep, timeout=5.0) as c:
+        return any(r["pattern"] == "SAF.>" and r["origin"] == "D" for r in c.routes())
+
+
+@pytest.mark.parametrize("fault", ["kill", "stop"])
+def test_a_relay_dying_in_a_mesh_keeps_exactly_once_and_order_per_route(
+    fault: str,
+    procs: Any,
+    tmp_path: Path,
+    free_port: Callable[[], int],
+    wait_ready: Callable[..., Any],
+    wait_until: Callable[..., bool],
+) -> None:
+    net = Diamond(procs, tmp_path, free_port)
+    for name in ("P", "M1", "M2", "D"):
+        net.start(name, wait_ready)
+    assert wait_until(lambda: links_up(net.ep("P"), 2) and links_up(net.ep("D"), 2), WAIT)
+    script = tmp_path / "sub.py"
+    script.write_text(SUBSCRIBER)
+    sub = procs.start([sys.executable, str(script), net.ep("D")])
+    assert sub.readline(WAIT) is not None, sub.stderr_text()
+    assert wait_until(lambda: has_route(net.ep("P")), WAIT)
+    seen = Seen()
+    pub = Publisher(net.ep("P"), N)
+    pub.start()
+
+    def progress(k: int) -> bool:
+        seen.drain(sub)
+        return seen.has(k)
+
+    # the fault comes mid-stream: a quarter published (and flowing), then half while away
+    assert wait_until(lambda: pub.sent >= N // 4 and progress(0), WAIT), (pub.sent, pub.error)
+    m1 = net.nodes["M1"]
+    if fault == "kill":
+        m1.send_signal(signal.SIGKILL)
+        m1.wait(WAIT)
+    else:
+        m1.send_signal(signal.SIGSTOP)
+    assert wait_until(lambda: pub.sent >= N // 2, WAIT), (pub.sent, pub.error)
+    if fault == "kill":
+        net.start("M1", wait_ready)
+    else:
+        m1.send_signal(signal.SIGCONT)
+
+    def all_seen() -> bool:
+        seen.drain(sub)
+        with seen.lock:
+            return len({p for p, _ in seen.events}) == N
+
+    assert wait_until(all_seen, WAIT * 2), (pub.sent, pub.error, len(seen.events))
+    pub.join(WAIT)
+    assert pub.error is None and pub.sent == N, (pub.sent, pub.error)
+    assert wait_until(
+        lambda: (
+            status(net.ep("P"))["forward"]["held"] == 0
+            and status(net.ep("M1"))["forward"]["held"] == 0
+            and status(net.ep("M2"))["forward"]["held"] == 0
+        ),
+        WAIT,
+    )
+    sub.stop()
+    seen.drain(sub)
+    # exactly once: flagged repeats skipped, each message once
+    firsts: list[int] = []
+    for p, redelivered in seen.events:
+        if p in firsts:
+            assert redelivered, f"message {p} delivered twice without the redelivered flag"
+            continue
+        firsts.append(p)
+    assert sorted(firsts) == list(range(N)), sorted(set(range(N)) - set(firsts))[:20]
+    # in order along each route: at most one increasing run per route taken
+    assert increasing_runs(firsts) <= 3, increasing_runs(firsts)
