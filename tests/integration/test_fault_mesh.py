@@ -1,0 +1,38 @@
+"""The randomized fault test of issue 18, small: a 5-node mesh under faults (SIGKILL and
+restart, SIGSTOP/SIGCONT, publisher failover, a slow durable subscriber) with persistent
+publishers, durable subscribers and a live stream; the history is checked by
+``benchmarks/fault_mesh.py`` (its docstring lists the checks; its long run is in
+docs/performance.md). Every process is stopped by PID (the ``procs`` fixture)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.fault_mesh import NODES, run
+from tests.conftest import ZBROKER_SCRIPT
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_a_mesh_under_random_faults_loses_and_doubles_nothing(
+    seed: int,
+    procs: Any,
+    tmp_path: Path,
+    free_port: Callable[[], int],
+    wait_until: Callable[..., bool],
+) -> None:
+    ports = {name: free_port() for name in NODES}
+    report = run(
+        procs.start, tmp_path, ports, wait_until,
+        zbroker=str(ZBROKER_SCRIPT), seconds=25.0, faults=3, seed=seed,
+    )  # fmt: skip
+    print(report)
+    assert report.problems == []
+    assert len(report.faults) == 3
+    assert all(n > 0 for n in report.confirmed.values())
+    assert set(report.delivered) == {"d4", "d5"}
