@@ -75,6 +75,8 @@ from zbroker.errors import ConfigError, InvalidTopic, ProtocolError
 from zbroker.features.staging import Staging, StagingError
 from zbroker.store import RetainRule
 from zbroker.topics import validate_pattern, validate_publish_topic, validate_topic
+from zbroker.wire.frames import GAP
+from zbroker.wire.gaps import check_gap
 
 HOST = "127.0.0.1"
 WAIT = 30.0  # seconds: upper bound of any wait for the node (busy CI machines are slow)
@@ -359,6 +361,12 @@ def _link_frame_outcome(value: list[Any], bad: Counter[str]) -> None:
                     validate_broker_id(origin)
                 except (InvalidTopic, ConfigError):
                     raise ProtocolError("bad_advert") from None
+        except ProtocolError as exc:
+            bad[exc.reason] += 1
+        return
+    if op == GAP:
+        try:
+            check_gap(value)
         except ProtocolError as exc:
             bad[exc.reason] += 1
         return
