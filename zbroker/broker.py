@@ -30,6 +30,7 @@ from .features.discovery import LanDiscovery
 from .features.durables import Durables
 from .features.forward import StoreAndForward
 from .features.introspection import Introspection
+from .features.monitor import Monitor
 from .features.persistent import PersistentPublish
 from .features.retention import Retention
 from .features.staging import StagedWrites
@@ -55,6 +56,7 @@ def node_features(config: NodeConfig) -> list[Feature]:
         StoreAndForward(),
         Durables(),
         LanDiscovery(),
+        *([Monitor(config.monitor)] if config.monitor.on else []),  # off by default
     ]
 
 
