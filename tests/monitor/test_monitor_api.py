@@ -112,6 +112,14 @@ def test_api_matches_cli_json(broker_factory: BrokerFactory, client_factory: Cli
     graph = get_json(url + "/api/graph")
     assert sorted(n["id"] for n in graph["nodes"]) == ["A", "B"]
     assert [(e["a"], e["b"], e["state"]) for e in graph["edges"]] == [("A", "B", "up")]
+    metrics = scrape(url)
+    assert sample(metrics, "zbroker_links_up") == 1
+    assert sample(metrics, "zbroker_link_up", link="ba", peer="B", state="up") == 1
+    assert sample(metrics, "zbroker_subscriptions") == 1
+    assert sample(metrics, "zbroker_interest_routes") == 2
+    assert sample(metrics, "zbroker_forward_queued_total") == 0
+    assert sample(metrics, "zbroker_info", broker_id="A", version="1") == 1
+    assert (sample(metrics, "zbroker_store_bytes") or 0) > 0
     code, body = get(url + "/api/nothing")
     assert code == 404 and b"/api/status" in body
 
@@ -218,3 +226,24 @@ def test_healthz_503_when_the_loop_stalls(broker_factory: BrokerFactory) -> None
     assert code == 503 and b"has not run for" in body
     stall.result(10)
     assert _wait(lambda: get(url + "/healthz")[0] == 200)
+
+
+def test_every_metric_is_documented(broker_factory: BrokerFactory) -> None:
+    """docs/metrics.md lists exactly the metrics /metrics exports, with their types."""
+    a = broker_factory(monitor=FAST_MONITOR)
+    code, body = get(monitor_url(a) + "/metrics")
+    assert code == 200
+    exported = {}
+    for line in body.decode().splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            exported[name] = kind
+    docs = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text("utf-8")
+    documented = {}
+    section = ""
+    for line in docs.splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip().lower()
+        elif line.startswith("| `zbroker_"):
+            documented[line.split("`")[1]] = "counter" if section == "counters" else "gauge"
+    assert exported == documented

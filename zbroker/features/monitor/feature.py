@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ... import wire
 from ...node import Feature
 from ...wire.codec import packb
-from .snapshot import LinkTotals, Snapshot, probe_store, rates
+from .snapshot import LinkTotals, Snapshot, probe_store, rates, store_bytes
 
 if TYPE_CHECKING:
     from ...config import MonitorConfig
@@ -144,6 +144,7 @@ class Monitor(Feature):
             link_totals=totals,
             link_rates=rates(self.hub.snapshot, totals, now),
             store_error=probe_store(ctx.data_dir),
+            store_bytes=store_bytes(ctx.data_dir),
         )
 
     def status(self, out: dict[str, Any]) -> None:

@@ -57,6 +57,7 @@ class _SnapshotCollector(Collector):
             return
         status: dict[str, Any] = snap.doc("status")
         yield from _counters(status)
+        yield from _forward(status)
         yield from _links(snap, status)
         yield from _gauges(snap, status)
 
@@ -85,6 +86,26 @@ def _counters(status: dict[str, Any]) -> Iterator[Metric]:
     hs.add_metric(["duplicate_broker_id"], c.get("handshakes_refused", 0))
     hs.add_metric(["auth"], c.get("auth_failures", 0))
     yield hs
+
+
+# store-and-forward's node-level counters (status "forward" key) -> (metric, help); its
+# per-queue drop counts are not here: they vanish with their queues
+_FORWARD = {
+    "queued": ("zbroker_forward_queued_total", "Persistent messages queued for links."),
+    "duplicates": ("zbroker_forward_duplicates_total", "Link queue entries received twice."),
+    "gaps": ("zbroker_forward_gaps_total", "Link queue entries out of order (sent again)."),
+    "lost": (
+        "zbroker_forward_lost_total",
+        "Link queue entries the sender dropped (its bounds) before this node had them.",
+    ),
+}
+
+
+def _forward(status: dict[str, Any]) -> Iterator[Metric]:
+    forward = status.get("forward") or {}
+    for key, (name, doc) in _FORWARD.items():
+        if key in forward:
+            yield CounterMetricFamily(name, doc, value=forward[key])
 
 
 def _links(snap: Snapshot, status: dict[str, Any]) -> Iterator[Metric]:
@@ -143,6 +164,16 @@ def _gauges(snap: Snapshot, status: dict[str, Any]) -> Iterator[Metric]:
         "zbroker_store_retained_messages",
         "Rows in the retention log.",
         store.get("retained_rows", 0),
+    )
+    yield gauge("zbroker_store_bytes", "Bytes of the store's files on disk.", snap.store_bytes)
+    forward = status.get("forward") or {}
+    yield gauge(
+        "zbroker_forward_queued_messages",
+        "Persistent messages waiting in link queues (store-and-forward).",
+        forward.get("held", 0),
+    )
+    yield gauge(
+        "zbroker_forward_queued_bytes", "Bytes of those messages.", forward.get("held_bytes", 0)
     )
     yield gauge(
         "zbroker_store_writable", "1 if the store can be written.", 0 if snap.store_error else 1

@@ -23,7 +23,7 @@ from ...wire.codec import unpack
 if TYPE_CHECKING:
     from ...links.state import Link
 
-__all__ = ["LINK_FIELDS", "LinkTotals", "Snapshot", "probe_store"]
+__all__ = ["LINK_FIELDS", "LinkTotals", "Snapshot", "probe_store", "rates", "store_bytes"]
 
 #: the per-link counters folded into totals, in this order
 LINK_FIELDS = ("msgs_in", "msgs_out", "bytes_in", "bytes_out", "drops")
@@ -45,6 +45,7 @@ class Snapshot:
     #: (link, peer) -> (messages in, messages out) per second since the last snapshot
     link_rates: dict[tuple[str, str], tuple[float, float]]
     store_error: str | None  # why the store is not writable (None: it is)
+    store_bytes: int  # the store's files on disk (database, journal, WAL)
     #: decoded replies and derived documents, filled by readers on first use
     cache: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -105,6 +106,16 @@ def probe_store(data_dir: Path) -> str | None:
     if store.exists() and not os.access(store, os.W_OK):
         return f"store {store} is not writable"
     return None
+
+
+def store_bytes(data_dir: Path) -> int:
+    total = 0
+    for path in data_dir.glob("store.sqlite3*"):
+        try:
+            total += path.stat().st_size
+        except OSError:  # a journal removed meanwhile
+            pass
+    return total
 
 
 def rates(
