@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -247,3 +248,57 @@ def test_every_metric_is_documented(broker_factory: BrokerFactory) -> None:
         elif line.startswith("| `zbroker_"):
             documented[line.split("`")[1]] = "counter" if section == "counters" else "gauge"
     assert exported == documented
+
+
+def test_snapshots_only_while_read(broker_factory: BrokerFactory) -> None:
+    """The loop builds snapshots only while somebody reads them; a read after a quiet
+    spell gets a fresh one."""
+    a = broker_factory(monitor=FAST_MONITOR)
+    hub = a.call(lambda node: next(f for f in node.features if isinstance(f, Monitor))).hub
+    hub.idle = 0.5
+    url = monitor_url(a)
+    get(url + "/metrics")
+    assert _wait(lambda: time.monotonic() - hub.read_at > hub.idle + 0.2)
+    quiet = hub.published
+    time.sleep(1.0)  # ten snapshot intervals with nobody reading
+    assert hub.published == quiet
+    before = time.time()
+    samples = scrape(url)
+    assert hub.published > quiet  # the read asked for one (and keeps them coming a while)
+    assert (sample(samples, "zbroker_snapshot_timestamp_seconds") or 0) >= before
+
+
+def test_a_scrape_never_holds_up_messages(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, monkeypatch: Any
+) -> None:
+    """A scrape stuck in rendering (here: until messages got through) does not stop the
+    node: messages published meanwhile are delivered, all of them, once."""
+    from zbroker.features.monitor import metrics
+
+    a = broker_factory(monitor=FAST_MONITOR)
+    url = monitor_url(a)
+    inbox = Collector()
+    client_factory(a.endpoint).subscribe("during.>", inbox)
+    rendering, delivered = threading.Event(), threading.Event()
+    render = metrics.MetricsRenderer.render
+
+    def stuck(self: metrics.MetricsRenderer) -> bytes:
+        rendering.set()
+        delivered.wait(WAIT)
+        return render(self)
+
+    monkeypatch.setattr(metrics.MetricsRenderer, "render", stuck)
+    result: list[tuple[int, bytes]] = []
+    scraper = threading.Thread(target=lambda: result.append(get(url + "/metrics", WAIT + 10)))
+    scraper.start()
+    assert rendering.wait(WAIT)
+    pub = client_factory(a.endpoint)
+    for i in range(200):
+        pub.publish(f"during.{i}", b"x")
+    assert inbox.wait_for(200, WAIT)
+    assert not result  # the scrape is still stuck while all of them arrived
+    delivered.set()
+    scraper.join(WAIT)
+    assert result and result[0][0] == 200
+    assert sorted(inbox.topics()) == sorted(f"during.{i}" for i in range(200))
+    assert set(inbox.topics().values()) == {1}

@@ -47,6 +47,8 @@ class MonitorHub:
         self.want = False  # a reader found the snapshot stale
         self._cond = threading.Condition()
         self.loop_stall = LOOP_STALL
+        self.idle = IDLE
+        self.published = 0  # snapshots built (a nobody-reads node builds none after IDLE)
 
     # -- the loop's side ------------------------------------------------------------------
 
@@ -54,11 +56,12 @@ class MonitorHub:
         snap = self.snapshot
         if self.want or snap is None:
             return True
-        return now - snap.taken >= self.interval and now - self.read_at < IDLE
+        return now - snap.taken >= self.interval and now - self.read_at < self.idle
 
     def publish(self, snap: Snapshot) -> None:
         self.snapshot = snap
         self.want = False
+        self.published += 1
         with self._cond:
             self._cond.notify_all()
 
