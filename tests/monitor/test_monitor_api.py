@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -302,3 +303,23 @@ def test_a_scrape_never_holds_up_messages(
     assert result and result[0][0] == 200
     assert sorted(inbox.topics()) == sorted(f"during.{i}" for i in range(200))
     assert set(inbox.topics().values()) == {1}
+
+
+def test_bad_http_requests_are_refused_and_the_monitor_goes_on(
+    broker_factory: BrokerFactory,
+) -> None:
+    a = broker_factory(monitor=FAST_MONITOR)
+    url = monitor_url(a)
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    for garbage in (
+        b"\x00\xff\xfe garbage\r\n\r\n",
+        b"GET\r\n\r\n",
+        b"POST /metrics HTTP/1.1\r\n\r\n",
+    ):
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(garbage)
+            reply = sock.recv(4096)
+        # (a request line without a version gets an HTTP/0.9 answer: the body alone)
+        assert b"400" in reply or b"501" in reply, reply
+    assert get(url + "/healthz")[0] == 200
+    assert get(url + "/api/status?pretty=1")[0] == 200  # a query string is ignored
