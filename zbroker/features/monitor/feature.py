@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ... import wire
+from ...errors import AddressInUse
 from ...node import Feature
 from ...wire.codec import packb
 from .snapshot import LinkTotals, Snapshot, probe_store, rates, store_bytes
@@ -30,6 +31,8 @@ __all__ = ["Monitor", "MonitorHub"]
 IDLE = 120.0
 #: seconds a reader waits for a fresh snapshot when the newest is stale
 FRESH_WAIT = 2.0
+#: seconds past the interval after which a reader asks for a fresh snapshot and waits
+STALE_SLACK = 1.5
 #: seconds without a tick after which /healthz calls the loop stalled
 LOOP_STALL = 5.0
 
@@ -68,11 +71,14 @@ class MonitorHub:
     # -- the readers' side ----------------------------------------------------------------
 
     def current(self) -> Snapshot | None:
-        """The newest snapshot; a fresh one first when it is older than the interval
-        (waiting at most FRESH_WAIT: a stalled loop still gets the last one served)."""
+        """The newest snapshot; a fresh one first when the loop has stopped refreshing
+        (nobody read for a while), waiting at most FRESH_WAIT (a stalled loop still gets
+        the last one served). While reads continue the loop refreshes every interval, at
+        its next tick: up to a second later on a node without links (its poll waits up
+        to a second then), hence the slack."""
         now = self.read_at = time.monotonic()
         snap = self.snapshot
-        if snap is None or now - snap.taken > self.interval + 0.25:
+        if snap is None or now - snap.taken > self.interval + STALE_SLACK:
             self.want = True
             with self._cond:
                 self._cond.wait_for(lambda: self.snapshot is not snap, FRESH_WAIT)
@@ -119,8 +125,13 @@ class Monitor(Feature):
         from .server import MonitorServer  # prometheus-client: only a node that monitors
 
         host, port = self.config.address()
-        # binds now: a taken port fails the node's start with the bind error
-        self._server = MonitorServer(host, port, self.hub)
+        # binds now: a taken port fails the node's start, saying which
+        try:
+            self._server = MonitorServer(host, port, self.hub)
+        except OSError as exc:
+            raise AddressInUse(
+                f"monitor: cannot listen on {host}:{port}: {exc.strerror or exc}"
+            ) from exc
         self._server.start()
 
     def link_down(self, link: Link, now: float) -> None:
