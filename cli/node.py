@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 import signal
@@ -119,6 +120,13 @@ from .signals import SignalStop
     help="Address of an interface to discover on (repeatable; IPv4 or IPv6) "
     "[default: the --host address, or every interface for 0.0.0.0].",
 )
+@click.option(
+    "--monitor",
+    envvar="ZBROKER_MONITOR",
+    metavar="HOST:PORT",
+    help="Serve metrics, a JSON API and the network map over HTTP here "
+    "(e.g. 127.0.0.1:8222) [default: off].",
+)
 @click.pass_context
 def start(
     ctx: click.Context,
@@ -145,6 +153,9 @@ def start(
         f"{broker.endpoint}",
         err=True,
     )
+    monitor = broker.status().get("monitor")
+    if monitor:
+        click.echo(f"zbroker monitor at {monitor['url']}", err=True)
     try:
         while True:
             if not signals.wait(3600.0):
@@ -194,6 +205,9 @@ def start_config(
         overrides["links"] = config.links + tuple(peer_link(p) for p in peers)
     if interfaces:
         overrides["interfaces"] = interfaces
+    if "monitor" in overrides:  # the address; the file's other [monitor] keys stay
+        listen = overrides.pop("monitor")
+        overrides["monitor"] = dataclasses.replace(config.monitor, listen=listen)
     config = config.replace(source="command line", **overrides)
     if ctx.get_parameter_source("discovery") not in given and "discovery" not in file_keys:
         # a node reachable only on loopback has nobody to discover: mDNS stays off then

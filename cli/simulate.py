@@ -14,16 +14,31 @@ from .format import format_simulation
 @cli.command()
 @click.argument("topology", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-def simulate(topology: Path, as_json: bool) -> None:
+@click.option(
+    "--svg",
+    "svg_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also draw the network, with the messages each link carried, to this SVG file.",
+)
+def simulate(topology: Path, as_json: bool, svg_file: Path | None) -> None:
     """Simulate a network from a TOPOLOGY.toml file and print its figures.
 
     Convergence time, advertisement frames, messages per link per publish, hops per
     delivery, duplicates delivered (must be 0) and messages lost: plan a network before
     deploying it. Runs the same routing engine as a node, in one process.
     """
+    from zbroker.sim import Network
     from zbroker.simulate import load_topology, run_simulation
 
-    report = run_simulation(load_topology(topology))
+    seen: list[Network] = []
+    report = run_simulation(load_topology(topology), seen.append if svg_file else None)
+    if svg_file is not None:
+        from zbroker.simulate_svg import network_svg
+
+        try:
+            svg_file.write_text(network_svg(seen[0], report.as_dict()), "utf-8")
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {svg_file}: {exc.strerror}") from exc
     click.echo(
         json.dumps(report.as_dict(), indent=2) if as_json else format_simulation(report.as_dict())
     )

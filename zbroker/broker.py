@@ -31,6 +31,7 @@ from .features.durables import Durables
 from .features.forward import StoreAndForward
 from .features.gaps import GapNotices
 from .features.introspection import Introspection
+from .features.monitor import Monitor
 from .features.persistent import PersistentPublish
 from .features.retention import Retention
 from .features.staging import StagedWrites
@@ -58,6 +59,7 @@ def node_features(config: NodeConfig) -> list[Feature]:
         Durables(),
         LanDiscovery(),
         GapNotices(),
+        *([Monitor(config.monitor)] if config.monitor.on else []),  # off by default
     ]
 
 

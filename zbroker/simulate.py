@@ -38,6 +38,7 @@ import random
 import time
 import tracemalloc
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,8 +77,11 @@ class SimulationReport:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def run_simulation(topology: dict[str, Any]) -> SimulationReport:
-    """Build the network, converge, publish, and measure."""
+def run_simulation(
+    topology: dict[str, Any], observe: Callable[[Network], None] | None = None
+) -> SimulationReport:
+    """Build the network, converge, publish, and measure; ``observe`` sees the network
+    at the end (``--svg`` draws it)."""
     t0 = time.perf_counter()
     net, subs, pubs = _build(topology)
     net.run()  # links up
@@ -85,6 +89,8 @@ def run_simulation(topology: dict[str, Any]) -> SimulationReport:
     traffic = _publish(net, pubs)
     per_msg = Counter((d.node, d.subscriber, d.msg_id) for d in net.deliveries)
     hops = [d.hops for d in net.deliveries]
+    if observe is not None:
+        observe(net)
     return SimulationReport(
         nodes=len(net.nodes),
         links=len(net.links),

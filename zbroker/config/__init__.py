@@ -46,6 +46,10 @@ File layout (all keys optional)::
     allowlist = "/etc/zbroker/nodes"  # dir of BROKER_ID.key files, or "ID KEY" lines
     clients = "/etc/zbroker/clients.toml"  # client keys and permissions (or a table)
 
+    [monitor]                     # metrics, JSON API and network map over HTTP; off by
+    listen = "127.0.0.1:8222"     # default (with security on, only an explicit listen)
+    interval = 1.0                # seconds between the snapshots it serves
+
 Precedence where several sources set a value: command-line flag > environment variable
 (``ZBROKER_<KEY>``) > config file > default. :func:`load_config` reads a file;
 :meth:`NodeConfig.replace` applies overrides with the same validation.
@@ -56,12 +60,14 @@ from __future__ import annotations
 from ..store import RetainRule
 from .checks import check_patterns, validate_broker_id
 from .link import LinkConfig, peer_link
+from .monitor import MonitorConfig
 from .node import LOG_LEVELS, NodeConfig, default_data_dir
 from .toml import config_from_mapping, load_config
 
 __all__ = [
     "LOG_LEVELS",
     "LinkConfig",
+    "MonitorConfig",
     "NodeConfig",
     "RetainRule",
     "check_patterns",

@@ -20,6 +20,7 @@ from ..store import OVERFLOW_POLICIES, RetainRule
 from ..topics import validate_pattern
 from .checks import check_float, check_int, validate_broker_id
 from .link import LINK_KEYS, LinkConfig
+from .monitor import MonitorConfig
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -71,6 +72,9 @@ class NodeConfig:
     forward_overflow: str = "drop-oldest"
     #: seconds sticky (durable-backed) routes over a down link are kept, and its queue
     sticky_ttl: float = 86_400.0
+    #: the monitoring HTTP server (``[monitor]``; off by default); a HOST:PORT string
+    #: is taken as ``MonitorConfig(listen=...)``
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
     #: where the values came from, for error messages ("file.toml", "keyword", ...)
     source: str = field(default="keyword", compare=False)
 
@@ -82,6 +86,9 @@ class NodeConfig:
         self._check_store()
         self._check_security()
         self._check_forward()
+        monitor = MonitorConfig.coerce(self.monitor, self.source)
+        monitor.check_security(self.security, self.source)
+        self._set("monitor", monitor)
 
     def _set(self, name: str, value: Any) -> None:
         """Store a normalized value (a tuple for a list, a Path for a str) in the frozen

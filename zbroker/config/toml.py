@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..store import RetainRule
 from .link import LINK_KEYS, LinkConfig
+from .monitor import MonitorConfig
 from .node import NodeConfig
 
 # TOML table -> {toml key: dataclass field}
@@ -55,11 +56,14 @@ def config_from_mapping(data: dict[str, Any], source: str) -> NodeConfig:
         if table == "security":
             kwargs.update(_security_from_toml(value, source))
             continue
+        if table == "monitor":
+            kwargs["monitor"] = MonitorConfig.from_toml(value, source)
+            continue
         keys = _SCHEMA.get(table)
         if keys is None:
             raise ConfigError(
                 f"{source}: unknown table [{table}] (known: "
-                f"{', '.join(f'[{t}]' for t in _SCHEMA)}, [[link]])"
+                f"{', '.join(f'[{t}]' for t in _SCHEMA)}, [monitor], [[link]])"
             )
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: {table} must be a table, not {type(value).__name__}")

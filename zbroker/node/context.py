@@ -68,6 +68,11 @@ class Context:
         """The whole node status (every feature's section)."""
         return self._node.status()
 
+    def ask(self, op: int, body: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The reply body of control op ``op`` asked by the node itself (None: no such
+        op): what a client's request would get, whichever feature serves it."""
+        return self._node.control.ask(op, body or {})
+
     # -- accounting -------------------------------------------------------------------------
 
     def drop(self, reason: str, n: int = 1) -> None:

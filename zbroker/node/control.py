@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 __all__ = ["ControlDispatch"]
 
 _EVENTS = int(zmq.EVENTS)
+#: the routing id of a request the node asks itself (:meth:`ControlDispatch.ask`): no
+#: ROUTER peer has it (theirs are zmq's or a dialer's random ones, never empty)
+_LOCAL = b""
 _POLLIN = int(zmq.POLLIN)
 
 
@@ -50,6 +53,7 @@ class ControlDispatch:
         self._security = security
         self._max = max_frame_bytes
         self._ops: dict[int, Op] = {}
+        self._answer: dict[str, Any] | None = None
         self._recv: Callable[[int], list[bytes]] = sock.recv_multipart
         if security is not None:
             self._recv = lambda flags: security.recv_control(sock, flags)
@@ -70,7 +74,22 @@ class ControlDispatch:
             return f"link {link.name} from {link.peer}"
         return f"control:{ident.hex()[:16]}"
 
+    def ask(self, number: int, body: dict[str, Any]) -> dict[str, Any] | None:
+        """Serve a request the node asks itself (in the loop, no permission check): the
+        body its op replies, exactly as a client would get it (None: no such op, or no
+        reply). The monitor reads STATUS, ROUTES and PEERS this way."""
+        op = self._ops.get(number)
+        if op is None:
+            return None
+        self._answer = None
+        op.handler(Request(_LOCAL, number, 1, body))
+        answer, self._answer = self._answer, None
+        return answer
+
     def send(self, ident: bytes, op: int, req_id: int, body: dict[str, Any]) -> None:
+        if not ident:  # the node asked itself (ask)
+            self._answer = body
+            return
         try:
             self.sock.send_multipart([ident, wire.encode_control(op, req_id, body)], zmq.NOBLOCK)
         except zmq.Again:

@@ -132,10 +132,12 @@ class Node:
             self.store = Store(
                 self.identity.data_dir / "store.sqlite3", cfg.retain, fsync=cfg.fsync
             )
+            # a feature that cannot attach (the monitor's port taken) fails the start
+            # cleanly: every socket closed, so the context can terminate
+            self._assemble()
         except BaseException:
             self.close()
             raise
-        self._assemble()
 
     def _secure_sockets(self) -> None:
         sec, socks = self.security, self.sockets
