@@ -125,17 +125,37 @@ def pub(
     help="Open (or reattach to) the durable subscription NAME: messages published while "
     "away are delivered on return (one PATTERN only).",
 )
+@click.option(
+    "--selector",
+    default=None,
+    metavar="EXPR",
+    help="Only messages whose headers EXPR accepts, e.g. \"region = 'EU' AND qty > 100\" "
+    "(the JMS SQL-92 subset; not with --durable).",
+)
 @connection_options()
 def sub(
-    patterns: tuple[str, ...], count: int | None, as_json: bool, durable: str | None, **conn: Any
+    patterns: tuple[str, ...],
+    count: int | None,
+    as_json: bool,
+    durable: str | None,
+    selector: str | None,
+    **conn: Any,
 ) -> None:
     """Print messages matching PATTERN(s) until Ctrl-C (or --count)."""
     if durable is not None and len(patterns) != 1:
         raise click.UsageError("--durable takes exactly one PATTERN")
+    if durable is not None and selector is not None:
+        raise click.UsageError("--selector cannot be used with --durable")
+    from zbroker.selectors import SelectorError, canonical
     from zbroker.topics import validate_pattern
 
     for p in patterns:
         validate_pattern(p)
+    try:
+        if selector is not None:
+            canonical(selector)
+    except SelectorError as exc:
+        raise click.BadParameter(str(exc), param_hint="--selector") from None
     done = threading.Event()
     seen = 0
     lock = threading.Lock()
@@ -160,7 +180,7 @@ def sub(
     signals = SignalStop(signal.SIGTERM, signal.SIGINT)
     with connect(**conn) as client:
         for p in patterns:
-            client.subscribe(p, on_message, durable=durable)
+            client.subscribe(p, on_message, durable=durable, selector=selector)
         click.echo(f"subscribed to {', '.join(patterns)} on {client.broker_id}", err=True)
         while not done.is_set() and not signals.wait(0.2):
             pass

@@ -145,7 +145,7 @@ def message_from_fields(pattern: str, fields: list[Any]) -> Message:
 class Subscription:
     """A handle on one subscription; ``unsubscribe()`` ends it (idempotent)."""
 
-    __slots__ = ("_active", "_end", "callback", "durable", "pattern")
+    __slots__ = ("_active", "_end", "callback", "durable", "pattern", "selector")
 
     def __init__(
         self,
@@ -157,6 +157,7 @@ class Subscription:
         self.pattern = pattern
         self.callback = callback
         self.durable: str | None = None
+        self.selector: str | None = None  # canonical text, for a subscription with one
         self._active = True
 
     @property
@@ -169,4 +170,5 @@ class Subscription:
             self._end(self)
 
     def __repr__(self) -> str:
-        return f"<Subscription {self.pattern!r}{'' if self._active else ' (ended)'}>"
+        sel = f" selector {self.selector!r}" if self.selector is not None else ""
+        return f"<Subscription {self.pattern!r}{sel}{'' if self._active else ' (ended)'}>"

@@ -55,6 +55,12 @@ an exact match and a client with two overlapping patterns receives one copy per 
 ``(origin, incarnation, seq)`` is the message ID the origin node assigned; ``ts`` is the
 origin node's receive time (float seconds since the epoch).
 
+A subscription with a selector (a boolean expression over the headers,
+:mod:`zbroker.selectors`) subscribes to ``pattern SEP selector NUL`` instead
+(:data:`SELECTOR_SEP`, a byte no pattern holds, so no plain key is a prefix of it and it is a
+prefix of no other key); its delivery frames start with that key and hold only the messages
+its selector accepts. A decoder reads ``pattern SEP selector`` where the pattern is.
+
 Subscription sync (client SUB → node XPUB): besides ``pattern + NUL`` a client subscribes to
 ``SYNC_PREFIX + token``. Subscriptions travel one connection in order, so when the node sees
 the sync key every subscription sent before it is active; the node answers by publishing a
@@ -226,6 +232,10 @@ DELIVERY_BATCH = 256
 #: payload bytes after which a delivery batch is cut (a frame stays well below a MB or so
 #: unless one message alone is larger)
 DELIVERY_BATCH_BYTES = 64 * 1024
+
+#: Between the pattern and the selector in the XPUB key of a subscription with a selector
+#: (``pattern SEP selector NUL``; see "Delivery" above). No pattern contains it.
+SELECTOR_SEP = "\x01"
 
 #: First byte of a subscription-sync key. Not a valid pattern character, so it never
 #: collides with a real subscription.
