@@ -32,6 +32,7 @@ import zmq
 from .. import wire
 from ..const import DRAIN_BATCH
 from ..routing import DedupeWindow, RoutingEngine
+from ..routing.selection import Selective
 from ..wire import check_msgs, check_publishes, publish_elements
 from .counters import Counters
 from .delivery import Delivery
@@ -146,6 +147,8 @@ class Pipeline:
             if engine.links:
                 patterns, sends = route(topic, (), None)
                 if sends:
+                    if sends.__class__ is Selective:  # some targets stand behind selectors
+                        sends = sends.pick(headers)
                     self.enqueue(
                         sends, [topic, payload, fmt, headers, origin, inc, seq, ts, [origin], None]
                     )
@@ -221,6 +224,8 @@ class Pipeline:
                 continue
             patterns, sends = route(topic, key_path, key_targets)
             if sends:  # enqueue, inlined: links and target lists resolved once per frame
+                if sends.__class__ is Selective:  # some targets stand behind selectors
+                    sends = sends.pick(headers)
                 prep = prepared.get(id(sends))
                 if prep is None or prep[0] is not sends:
                     prep = prepared[id(sends)] = (sends, *self._links.resolve(sends))
@@ -307,6 +312,8 @@ class Pipeline:
             key_path, key_targets, pseq = routing[i] if routing else ((), None, None)
             patterns, sends = route(m[0], key_path, key_targets)
             if sends:
+                if sends.__class__ is Selective:  # some targets stand behind selectors
+                    sends = sends.pick(m[3])
                 if persist is not None:
                     persist(sends, m, pseq)
                 else:

@@ -46,6 +46,17 @@ Rules (each loop rule is a named function in :mod:`zbroker.routing.loops`):
    link turns it live again with its entries (until the peer's full table replaces them);
    ``LinkDown`` without ``keep_sticky`` (the node does it when a ghost expires) forgets it.
 
+7. **Selectors** travel with interest (:mod:`~zbroker.routing.selection`): local interest
+   whose every subscriber has a selector (``LocalSubscribe(selectors=...)``) is advertised
+   with those selectors, and every advertisement derived from the entry carries them
+   unchanged (entries are per origin, so nothing merges on the way). Routing a message,
+   an origin all of whose matching entries are selected is a target only if one of its
+   selectors accepts the message's headers: the route's sends come as a
+   :class:`~zbroker.routing.selection.Selective` whose ``pick(headers)`` drops the other
+   targets and the sends left without any. A relay thus ORs the selectors of everything
+   behind a link, and sends nothing over a link no selector behind it accepts; the tree
+   of rule 4 is only pruned, so exactly-once and loop freedom are untouched.
+
 Propagation policy (link kind x event -> action):
 
 ==================  =================================  ================================
@@ -69,7 +80,7 @@ advertisements in step with the selection.
 
 from __future__ import annotations
 
-from . import propagation
+from . import propagation, selection
 from .events import (
     AdvertIn,
     Event,
@@ -135,7 +146,7 @@ class RoutingEngine:
     def handle(self, event: Event) -> None:
         """Apply a control-plane event. Advertisements it causes wait for :meth:`flush`."""
         if isinstance(event, LocalSubscribe):
-            self._local_subscribe(event.pattern, event.sticky)
+            self._local_subscribe(event.pattern, event.sticky, event.selectors)
         elif isinstance(event, LocalUnsubscribe):
             self._local_unsubscribe(event.pattern)
         elif isinstance(event, AdvertIn):
@@ -178,9 +189,12 @@ class RoutingEngine:
             link.sticky.add(key)
             self._recompute(key)
 
-    def _local_subscribe(self, pattern: str, sticky: bool) -> None:
+    def _local_subscribe(
+        self, pattern: str, sticky: bool, selectors: frozenset[str] | None = None
+    ) -> None:
         table = self._table
         changed = sticky != (pattern in table.local_sticky)
+        changed |= selection.set_local(table.local_selectors, pattern, selectors)
         if sticky:
             table.local_sticky.add(pattern)
         else:
@@ -195,6 +209,7 @@ class RoutingEngine:
     def _local_unsubscribe(self, pattern: str) -> None:
         table = self._table
         table.local_sticky.discard(pattern)
+        table.local_selectors.pop(pattern, None)
         if pattern in table.local_patterns:
             table.local_patterns.discard(pattern)
             table.local.remove(pattern, pattern)
@@ -250,4 +265,5 @@ class RoutingEngine:
         else:
             # rule 3, for every link at once: the advertised path is the same for all
             path = (*best[1], self.broker_id)
-            propagation.advertise(self.links, key, best, path, table.is_sticky(key, best))
+            sticky, selectors = table.is_sticky(key, best), table.selectors_of(key, best)
+            propagation.advertise(self.links, key, best, path, sticky, selectors)

@@ -136,7 +136,8 @@ types 16 and up, so the ROUTER tells them from control requests by the first ele
     LINK_WELCOME  [17, {id, incarnation, group, version}]
     LINK_REFUSE   [18, {reason: str, retry: bool}]
     HEARTBEAT     [19]
-    ADVERT        [20, full: bool, [[pattern, origin, path: [str] | nil, sticky?: true], ...]]
+    ADVERT        [20, full: bool, [[pattern, origin, path: [str] | nil, sticky?: bool,
+                                    selectors?: [str]], ...]]
     MSGS          [21, [[topic, payload, fmt, headers, origin, incarnation, seq, ts,
                          path: [str], targets: [str] | nil], ...]]
     BYE           [22, {reason: str}]
@@ -149,7 +150,10 @@ types 16 and up, so the ROUTER tells them from control requests by the first ele
 receiver's table for this link). An entry with a fourth element ``true`` is *sticky*: it is
 backed by a durable subscription, and a receiver keeps it (lowest preference) while the link
 it came over is down, so persistent messages are still routed toward it and wait in a
-link queue (see :mod:`zbroker.forward`).
+link queue (see :mod:`zbroker.forward`). A fifth element lists the *selectors* behind the
+entry (canonical texts, :mod:`zbroker.selectors`): its origin wants only the messages of
+the pattern that one of them accepts, so no node sends it others; an entry without one
+wants every message. A selector that does not parse makes the frame ``bad_advert``.
 
 ``MSGS`` batches every message one drain pass found for the link into one frame (a ROUTER
 adds an identity frame per send: amortize it), cut by count and by bytes so that no frame
