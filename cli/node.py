@@ -117,6 +117,14 @@ from .signals import SignalStop
     help="Address of an interface to discover on (repeatable; IPv4 or IPv6) "
     "[default: the --host address, or every interface for 0.0.0.0].",
 )
+@click.option(
+    "--local",
+    "local_branches",
+    multiple=True,
+    metavar="PATTERN",
+    help="A local branch: topics matching PATTERN never leave this node, and interest in "
+    "them is never advertised (repeatable; replaces [routing] local).",
+)
 @click.pass_context
 def start(
     ctx: click.Context,

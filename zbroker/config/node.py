@@ -18,7 +18,7 @@ from ..const import DEFAULT_HOST, DEFAULT_HWM, DEFAULT_MAX_FRAME_BYTES, DEFAULT_
 from ..errors import ConfigError, InvalidTopic
 from ..store import OVERFLOW_POLICIES, RetainRule
 from ..topics import validate_pattern
-from .checks import check_float, check_int, validate_broker_id
+from .checks import check_float, check_int, check_patterns, validate_broker_id
 from .link import LINK_KEYS, LinkConfig
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -71,6 +71,9 @@ class NodeConfig:
     forward_overflow: str = "drop-oldest"
     #: seconds sticky (durable-backed) routes over a down link are kept, and its queue
     sticky_ttl: float = 86_400.0
+    #: ``[routing] local``: patterns whose topics never leave this node, and whose
+    #: interest is never advertised (zbroker/routing/branches.py)
+    local_branches: tuple[str, ...] = ()
     #: where the values came from, for error messages ("file.toml", "keyword", ...)
     source: str = field(default="keyword", compare=False)
 
@@ -82,6 +85,9 @@ class NodeConfig:
         self._check_store()
         self._check_security()
         self._check_forward()
+        self._set(
+            "local_branches", check_patterns(self.local_branches, f"{self.source}: routing.local")
+        )
 
     def _set(self, name: str, value: Any) -> None:
         """Store a normalized value (a tuple for a list, a Path for a str) in the frozen

@@ -71,6 +71,8 @@ Where each part lives
 ---------------------
 :mod:`~zbroker.routing.events` (the events and actions), :mod:`~zbroker.routing.table`
 (rules 1, 2 and 6: entries per link, best-entry selection, ghosts),
+:mod:`~zbroker.routing.selection` (rule 7), :mod:`~zbroker.routing.branches` (local
+branches: topics that never leave the node),
 :mod:`~zbroker.routing.propagation` (rule 3), :mod:`~zbroker.routing.routes` (rules 4 and
 5, with the plan and route caches), :mod:`~zbroker.routing.loops` and
 :mod:`~zbroker.routing.filters` (the checks rules 1, 3 and 5 share). This module feeds the
@@ -81,6 +83,7 @@ advertisements in step with the selection.
 from __future__ import annotations
 
 from . import propagation, selection
+from .branches import covers
 from .events import (
     AdvertIn,
     Event,
@@ -107,9 +110,17 @@ class RoutingEngine:
     bound onto the engine: a call costs what a method of the engine would, and no more.
     """
 
-    def __init__(self, broker_id: str, *, cache_size: int | None = None) -> None:
+    def __init__(
+        self,
+        broker_id: str,
+        *,
+        cache_size: int | None = None,
+        local_branches: tuple[str, ...] = (),
+    ) -> None:
         self.broker_id = broker_id
         self._table = table = InterestTable(broker_id, cache_size=cache_size)
+        #: patterns whose topics never leave this node (:mod:`~zbroker.routing.branches`)
+        self.local_branches = table.local_branches = tuple(local_branches)
         self.links = table.links
         self.rejected = table.rejected  # advertisement entries rejected, by reason
         self.adverts_sent = 0
@@ -260,8 +271,8 @@ class RoutingEngine:
         # only the plans of the topics this pattern matches depend on this key
         self._router.evict(key[0])
         table.set_best(key, old, best)
-        if best is None:
-            propagation.withdraw(self.links, key)
+        if best is None or (table.local_branches and covers(table.local_branches, key[0])):
+            propagation.withdraw(self.links, key)  # (a local branch: never advertised)
         else:
             # rule 3, for every link at once: the advertised path is the same for all
             path = (*best[1], self.broker_id)

@@ -11,6 +11,7 @@ to a ghost.
 
 from __future__ import annotations
 
+from .branches import covers
 from .events import Entry, Key, Path, SendAdvert
 from .loops import path_holds, ttl_spent
 from .table import Best, EngineLink, InterestTable
@@ -68,6 +69,8 @@ def offer_table(link: EngineLink, table: InterestTable) -> None:
             continue
         if not link.filter.allows_pattern(key[0]):
             continue
+        if table.local_branches and covers(table.local_branches, key[0]):
+            continue  # a local branch: never advertised, whatever the filters say
         link.pending[key] = (new_path, table.is_sticky(key, best), table.selectors_of(key, best))
 
 

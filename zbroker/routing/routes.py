@@ -13,6 +13,7 @@ going clears both caches (:meth:`Router.invalidate`), and so does reaching the s
 from __future__ import annotations
 
 from ..sublist import TopicIndex
+from .branches import holds
 from .events import Path
 from .loops import path_holds, ttl_spent
 from .selection import Conditions, Selective, conditions
@@ -59,6 +60,7 @@ class Router:
         self._best = table.best
         self._local = table.local
         self._remote = table.remote
+        self._table = table  # (its local branches)
         self._plans: dict[str, Plan] = {}
         self._planned = TopicIndex(self._plans)
         # route() results by (topic, path, targets)
@@ -73,6 +75,18 @@ class Router:
         plan = self._plans.get(topic)
         if plan is not None:
             return plan
+        branches = self._table.local_branches
+        if branches and holds(branches, topic):
+            plan = Plan(self._local.match(topic), {}, {}, ())  # never leaves this node
+        else:
+            plan = self._build(topic)
+        if len(self._plans) >= self._plan_limit:
+            self.invalidate()
+        self._plans[topic] = plan
+        self._planned.note(topic)
+        return plan
+
+    def _build(self, topic: str) -> Plan:
         ranks: dict[str, tuple[int, str, str]] = {}
         counts: dict[str, dict[str, int]] = {}
         selected: dict[str, set[str]] = {}  # origin -> selectors of its entries (rule 7)
@@ -98,10 +112,6 @@ class Router:
         plan = Plan(self._local.match(topic), {o: r[2] for o, r in ranks.items()}, counts, static)
         if selected:
             plan.cond = conditions(selected, unconditional)
-        if len(self._plans) >= self._plan_limit:
-            self.invalidate()
-        self._plans[topic] = plan
-        self._planned.note(topic)
         return plan
 
     def invalidate(self) -> None:

@@ -9,6 +9,7 @@ touched (:meth:`InterestTable.select`), which is where routes and advertisements
 from __future__ import annotations
 
 from ..sublist import Sublist
+from .branches import covers
 from .events import Adv, AdvertIn, Key, LinkOptions, LinkUp, Path
 from .filters import LinkFilter
 from .loops import path_holds, ttl_spent
@@ -94,6 +95,7 @@ class InterestTable:
         self.local_patterns: set[str] = set()
         self.local_sticky: set[str] = set()
         self.local_selectors: dict[str, frozenset[str]] = {}  # rule 7
+        self.local_branches: tuple[str, ...] = ()  # topics that never leave (branches.py)
         self.remote: Sublist[Key] = Sublist(**kw)  # keys of remote best entries
         self.best: dict[Key, Best] = {}
         self.links: dict[str, EngineLink] = {}
@@ -228,6 +230,8 @@ class InterestTable:
             # flags only where set: rule 6 (sticky interest, kept while its link is down)
             if self.is_sticky((pattern, origin), (link, path)):
                 row["sticky"] = True
+            if self.local_branches and covers(self.local_branches, pattern):
+                row["local_branch"] = True  # never advertised
             selectors = self.selectors_of((pattern, origin), (link, path))
             if selectors is not None:
                 row["selectors"] = sorted(selectors)
