@@ -34,6 +34,8 @@ from .interest import LocalInterest
 
 __all__ = ["Selected", "split_name"]
 
+_EMPTY: dict[str, Any] = {}
+
 
 def split_name(name: str) -> tuple[str, str | None]:
     """A subscription name: (pattern, selector text or None)."""
@@ -108,5 +110,12 @@ class Selected:
             self._resolved[patterns] = entries
         if not entries:
             return patterns
-        h = headers if headers is not None else {}
-        return [*patterns, *(name for name, sel in entries if sel.selects(h))]
+        h = headers if headers is not None else _EMPTY
+        out = None
+        for name, sel in entries:
+            if sel.selects(h):  # (truthy exactly when selected)
+                if out is None:
+                    out = [*patterns, name]
+                else:
+                    out.append(name)
+        return patterns if out is None else out

@@ -39,6 +39,7 @@ __all__ = [
 #: the interest source of a subscription with a selector: ``select:`` + canonical text
 SELECT_SOURCE = "select:"
 
+_EMPTY: dict[str, Any] = {}
 Send = tuple[str, tuple[str, ...] | None, int]  # (link id, targets or None, copies)
 #: per selected origin, the selectors any of which must accept a message for it
 Conditions = dict[str, tuple[Selector, ...]]
@@ -89,24 +90,23 @@ class Selective(list[Send]):
 
     def __init__(self, sends: list[Send], cond: Conditions) -> None:
         super().__init__(sends)
-        self._cond = cond
+        self._cond = tuple(cond.items())
         self._picks: dict[tuple[str, ...], list[Send]] = {}
 
     def pick(self, headers: Mapping[str, Any] | None) -> list[Send]:
         """The sends of a message with ``headers``: targets no selector of theirs accepts
         are dropped, and sends left with none (a static push, targets None, stays)."""
-        h = headers if headers is not None else {}
-        seen: dict[int, bool] = {}  # each distinct selector evaluated once
-        rejected = []
-        for origin, sels in self._cond.items():
+        h = headers if headers is not None else _EMPTY
+        rejected = None
+        for origin, sels in self._cond:
             for sel in sels:
-                ok = seen.get(id(sel))
-                if ok is None:
-                    ok = seen[id(sel)] = sel.selects(h)
-                if ok:
+                if sel.selects(h):  # (truthy exactly when selected)
                     break
             else:
-                rejected.append(origin)
+                if rejected is None:
+                    rejected = [origin]
+                else:
+                    rejected.append(origin)
         if not rejected:
             return self
         key = tuple(rejected)

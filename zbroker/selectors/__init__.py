@@ -30,13 +30,14 @@ _cache: dict[str, Selector] = {}
 
 @dataclass(frozen=True, slots=True)
 class Selector:
-    """A compiled selector: ``text`` its canonical text, ``selects(headers)`` the test."""
+    """A compiled selector: ``text`` its canonical text, ``selects(headers)`` the test
+    (truthy exactly when selected: True; False and None, UNKNOWN, are both a no)."""
 
     text: str
-    selects: Callable[[Mapping[str, Any]], bool]
+    selects: Callable[[Mapping[str, Any]], bool | None]
 
     def __call__(self, headers: Mapping[str, Any] | None) -> bool:
-        return self.selects(headers if headers is not None else _EMPTY)
+        return self.selects(headers if headers is not None else _EMPTY) is True
 
 
 _EMPTY: Mapping[str, Any] = {}

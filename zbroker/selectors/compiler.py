@@ -103,7 +103,49 @@ def _arith(node: Node) -> Eval:
     return arith
 
 
+#: the types a literal of each comparison class equals (a bool is not a number)
+_SAME = {"n": (int, float), "s": (str,), "b": (bool,)}
+
+
+def _header_vs_literal(node: Node) -> Eval | None:
+    """``header OP literal``, the common form, as one closure with no inner calls but the
+    header lookup and the comparison (None when ``node`` has another form)."""
+    op, left, right = node[1], node[2], node[3]
+    if left[0] != "id" or right[0] != "lit":
+        return None
+    name, v = left[1], right[1]
+    kind = _kind(v)
+    if kind is None:
+        return None
+    types = _SAME[kind]
+    if op in ("=", "<>"):
+        want = op == "="
+
+        def equal(h: Headers) -> bool | None:
+            x = h.get(name)
+            if x is None:
+                return None
+            return (type(x) in types and x == v) is want
+
+        return equal
+    if kind != "n":
+        return lambda h: None if h.get(name) is None else False
+    fn = _ORDER[op]
+
+    def order(h: Headers) -> bool | None:
+        x = h.get(name)
+        if x is None:
+            return None
+        t = type(x)
+        return (t is int or t is float) and fn(x, v)
+
+    return order
+
+
 def _compare(node: Node) -> Eval:
+    fast = _header_vs_literal(node)
+    if fast is not None:
+        return fast
     op, a, b = node[1], _value(node[2]), _value(node[3])
     if op in ("=", "<>"):
         want = op == "="
@@ -226,11 +268,7 @@ def _like(node: Node) -> Eval:
     return like
 
 
-def compile_selector(tree: Node) -> Callable[[Headers], bool]:
-    """The selector as one closure: True when the message's headers are selected."""
-    cond = _condition(tree)
-
-    def selects(headers: Headers) -> bool:
-        return cond(headers) is True
-
-    return selects
+def compile_selector(tree: Node) -> Callable[[Headers], bool | None]:
+    """The selector as one closure: True when the message's headers are selected, else
+    False or None (UNKNOWN), both falsy: a caller tests its truth (no wrapper call)."""
+    return _condition(tree)
