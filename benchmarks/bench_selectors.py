@@ -19,9 +19,11 @@ local delivery. Runs alternate none, selectors, none, ... and the medians are co
     ratio = selectors delivered msg/s / none delivered msg/s       (target >= 0.85)
 
 Delivered msg/s counts both subscriptions' deliveries over the window from the first
-publish to the last delivery. The machine has 2 cores and is shared: the load average
-at start and end is printed with the figures. Every child process is stopped by its PID
-in a ``finally`` block and exits on its own if its parent goes away.
+publish to the last delivery. The cost per message is also timed in-process
+(``timeit``): one compiled selector evaluated, and one route's per-message pick. The
+machine has 2 cores and is shared: the load average at start and end is printed with the
+figures. Every child process is stopped by its PID in a ``finally`` block and exits on
+its own if its parent goes away.
 """
 
 from __future__ import annotations
@@ -202,6 +204,23 @@ def run_once(ctx: Any, tmp: Path, mode: str, n: int, k: int) -> dict[str, Any]:
     }
 
 
+def per_message_us() -> dict[str, float]:
+    """Microseconds per call, in this process: each benchmark selector, and a pick."""
+    import timeit
+
+    from zbroker.routing.selection import Selective
+    from zbroker.selectors import selector
+
+    sels = [selector(t) for t in SELECTORS]
+    out = {}
+    n = 200_000
+    for text, sel in zip(SELECTORS, sels, strict=True):
+        out[f"selector {text}"] = timeit.timeit(lambda s=sel: s.selects(HEADERS), number=n) / n
+    pick = Selective([("l", ("B",), 1)], {"B": tuple(sels)}).pick
+    out["route pick (2 selectors behind B)"] = timeit.timeit(lambda: pick(HEADERS), number=n) / n
+    return {k: round(v * 1e6, 3) for k, v in out.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -251,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "median": med,
         "ratio": round(ratio, 3),
+        "per_message_us": per_message_us(),
         "target": TARGET_RATIO,
         "ok": ratio >= TARGET_RATIO,
     }
@@ -268,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
             f"  {mode:9}  delivered {m['delivered_per_s']:>9,.0f} msg/s   publish "
             f"{m['publish_per_s']:>9,.0f} msg/s   lost {m['lost']:,.0f}"
         )
+    for what, us in result["per_message_us"].items():
+        print(f"  {what}: {us:.3f} us per message")
     verdict = "OK" if result["ok"] else "MISSED"
     print(f"  ratio selectors/none: {ratio:.3f} (target >= {TARGET_RATIO}: {verdict})")
     return 0

@@ -52,3 +52,17 @@ def test_sub_selector_prints_only_what_it_selects(
     assert sub.wait(WAIT) == 0, sub.stderr_text()
     lines = [json.loads(line) for line in sub.stdout_text().splitlines()]
     assert [o["payload"] for o in lines] == [6, 7, 8] and {o["pattern"] for o in lines} == {"SEL.>"}
+
+
+def test_routes_table_marks_selectors_and_local_branches() -> None:
+    from zbroker.cli.format import format_routes
+
+    rows = [
+        {"pattern": "A.>", "origin": "N2", "hops": 1, "path": ["N2"], "link": "l1",
+         "selectors": ["(q > 1)", "(r = 'x')"]},
+        {"pattern": "C.>", "origin": "N1", "hops": 0, "path": [], "link": None,
+         "local_branch": True},
+    ]  # fmt: skip
+    text = format_routes(rows)
+    assert "A.> where (q > 1) OR (r = 'x')" in text
+    assert "C.> (local branch)" in text
