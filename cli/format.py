@@ -158,10 +158,14 @@ def _interest_rows(interest: dict[str, Any] | None) -> Rows:
     """The interest table's size and the origins it holds."""
     if not interest:
         return []
-    return [
+    rows = [
         ("interest routes", f"{interest.get('routes', 0)} ({interest.get('remote', 0)} remote)"),
         ("interest origins", ", ".join(interest.get("origins", [])) or "-"),
     ]
+    branches = interest.get("local_branches") or []
+    if branches:
+        rows.append(("local branches", f"{', '.join(branches)} (never leave this node)"))
+    return rows
 
 
 def _staging_rows(staging: dict[str, Any] | None) -> Rows:
@@ -258,7 +262,7 @@ def format_routes(routes: list[dict[str, Any]]) -> str:
         ["pattern", "origin", "hops", "path", "next hop"],
         [
             [
-                r["pattern"],
+                _route_pattern(r),
                 r["origin"],
                 r["hops"],
                 " > ".join(r["path"]) or "-",
@@ -267,6 +271,16 @@ def format_routes(routes: list[dict[str, Any]]) -> str:
             for r in routes
         ],
     )
+
+
+def _route_pattern(r: dict[str, Any]) -> str:
+    """A route's pattern, marked when it is a local branch or has selectors behind it."""
+    text = str(r["pattern"])
+    if r.get("local_branch"):
+        text += " (local branch)"
+    if r.get("selectors"):
+        text += " where " + " OR ".join(r["selectors"])
+    return text
 
 
 def format_simulation(report: dict[str, Any]) -> str:

@@ -127,6 +127,14 @@ from .signals import SignalStop
     help="Serve metrics, a JSON API and the network map over HTTP here "
     "(e.g. 127.0.0.1:8222) [default: off].",
 )
+@click.option(
+    "--local",
+    "local_branches",
+    multiple=True,
+    metavar="PATTERN",
+    help="A local branch: topics matching PATTERN never leave this node, and interest in "
+    "them is never advertised (repeatable; replaces [routing] local).",
+)
 @click.pass_context
 def start(
     ctx: click.Context,

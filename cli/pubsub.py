@@ -115,6 +115,20 @@ def pub(
     click.echo(f"published {sent} message(s) to {topic}{note}", err=True)
 
 
+def _print_gap(lock: threading.Lock, as_json: bool, pattern: str, gap: Any) -> None:
+    """A link died upstream: messages of ``pattern`` may be missing (a JSON line with
+    ``--json``, else a line on stderr)."""
+    with lock:
+        if as_json:
+            click.echo(json.dumps({"pattern": pattern, "gap": dataclasses.asdict(gap)}))
+        else:
+            click.echo(
+                f"gap on {pattern}: link {gap.link} of {gap.node} to {gap.peer} died "
+                f"({gap.reason}); messages may be missing",
+                err=True,
+            )
+
+
 @cli.command()
 @click.argument("patterns", nargs=-1, required=True)
 @broker_option()
@@ -128,17 +142,37 @@ def pub(
     help="Open (or reattach to) the durable subscription NAME: messages published while "
     "away are delivered on return (one PATTERN only).",
 )
+@click.option(
+    "--selector",
+    default=None,
+    metavar="EXPR",
+    help="Only messages whose headers EXPR accepts, e.g. \"region = 'EU' AND qty > 100\" "
+    "(the JMS SQL-92 subset; not with --durable).",
+)
 @connection_options()
 def sub(
-    patterns: tuple[str, ...], count: int | None, as_json: bool, durable: str | None, **conn: Any
+    patterns: tuple[str, ...],
+    count: int | None,
+    as_json: bool,
+    durable: str | None,
+    selector: str | None,
+    **conn: Any,
 ) -> None:
     """Print messages matching PATTERN(s) until Ctrl-C (or --count)."""
     if durable is not None and len(patterns) != 1:
         raise click.UsageError("--durable takes exactly one PATTERN")
+    if durable is not None and selector is not None:
+        raise click.UsageError("--selector cannot be used with --durable")
+    from zbroker.selectors import SelectorError, canonical
     from zbroker.topics import validate_pattern
 
     for p in patterns:
         validate_pattern(p)
+    try:
+        if selector is not None:
+            canonical(selector)
+    except SelectorError as exc:
+        raise click.BadParameter(str(exc), param_hint="--selector") from None
     done = threading.Event()
     seen = 0
     lock = threading.Lock()
@@ -162,22 +196,10 @@ def sub(
     # only sleeps and looks at flags here, and the signal only records itself
     signals = SignalStop(signal.SIGTERM, signal.SIGINT)
 
-    def on_gap(pattern: str, gap: Any) -> None:
-        # a link died upstream: messages of this pattern may be missing
-        with lock:
-            if as_json:
-                click.echo(json.dumps({"pattern": pattern, "gap": dataclasses.asdict(gap)}))
-            else:
-                click.echo(
-                    f"gap on {pattern}: link {gap.link} of {gap.node} to {gap.peer} died "
-                    f"({gap.reason}); messages may be missing",
-                    err=True,
-                )
-
     with connect(**conn) as client:
         for p in patterns:
-            handle = client.subscribe(p, on_message, durable=durable)
-            handle.on_gap = functools.partial(on_gap, p)
+            handle = client.subscribe(p, on_message, durable=durable, selector=selector)
+            handle.on_gap = functools.partial(_print_gap, lock, as_json, p)
         click.echo(f"subscribed to {', '.join(patterns)} on {client.broker_id}", err=True)
         while not done.is_set() and not signals.wait(0.2):
             pass

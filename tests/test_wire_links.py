@@ -175,7 +175,9 @@ def _check_every_way(value: list[Any]) -> None:
     types."""
     if _protocol_error_only(lambda: wire.check_link_map(value), {"bad_shape"}):
         assert len(value) == 2 and type(value[1]) is dict
-    if _protocol_error_only(lambda: wire.decode_advert(value), {"bad_shape", "bad_type"}):
+    if _protocol_error_only(
+        lambda: wire.decode_advert(value), {"bad_shape", "bad_type", "bad_advert"}
+    ):
         full, entries = wire.decode_advert(value)
         assert type(full) is bool
         for pattern, origin, path in entries:

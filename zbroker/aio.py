@@ -66,9 +66,12 @@ class AsyncClient:
             None, functools.partial(self._client.publish, topic, payload, headers)
         )
 
-    async def subscribe(self, pattern: str, handler: Handler) -> Subscription:
+    async def subscribe(
+        self, pattern: str, handler: Handler, *, selector: str | None = None
+    ) -> Subscription:
         """Call ``handler(msg)`` in the event loop for each message; ``handler`` may be a
-        coroutine function (each call becomes a task)."""
+        coroutine function (each call becomes a task). ``selector``: as
+        :meth:`Client.subscribe`'s."""
         loop = self._loop
         is_async = inspect.iscoroutinefunction(handler)
 
@@ -84,7 +87,7 @@ class AsyncClient:
             loop.call_soon_threadsafe(run, msg)
 
         return await loop.run_in_executor(
-            None, functools.partial(self._client.subscribe, pattern, from_thread)
+            None, functools.partial(self._client.subscribe, pattern, from_thread, selector=selector)
         )
 
     async def messages(self, pattern: str, timeout: float | None = None) -> AsyncIterator[Message]:

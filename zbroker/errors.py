@@ -11,6 +11,7 @@
      ├── BrokerUnreachable      no node answered within the timeout
      ├── PublishTimeout         the node did not accept a message within the timeout
      ├── RequestError           the node answered a control request with an error
+ ├── SelectorError          a message selector is not valid (where, and what was expected)
      └── ClientClosed           the client was used after close()
 
 Lower-layer errors (``zmq.ZMQError``, ``OSError``, ``msgpack`` exceptions) are mapped to
@@ -76,3 +77,18 @@ class ClientClosed(ZBrokerError):
 class PermissionDenied(RequestError):
     """With security on: this client's key may not publish to that topic or subscribe to
     that pattern (the node's permissions for the key say so)."""
+
+
+class SelectorError(ZBrokerError, ValueError):
+    """A message selector is not valid: ``position`` (0-based character offset) is where,
+    ``expected`` what would have been valid there, ``found`` what was there instead."""
+
+    def __init__(self, text: str, position: int, expected: str, found: str = "") -> None:
+        where = f"selector error at position {position}: expected {expected}"
+        if found:
+            where += f", found {found}"
+        super().__init__(f"{where}\n  {text}\n  {' ' * position}^")
+        self.text = text
+        self.position = position
+        self.expected = expected
+        self.found = found

@@ -26,7 +26,6 @@ import itertools
 import random
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from .routing import (
@@ -40,61 +39,39 @@ from .routing import (
     RoutingEngine,
 )
 from .routing.filters import LinkFilter
+from .routing.selection import Selective
+from .selectors import Selector
+from .selectors import selector as compile_selector
+from .simtypes import Delivery, MsgId, SimLink, SimStats
 from .topics import match
 
 __all__ = ["Delivery", "Network", "SimLink", "SimStats"]
 
-MsgId = tuple[str, int, int]
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    node: str
-    subscriber: int
-    pattern: str
-    topic: str
-    msg_id: MsgId
-    hops: int
-    path: tuple[str, ...]
-
-
-@dataclass(slots=True)
-class SimLink:
-    name: str
-    dialer: str
-    acceptor: str
-    duplex: bool
-    options: LinkOptions
-    up: bool = True
-    # incremented each time the link comes up: frames of an earlier session that are still
-    # in flight are discarded on arrival, as a closed TCP connection discards them
-    epoch: int = 0
-    # virtual time at which the last frame in each direction arrives (FIFO)
-    last_arrival: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class SimStats:
-    advert_frames: int = 0
-    message_frames: int = 0
-    duplicates_dropped: int = 0
-    loops_dropped: int = 0
-    last_advert_at: float = 0.0
-    # (msg_id, link name, direction "A>B") -> frames
-    crossings: Counter[tuple[MsgId, str, str]] = field(default_factory=Counter)
-
 
 class _SimNode:
-    def __init__(self, broker_id: str, incarnation: int) -> None:
+    def __init__(self, broker_id: str, incarnation: int, local: tuple[str, ...] = ()) -> None:
         self.id = broker_id
         self.incarnation = incarnation
-        self.engine = RoutingEngine(broker_id)
+        self.engine = RoutingEngine(broker_id, local_branches=local)
         self.dedupe = DedupeWindow()
         self.seq = 0
         self.subs: dict[int, str] = {}  # subscriber id -> pattern
+        self.selectors: dict[int, Selector] = {}  # subscriber id -> its selector, if any
         self.refs: Counter[str] = Counter()
         self.alive = True
         self.flush_pending = False
+
+
+def _selected(node: _SimNode, pattern: str) -> frozenset[str] | None:
+    """The selectors behind a node's interest in ``pattern`` (None: a subscriber wants
+    everything), as a node's local interest says them (engine rule 7)."""
+    texts = set()
+    for sid, p in node.subs.items():
+        if p == pattern:
+            if sid not in node.selectors:
+                return None
+            texts.add(node.selectors[sid].text)
+    return frozenset(texts) if texts else None
 
 
 class Network:
@@ -124,11 +101,13 @@ class Network:
 
     # -- topology -------------------------------------------------------------------------
 
-    def add_node(self, broker_id: str) -> None:
+    def add_node(self, broker_id: str, local_branches: tuple[str, ...] = ()) -> None:
+        """Add a node (``local_branches``: patterns whose topics never leave it)."""
         if broker_id in self.nodes and self.nodes[broker_id].alive:
             raise ValueError(f"node {broker_id} exists")
         self._incarnations[broker_id] += 1
-        self.nodes[broker_id] = _SimNode(broker_id, self._incarnations[broker_id])
+        inc = self._incarnations[broker_id]
+        self.nodes[broker_id] = _SimNode(broker_id, inc, local_branches)
         for link in self.links.values():
             if broker_id in (link.dialer, link.acceptor) and link.up:
                 self._bring_up(link)
@@ -211,13 +190,15 @@ class Network:
 
     # -- subscriptions and publishing ----------------------------------------------------
 
-    def subscribe(self, node_id: str, pattern: str) -> int:
+    def subscribe(self, node_id: str, pattern: str, selector: str | None = None) -> int:
         node = self.nodes[node_id]
         sid = next(self._sub_ids)
         node.subs[sid] = pattern
         node.refs[pattern] += 1
-        if node.refs[pattern] == 1:
-            node.engine.handle(LocalSubscribe(pattern=pattern))
+        if selector is not None:
+            node.selectors[sid] = compile_selector(selector)
+        if node.refs[pattern] == 1 or node.selectors:
+            node.engine.handle(LocalSubscribe(pattern=pattern, selectors=_selected(node, pattern)))
             self._schedule_flush(node)
         return sid
 
@@ -225,17 +206,21 @@ class Network:
         node = self.nodes[node_id]
         pattern = node.subs.pop(sid)
         node.refs[pattern] -= 1
+        had = node.selectors.pop(sid, None) is not None
         if node.refs[pattern] == 0:
             del node.refs[pattern]
             node.engine.handle(LocalUnsubscribe(pattern=pattern))
             self._schedule_flush(node)
+        elif had or node.selectors:
+            node.engine.handle(LocalSubscribe(pattern=pattern, selectors=_selected(node, pattern)))
+            self._schedule_flush(node)
 
-    def publish(self, node_id: str, topic: str) -> MsgId:
+    def publish(self, node_id: str, topic: str, headers: dict[str, Any] | None = None) -> MsgId:
         node = self.nodes[node_id]
         node.seq += 1
         msg_id = (node.id, node.incarnation, node.seq)
         self.published.append((node_id, topic, msg_id))
-        self._route(node, topic, msg_id, (), None, fresh=True)
+        self._route(node, topic, msg_id, (), None, fresh=True, headers=headers)
         return msg_id
 
     # -- the event loop -------------------------------------------------------------------
@@ -290,16 +275,17 @@ class Network:
         for action in node.engine.flush():
             link = self.links[action.link]
             self.stats.advert_frames += 1
-            self._send(link, node.id, ("adv", action.full, action.entries))
+            self._send(link, node.id, ("adv", action.full, action.entries, action.selectors))
 
     def _receive(self, node: _SimNode, link: SimLink, frame: tuple[Any, ...]) -> None:
         if frame[0] == "adv":
             self.stats.last_advert_at = self.now
-            node.engine.handle(AdvertIn(link=link.name, full=frame[1], entries=frame[2]))
+            ev = AdvertIn(link=link.name, full=frame[1], entries=frame[2], selectors=frame[3])
+            node.engine.handle(ev)
             self._schedule_flush(node)
         else:
-            _, topic, msg_id, path, targets = frame
-            self._route(node, topic, msg_id, path, targets, fresh=False)
+            _, topic, msg_id, path, targets, headers = frame
+            self._route(node, topic, msg_id, path, targets, fresh=False, headers=headers)
 
     def _route(
         self,
@@ -310,6 +296,7 @@ class Network:
         targets: tuple[str, ...] | None,
         *,
         fresh: bool,
+        headers: dict[str, Any] | None = None,
     ) -> None:
         if node.id in path:
             self.stats.loops_dropped += 1
@@ -318,9 +305,11 @@ class Network:
             self.stats.duplicates_dropped += 1
             return
         local, sends = node.engine.route(topic, path, targets)
+        if isinstance(sends, Selective):
+            sends = sends.pick(headers)  # rule 7: targets no selector accepts are dropped
         for pattern in local:
             for sid, p in node.subs.items():
-                if p == pattern:
+                if p == pattern and (sid not in node.selectors or node.selectors[sid](headers)):
                     self.deliveries.append(
                         Delivery(node.id, sid, pattern, topic, msg_id, len(path), path)
                     )
@@ -331,7 +320,7 @@ class Network:
             for _ in range(copies):
                 self.stats.message_frames += 1
                 self.stats.crossings[(msg_id, link_id, f"{node.id}>{peer}")] += 1
-                self._send(link, node.id, ("msg", topic, msg_id, new_path, branch))
+                self._send(link, node.id, ("msg", topic, msg_id, new_path, branch, headers))
 
     # -- analysis ------------------------------------------------------------------------
 
@@ -364,16 +353,19 @@ class Network:
                 todo.append(m)
         return dist
 
-    def expected_deliveries(self, source: str, topic: str) -> set[tuple[str, int]]:
+    def expected_deliveries(
+        self, source: str, topic: str, headers: dict[str, Any] | None = None
+    ) -> set[tuple[str, int]]:
         """(node, subscriber) pairs that should receive a message published at ``source``:
-        subscribers matching ``topic`` on nodes it can reach through the links' filters and
-        within their ttls."""
+        subscribers matching ``topic`` (whose selector, if any, accepts ``headers``) on
+        nodes it can reach through the links' filters and within their ttls."""
         reach = self.distances(source, topic)
         return {
             (n, sid)
             for n in reach
             for sid, pattern in self.nodes[n].subs.items()
             if self.nodes[n].alive and match(pattern, topic)
+            if sid not in self.nodes[n].selectors or self.nodes[n].selectors[sid](headers)
         }
 
     def interest_entries(self) -> int:

@@ -258,7 +258,7 @@ class EngineMachine(RuleBasedStateMachine):
         for link_id, ln in self.engine.links.items():
             assert ln.adj_out == self.expected_out(link_id), link_id
 
-    def expected_out(self, link_id: str) -> dict[Key, tuple[Path, bool]]:
+    def expected_out(self, link_id: str) -> dict[Key, tuple[Path, bool, None]]:
         ln = self.model.links[link_id]
         if not ln.up or not ln.can_receive:
             return {}
@@ -271,7 +271,7 @@ class EngineMachine(RuleBasedStateMachine):
                 and not ttl_spent(len(new), ln.options.ttl)
                 and self.engine.links[link_id].filter.allows_pattern(key[0])
             ):
-                out[key] = (new, self.model.sticky(key, via))
+                out[key] = (new, self.model.sticky(key, via), None)  # (no selectors here)
         return out
 
     @invariant()

@@ -237,6 +237,7 @@ class Client:
         pattern: str,
         callback: Callable[[Message], Any],
         *,
+        selector: str | None = None,
         durable: str | None = None,
         credit: int = 100,
         max_msgs: int = 0,
@@ -263,20 +264,20 @@ class Client:
         that a full durable would have to store fails with an error to its publisher;
         other messages are not queued (counted). ``unsubscribe()`` on the
         handle detaches; :meth:`delete_durable` deletes it and its stored messages.
+        ``selector="region = 'EU' AND qty > 100"``: only messages whose headers it accepts
+        (:mod:`zbroker.selectors`; a bad one raises SelectorError); not with ``durable``.
         """
         validate_pattern(pattern)
         self._check("subscribe", pattern)
         if durable is not None:
-            bounds = {
-                "max_msgs": max_msgs,
-                "max_bytes": max_bytes,
-                "max_age": max_age,
-                "overflow": overflow,
-            }
+            if selector is not None:
+                raise ValueError("a durable subscription cannot have a selector")
+            bounds: dict[str, Any] = {"max_msgs": max_msgs, "max_bytes": max_bytes}
+            bounds.update(max_age=max_age, overflow=overflow)
             return self._durables.subscribe(pattern, callback, durable, credit, bounds)
-        sub = self._subscriptions.add(pattern, callback)
+        sub, name = self._subscriptions.add(pattern, callback, selector)
         try:
-            self._command("sub", pattern).result(self.timeout)
+            self._command("sub", name).result(self.timeout)
         except FutureTimeout:
             sub.unsubscribe()
             raise BrokerUnreachable(

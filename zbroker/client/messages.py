@@ -161,7 +161,9 @@ class Subscription:
     when a link upstream died and messages of this subscription may be missing; ``gaps``
     counts those notices."""
 
-    __slots__ = ("_active", "_end", "callback", "durable", "gaps", "on_gap", "pattern")
+    __slots__ = (
+        "_active", "_end", "callback", "durable", "gaps", "on_gap", "pattern", "selector",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -175,6 +177,7 @@ class Subscription:
         self.durable: str | None = None
         self.on_gap: Callable[[Gap], Any] | None = None
         self.gaps = 0
+        self.selector: str | None = None  # canonical text, for a subscription with one
         self._active = True
 
     @property
@@ -187,4 +190,5 @@ class Subscription:
             self._end(self)
 
     def __repr__(self) -> str:
-        return f"<Subscription {self.pattern!r}{'' if self._active else ' (ended)'}>"
+        sel = f" selector {self.selector!r}" if self.selector is not None else ""
+        return f"<Subscription {self.pattern!r}{sel}{'' if self._active else ' (ended)'}>"

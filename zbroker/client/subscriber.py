@@ -23,7 +23,7 @@ from typing import Any, cast
 import msgpack
 import zmq
 
-from .. import wire
+from .. import selectors, wire
 from ..errors import ClientClosed, PermissionDenied, ProtocolError
 from ..wire.gaps import decode_gap_notice
 from .credentials import Credentials
@@ -36,6 +36,7 @@ log = logging.getLogger("zbroker.client")
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _SYNC = wire.SYNC_PREFIX[0]
+_SEP = wire.SELECTOR_SEP
 
 #: by pattern; read without the lock (each value is a tuple, replaced whole)
 Callbacks = dict[str, tuple[Subscription, ...]]
@@ -49,24 +50,38 @@ class Subscriptions:
         self._lock = threading.Lock()
         self.by_pattern: Callbacks = {}
 
-    def add(self, pattern: str, callback: Callable[[Message], Any]) -> Subscription:
-        """Register a callback (the caller then asks the client thread to subscribe)."""
+    def add(
+        self, pattern: str, callback: Callable[[Message], Any], selector: str | None = None
+    ) -> tuple[Subscription, str]:
+        """Register a callback (the caller then asks the client thread to subscribe to
+        the name returned: the pattern, or with a selector its key). A bad selector
+        raises SelectorError; its canonical text is what the node is sent."""
         sub = Subscription(self._end, pattern, callback)
+        sub.selector = None if selector is None else selectors.canonical(selector)
+        name = _name(sub)
         with self._lock:
-            self.by_pattern[pattern] = (*self.by_pattern.get(pattern, ()), sub)
-        return sub
+            self.by_pattern[name] = (*self.by_pattern.get(name, ()), sub)
+        return sub, name
 
     def _end(self, sub: Subscription) -> None:
+        name = _name(sub)
         with self._lock:
-            left = tuple(s for s in self.by_pattern.get(sub.pattern, ()) if s is not sub)
+            left = tuple(s for s in self.by_pattern.get(name, ()) if s is not sub)
             if left:
-                self.by_pattern[sub.pattern] = left
+                self.by_pattern[name] = left
             else:
-                self.by_pattern.pop(sub.pattern, None)
+                self.by_pattern.pop(name, None)
         try:
-            self._command("unsub", sub.pattern)
+            self._command("unsub", name)
         except (ClientClosed, zmq.ZMQError):
             pass  # closed: nothing to tell the node
+
+
+def _name(sub: Subscription) -> str:
+    """What the node knows a subscription by: its pattern, or ``pattern SEP selector``."""
+    if sub.selector is None:
+        return sub.pattern
+    return sub.pattern + wire.SELECTOR_SEP + sub.selector
 
 
 class Subscriber:
@@ -185,7 +200,9 @@ class Subscriber:
             return
         try:  # one decoder per frame (a frame holds one message or a batch)
             pattern, first, envelopes = wire.decode_delivery_batch(frame)
-            msgs = [message_from_fields(pattern, f) for f in envelopes]
+            # a subscription with a selector is named ``pattern SEP selector``
+            label = pattern.partition(_SEP)[0] if _SEP in pattern else pattern
+            msgs = [message_from_fields(label, f) for f in envelopes]
         except ProtocolError as exc:
             notice = decode_gap_notice(frame)  # (a notice's body is a map: rare, so here)
             if notice is None:

@@ -18,7 +18,7 @@ from ..const import DEFAULT_HOST, DEFAULT_HWM, DEFAULT_MAX_FRAME_BYTES, DEFAULT_
 from ..errors import ConfigError, InvalidTopic
 from ..store import OVERFLOW_POLICIES, RetainRule
 from ..topics import validate_pattern
-from .checks import check_float, check_int, validate_broker_id
+from .checks import check_float, check_int, check_patterns, validate_broker_id
 from .link import LINK_KEYS, LinkConfig
 from .monitor import MonitorConfig
 
@@ -75,6 +75,9 @@ class NodeConfig:
     #: the monitoring HTTP server (``[monitor]``; off by default); a HOST:PORT string
     #: is taken as ``MonitorConfig(listen=...)``
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    #: ``[routing] local``: patterns whose topics never leave this node, and whose
+    #: interest is never advertised (zbroker/routing/branches.py)
+    local_branches: tuple[str, ...] = ()
     #: where the values came from, for error messages ("file.toml", "keyword", ...)
     source: str = field(default="keyword", compare=False)
 
@@ -89,6 +92,9 @@ class NodeConfig:
         monitor = MonitorConfig.coerce(self.monitor, self.source)
         monitor.check_security(self.security, self.source)
         self._set("monitor", monitor)
+        self._set(
+            "local_branches", check_patterns(self.local_branches, f"{self.source}: routing.local")
+        )
 
     def _set(self, name: str, value: Any) -> None:
         """Store a normalized value (a tuple for a list, a Path for a str) in the frozen

@@ -37,6 +37,7 @@ _SCHEMA: dict[str, dict[str, str]] = {
         "overflow": "forward_overflow",
         "sticky_ttl": "sticky_ttl",
     },
+    "routing": {"local": "local_branches"},
 }
 
 

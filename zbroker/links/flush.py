@@ -76,6 +76,16 @@ def too_large(table: LinkTable, link: Link, what: str) -> None:
         )
 
 
+def with_selectors(entries: list[list[Any]], selectors: dict[tuple[str, str], Any]) -> None:
+    """Add to ADVERT entries the selectors behind them (5th element; engine rule 7)."""
+    for e in entries:
+        texts = selectors.get((e[0], e[1]))
+        if texts is not None and e[2] is not None:
+            if len(e) == 3:
+                e.append(False)
+            e.append(sorted(texts))
+
+
 def flush_adverts(table: LinkTable) -> None:
     actions = table.engine.flush()
     if not actions:
@@ -92,11 +102,13 @@ def flush_adverts(table: LinkTable) -> None:
             else [p, o, list(path or ()), True]  # durable-backed: kept while down
             for p, o, path in action.entries
         ]
+        if action.selectors:
+            with_selectors(entries, action.selectors)
         if sticky:
             # a long table leaves in several frames and only the first says "full"
             # (replace): sticky entries first, so a returning ghost link's sticky routes,
             # which the receiver kept, are never withdrawn in between
-            entries.sort(key=lambda e: len(e) < 4)
+            entries.sort(key=lambda e: not (len(e) > 3 and e[3]))
         full = action.full
         for chunk in advert_chunks(entries, link.batch_bytes):
             if not table.send(link, wire.encode_link(wire.ADVERT, full, chunk), now):

@@ -202,14 +202,18 @@ class LinkTable:
         return 0
 
     def _on_advert(self, link: Link, value: list[Any]) -> int:
-        full, entries, sticky = wire.decode_advert_sticky(value)
+        full, entries, sticky, selectors = wire.decode_advert_entries(value)
         for pattern, origin, _ in entries:
             try:
                 validate_pattern(pattern)
                 validate_broker_id(origin)
             except (InvalidTopic, ConfigError) as exc:
                 raise ProtocolError("bad_advert", str(exc)) from exc
-        self.engine.handle(AdvertIn(link=link.engine_id, full=full, entries=entries, sticky=sticky))
+        self.engine.handle(
+            AdvertIn(
+                link=link.engine_id, full=full, entries=entries, sticky=sticky, selectors=selectors
+            )
+        )
         self.hooks.advert_in(link)
         return len(entries)
 

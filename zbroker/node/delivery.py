@@ -30,6 +30,7 @@ from ..topics import validate_pattern
 from ..wire.gaps import gap_notice
 from .counters import Counters
 from .interest import LocalInterest
+from .selected import Selected
 
 __all__ = ["Delivery", "raw_send"]
 
@@ -61,6 +62,8 @@ class Delivery:
         self.prefix: dict[str, bytes] = {}
         self._pseq: dict[str, int] = {}  # messages sent per pattern (the frame trailer)
         self._send = raw_send(sock)
+        #: subscriptions with a selector (their names are in ``prefix`` too)
+        self.selected = Selected(counters, interest)
 
     # -- subscriptions ------------------------------------------------------------------
 
@@ -78,10 +81,15 @@ class Delivery:
             bad("subscriber", "bad_subscription", f"{key[:40]!r} lacks the NUL terminator")
             return None
         try:
-            return msg[0] == 1, key, validate_pattern(key[:-1].decode("utf-8"))
+            name = key[:-1].decode("utf-8")
+            pattern, sep, _ = name.partition(wire.SELECTOR_SEP)
+            validate_pattern(pattern)
         except (UnicodeDecodeError, InvalidTopic) as exc:
             bad("subscriber", "bad_pattern", str(exc))
             return None
+        if sep and not self.selected.valid(name):
+            return None  # (counted: bad_selector)
+        return msg[0] == 1, key, name
 
     def echo(self, key: bytes) -> None:
         """Every subscription the client sent before this sync key is now in effect."""
@@ -91,15 +99,21 @@ class Delivery:
             self._counters.drop("subscriber_queue_full")
 
     def first(self, pattern: str) -> None:
-        """Clients hold ``pattern`` now."""
+        """Clients hold ``pattern`` (or a subscription name with a selector) now."""
         self.prefix[pattern] = pattern.encode() + b"\0"
         self._pseq.setdefault(pattern, 0)
-        self._interest.add(pattern, CLIENTS)
+        if wire.SELECTOR_SEP in pattern:
+            self.selected.first(pattern)
+        else:
+            self._interest.add(pattern, CLIENTS)
 
     def last(self, pattern: str) -> None:
-        """No client holds ``pattern`` any more."""
+        """No client holds ``pattern`` (or a selected subscription's name) any more."""
         self.prefix.pop(pattern, None)
-        self._interest.drop(pattern, CLIENTS)
+        if wire.SELECTOR_SEP in pattern:
+            self.selected.last(pattern)
+        else:
+            self._interest.drop(pattern, CLIENTS)
 
     def on_subscriptions(self, budget: int) -> None:
         """Drain the XPUB's (un)subscribe messages (plain mode: libzmq counts holders)."""
@@ -126,7 +140,8 @@ class Delivery:
         lost upstream (a gap notice, :mod:`zbroker.wire.gaps`); returns the patterns told."""
         told = 0
         for pattern, pfx in self.prefix.items():
-            if allows(pattern):
+            # a selected subscription's name is its pattern, the separator, its selector
+            if allows(pattern.partition(wire.SELECTOR_SEP)[0]):
                 frame = gap_notice(pfx, info, U64.pack(self._pseq[pattern]))
                 try:
                     self.sock.send(frame, zmq.NOBLOCK)

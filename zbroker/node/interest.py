@@ -3,8 +3,9 @@
 Interest has *sources*: ``clients`` (subscribers on the XPUB), and what features add
 (``retain``, ``durable:NAME``...). The routing engine hears a pattern's first source
 (LocalSubscribe) and its last (LocalUnsubscribe); interest backed by a durable source is
-*sticky* (it stays routed while links toward it are down), so a change of stickiness is
-said again.
+*sticky* (it stays routed while links toward it are down), and interest whose every
+source is a subscription with a selector (``select:TEXT``) carries those selectors, so a
+change of either is said again.
 
 It also answers the pipeline's one per-message question about features: which sinks take
 a message whose local patterns are ``patterns`` (the engine's cached frozenset per
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..routing import LocalSubscribe, LocalUnsubscribe, RoutingEngine
+from ..routing.selection import local_selectors
 
 if TYPE_CHECKING:
     from .feature import Feature
@@ -43,26 +45,27 @@ class LocalInterest:
 
     def add(self, pattern: str, source: str) -> None:
         sources = self._sources.setdefault(pattern, set())
-        was_sticky = _sticky(sources)
+        was = _said(sources)
         first = not sources
         if source not in sources:
             sources.add(source)
             self._counted(source, 1)
-        if first or _sticky(sources) != was_sticky:
-            self._engine.handle(LocalSubscribe(pattern=pattern, sticky=_sticky(sources)))
+        now = _said(sources)
+        if first or now != was:
+            self._engine.handle(LocalSubscribe(pattern=pattern, sticky=now[0], selectors=now[1]))
 
     def drop(self, pattern: str, source: str) -> None:
         sources = self._sources.get(pattern)
         if sources is None or source not in sources:
             return
-        was_sticky = _sticky(sources)
+        was = _said(sources)
         sources.discard(source)
         self._counted(source, -1)
         if not sources:
             del self._sources[pattern]
             self._engine.handle(LocalUnsubscribe(pattern=pattern))
-        elif was_sticky and not _sticky(sources):
-            self._engine.handle(LocalSubscribe(pattern=pattern, sticky=False))
+        elif (now := _said(sources)) != was:
+            self._engine.handle(LocalSubscribe(pattern=pattern, sticky=now[0], selectors=now[1]))
 
     def sinks_for(self, patterns: frozenset[str]) -> tuple[Feature, ...]:
         """The features whose sinks take a message matching ``patterns`` (cached)."""
@@ -92,3 +95,9 @@ class LocalInterest:
 def _sticky(sources: set[str]) -> bool:
     """Is local interest with these sources backed by a durable subscription?"""
     return any(s.startswith(STICKY_SOURCE + ":") for s in sources)
+
+
+def _said(sources: set[str]) -> tuple[bool, frozenset[str] | None]:
+    """What the engine is told of local interest with these sources: sticky, and the
+    selectors behind it (None: some source wants every message)."""
+    return _sticky(sources), local_selectors(sources)

@@ -32,6 +32,7 @@ import zmq
 from .. import wire
 from ..const import DRAIN_BATCH
 from ..routing import DedupeWindow, RoutingEngine
+from ..routing.selection import Selective
 from ..wire import check_msgs, check_publishes, publish_elements
 from .counters import Counters
 from .delivery import Delivery
@@ -136,6 +137,7 @@ class Pipeline:
         now = time.time
         seq = first = self._counters.seq
         sink_out = self._sink_out
+        selected, select = self._delivery.selected.by_pattern, self._delivery.selected.names
         for frame, value in zip(frames, values, strict=True):
             if value is None:
                 continue
@@ -145,6 +147,8 @@ class Pipeline:
             if engine.links:
                 patterns, sends = route(topic, (), None)
                 if sends:
+                    if sends.__class__ is Selective:  # some targets stand behind selectors
+                        sends = sends.pick(headers)
                     self.enqueue(
                         sends, [topic, payload, fmt, headers, origin, inc, seq, ts, [origin], None]
                     )
@@ -158,6 +162,8 @@ class Pipeline:
                     m = [topic, payload, fmt, headers, origin, inc, seq, ts]
                     for f in sinks:
                         sink_out.setdefault(f, []).append(m)
+            if selected:  # subscriptions with a selector exist: add those accepting it
+                patterns = select(patterns, headers)
             body = None
             for pattern in patterns:
                 if pattern not in prefix:
@@ -195,13 +201,10 @@ class Pipeline:
     def _relay(self, batch: list[Any], out: dict[str, list[Any]]) -> int:
         """Dedupe, route, queue on links, sink and bucket checked link messages; returns
         how many were loops (our ID on their path)."""
-        me = self._me
-        seen = self.dedupe.seen
-        route = self._engine.route
-        interest = self._interest
-        prefix = self._delivery.prefix
+        me, seen, route = self._me, self.dedupe.seen, self._engine.route
+        interest, prefix, sink_out = self._interest, self._delivery.prefix, self._sink_out
         fwd_paths = self._fwd_paths
-        sink_out = self._sink_out
+        selected, select = self._delivery.selected.by_pattern, self._delivery.selected.names
         # route() results are cached and shared: their sends, resolved to links, per frame
         prepared: dict[int, tuple[list[Send], list[tuple[Link, list[str] | None, int]], int]] = {}
         dirty, loops = self._links.dirty, 0
@@ -220,8 +223,9 @@ class Pipeline:
             if seen(origin, inc, seq):
                 continue
             patterns, sends = route(topic, key_path, key_targets)
-            if sends:
-                # enqueue, inlined: links and target lists resolved once per frame
+            if sends:  # enqueue, inlined: links and target lists resolved once per frame
+                if sends.__class__ is Selective:  # some targets stand behind selectors
+                    sends = sends.pick(headers)
                 prep = prepared.get(id(sends))
                 if prep is None or prep[0] is not sends:
                     prep = prepared[id(sends)] = (sends, *self._links.resolve(sends))
@@ -241,6 +245,8 @@ class Pipeline:
             if interest.has_sinks:
                 for f in interest.sinks_for(patterns):
                     sink_out.setdefault(f, []).append(m)
+            if selected:  # subscriptions with a selector exist: add those accepting it
+                patterns = select(patterns, headers)
             envelope = None
             for pattern in patterns:
                 if pattern not in prefix:
@@ -300,11 +306,14 @@ class Pipeline:
         interest = self._interest
         prefix = self._delivery.prefix
         sink_out = self._sink_out
+        selected, select = self._delivery.selected.by_pattern, self._delivery.selected.names
         out: dict[str, list[Any]] = {}
         for i, m in enumerate(msgs):
             key_path, key_targets, pseq = routing[i] if routing else ((), None, None)
             patterns, sends = route(m[0], key_path, key_targets)
             if sends:
+                if sends.__class__ is Selective:  # some targets stand behind selectors
+                    sends = sends.pick(m[3])
                 if persist is not None:
                     persist(sends, m, pseq)
                 else:
@@ -314,6 +323,8 @@ class Pipeline:
             if interest.has_sinks:
                 for f in interest.sinks_for(patterns):
                     sink_out.setdefault(f, []).append(m)
+            if selected:
+                patterns = select(patterns, m[3])
             for pattern in patterns:
                 if pattern in prefix:
                     out.setdefault(pattern, []).append(m[:8])

@@ -157,8 +157,9 @@ class SecureSubscriptions:
 
     def _subscribe(self, conn: _Conn, user: str, key: bytes, pattern: str) -> None:
         sec = self._security
-        if not sec.may_subscribe(user, pattern):
-            why = sec.refuse("subscribe to", user, pattern)
+        base = pattern.partition(wire.SELECTOR_SEP)[0]  # (a name with a selector)
+        if not sec.may_subscribe(user, base):
+            why = sec.refuse("subscribe to", user, base)
             if len(conn.refused) < MAX_REFUSALS:
                 conn.refused.append((pattern, why))
             return

@@ -49,6 +49,7 @@ def node_status(node: Node) -> dict[str, Any]:
             "origins": sorted({str(r["origin"]) for r in routes}),
             "entries": node.engine.entry_count(),
             "rejected": dict(sorted(node.engine.rejected.items())),
+            "local_branches": list(node.engine.local_branches),  # never leave this node
         },
     }
     for f in node.features:

@@ -46,6 +46,17 @@ Rules (each loop rule is a named function in :mod:`zbroker.routing.loops`):
    link turns it live again with its entries (until the peer's full table replaces them);
    ``LinkDown`` without ``keep_sticky`` (the node does it when a ghost expires) forgets it.
 
+7. **Selectors** travel with interest (:mod:`~zbroker.routing.selection`): local interest
+   whose every subscriber has a selector (``LocalSubscribe(selectors=...)``) is advertised
+   with those selectors, and every advertisement derived from the entry carries them
+   unchanged (entries are per origin, so nothing merges on the way). Routing a message,
+   an origin all of whose matching entries are selected is a target only if one of its
+   selectors accepts the message's headers: the route's sends come as a
+   :class:`~zbroker.routing.selection.Selective` whose ``pick(headers)`` drops the other
+   targets and the sends left without any. A relay thus ORs the selectors of everything
+   behind a link, and sends nothing over a link no selector behind it accepts; the tree
+   of rule 4 is only pruned, so exactly-once and loop freedom are untouched.
+
 Propagation policy (link kind x event -> action):
 
 ==================  =================================  ================================
@@ -60,6 +71,8 @@ Where each part lives
 ---------------------
 :mod:`~zbroker.routing.events` (the events and actions), :mod:`~zbroker.routing.table`
 (rules 1, 2 and 6: entries per link, best-entry selection, ghosts),
+:mod:`~zbroker.routing.selection` (rule 7), :mod:`~zbroker.routing.branches` (local
+branches: topics that never leave the node),
 :mod:`~zbroker.routing.propagation` (rule 3), :mod:`~zbroker.routing.routes` (rules 4 and
 5, with the plan and route caches), :mod:`~zbroker.routing.loops` and
 :mod:`~zbroker.routing.filters` (the checks rules 1, 3 and 5 share). This module feeds the
@@ -69,7 +82,8 @@ advertisements in step with the selection.
 
 from __future__ import annotations
 
-from . import propagation
+from . import propagation, selection
+from .branches import covers
 from .events import (
     AdvertIn,
     Event,
@@ -96,9 +110,17 @@ class RoutingEngine:
     bound onto the engine: a call costs what a method of the engine would, and no more.
     """
 
-    def __init__(self, broker_id: str, *, cache_size: int | None = None) -> None:
+    def __init__(
+        self,
+        broker_id: str,
+        *,
+        cache_size: int | None = None,
+        local_branches: tuple[str, ...] = (),
+    ) -> None:
         self.broker_id = broker_id
         self._table = table = InterestTable(broker_id, cache_size=cache_size)
+        #: patterns whose topics never leave this node (:mod:`~zbroker.routing.branches`)
+        self.local_branches = table.local_branches = tuple(local_branches)
         self.links = table.links
         self.rejected = table.rejected  # advertisement entries rejected, by reason
         self.adverts_sent = 0
@@ -135,7 +157,7 @@ class RoutingEngine:
     def handle(self, event: Event) -> None:
         """Apply a control-plane event. Advertisements it causes wait for :meth:`flush`."""
         if isinstance(event, LocalSubscribe):
-            self._local_subscribe(event.pattern, event.sticky)
+            self._local_subscribe(event.pattern, event.sticky, event.selectors)
         elif isinstance(event, LocalUnsubscribe):
             self._local_unsubscribe(event.pattern)
         elif isinstance(event, AdvertIn):
@@ -178,9 +200,12 @@ class RoutingEngine:
             link.sticky.add(key)
             self._recompute(key)
 
-    def _local_subscribe(self, pattern: str, sticky: bool) -> None:
+    def _local_subscribe(
+        self, pattern: str, sticky: bool, selectors: frozenset[str] | None = None
+    ) -> None:
         table = self._table
         changed = sticky != (pattern in table.local_sticky)
+        changed |= selection.set_local(table.local_selectors, pattern, selectors)
         if sticky:
             table.local_sticky.add(pattern)
         else:
@@ -195,6 +220,7 @@ class RoutingEngine:
     def _local_unsubscribe(self, pattern: str) -> None:
         table = self._table
         table.local_sticky.discard(pattern)
+        table.local_selectors.pop(pattern, None)
         if pattern in table.local_patterns:
             table.local_patterns.discard(pattern)
             table.local.remove(pattern, pattern)
@@ -245,9 +271,10 @@ class RoutingEngine:
         # only the plans of the topics this pattern matches depend on this key
         self._router.evict(key[0])
         table.set_best(key, old, best)
-        if best is None:
-            propagation.withdraw(self.links, key)
+        if best is None or (table.local_branches and covers(table.local_branches, key[0])):
+            propagation.withdraw(self.links, key)  # (a local branch: never advertised)
         else:
             # rule 3, for every link at once: the advertised path is the same for all
             path = (*best[1], self.broker_id)
-            propagation.advertise(self.links, key, best, path, table.is_sticky(key, best))
+            sticky, selectors = table.is_sticky(key, best), table.selectors_of(key, best)
+            propagation.advertise(self.links, key, best, path, sticky, selectors)

@@ -33,7 +33,8 @@ DEFAULT_TTL = 32
 Path = tuple[str, ...]
 Key = tuple[str, str]  # (pattern, origin)
 Entry = tuple[str, str, Path | None]  # (pattern, origin, path or None = withdraw)
-Adv = tuple[Path, bool]  # what was (or is to be) advertised for a key: path, sticky
+#: what was (or is to be) advertised for a key: path, sticky, selectors (None: all)
+Adv = tuple[Path, bool, frozenset[str] | None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,12 +50,15 @@ class LinkOptions:
 class _Advert:
     """Interest entries crossing a link, in (AdvertIn) or out (SendAdvert): ``path=None``
     withdraws; ``full``: the sender's whole table for the receiver; ``sticky``: the keys
-    durable subscriptions back (rule 6)."""
+    durable subscriptions back (rule 6); ``selectors``: the keys whose interest is only in
+    what these selectors accept (canonical texts; a key not named wants every message:
+    rule 7)."""
 
     link: str
     full: bool
     entries: tuple[Entry, ...]
     sticky: frozenset[Key] = frozenset()
+    selectors: dict[Key, frozenset[str]] = field(default_factory=dict)
 
 
 # -- events ---------------------------------------------------------------------------------
@@ -62,11 +66,14 @@ class _Advert:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LocalSubscribe:
-    """A pattern gained its first local subscriber; sent again when its stickiness changes
-    (``sticky``: a durable subscription backs it)."""
+    """A pattern gained its first local subscriber; sent again when its stickiness or its
+    selectors change (``sticky``: a durable subscription backs it; ``selectors``: every
+    local subscriber of it has a selector, and these are their canonical texts; None:
+    some subscriber wants every message)."""
 
     pattern: str
     sticky: bool = False
+    selectors: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

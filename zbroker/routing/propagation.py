@@ -11,6 +11,7 @@ to a ghost.
 
 from __future__ import annotations
 
+from .branches import covers
 from .events import Entry, Key, Path, SendAdvert
 from .loops import path_holds, ttl_spent
 from .table import Best, EngineLink, InterestTable
@@ -18,12 +19,19 @@ from .table import Best, EngineLink, InterestTable
 __all__ = ["advertise", "flush", "offer_table", "withdraw"]
 
 
-def advertise(links: dict[str, EngineLink], key: Key, best: Best, path: Path, sticky: bool) -> None:
+def advertise(
+    links: dict[str, EngineLink],
+    key: Key,
+    best: Best,
+    path: Path,
+    sticky: bool,
+    selectors: frozenset[str] | None = None,
+) -> None:
     """Queue the new best entry of ``key`` (``path``: its path with our ID appended) for
     every link at once: the advertised path is the same for all."""
     via = best[0]
     pattern = key[0]
-    adv = (path, sticky)
+    adv = (path, sticky, selectors)
     hops = len(path)
     for link in links.values():
         if not link.up:
@@ -61,7 +69,9 @@ def offer_table(link: EngineLink, table: InterestTable) -> None:
             continue
         if not link.filter.allows_pattern(key[0]):
             continue
-        link.pending[key] = (new_path, table.is_sticky(key, best))
+        if table.local_branches and covers(table.local_branches, key[0]):
+            continue  # a local branch: never advertised, whatever the filters say
+        link.pending[key] = (new_path, table.is_sticky(key, best), table.selectors_of(key, best))
 
 
 def flush(links: dict[str, EngineLink]) -> list[SendAdvert]:
@@ -72,6 +82,7 @@ def flush(links: dict[str, EngineLink]) -> list[SendAdvert]:
             continue
         entries: list[Entry] = []
         sticky: set[Key] = set()
+        selectors: dict[Key, frozenset[str]] = {}
         adj_out = link.adj_out
         for key, adv in link.pending.items():
             if adj_out.get(key) == adv:
@@ -86,6 +97,8 @@ def flush(links: dict[str, EngineLink]) -> list[SendAdvert]:
                 entries.append((key[0], key[1], adv[0]))
                 if adv[1]:
                     sticky.add(key)
+                if adv[2] is not None:
+                    selectors[key] = adv[2]
         link.pending.clear()
         if entries or link.full_pending:
             out.append(
@@ -94,6 +107,7 @@ def flush(links: dict[str, EngineLink]) -> list[SendAdvert]:
                     full=link.full_pending,
                     entries=tuple(entries),
                     sticky=frozenset(sticky),
+                    selectors=selectors,
                 )
             )
         link.full_pending = False

@@ -13,8 +13,10 @@ going clears both caches (:meth:`Router.invalidate`), and so does reaching the s
 from __future__ import annotations
 
 from ..sublist import TopicIndex
+from .branches import holds
 from .events import Path
 from .loops import path_holds, ttl_spent
+from .selection import Conditions, Selective, conditions
 from .table import EngineLink, InterestTable
 
 __all__ = ["PLAN_LIMIT", "Plan", "Route", "Router", "Send"]
@@ -29,7 +31,7 @@ Route = tuple[frozenset[str], list[Send]]  # (local patterns, sends)
 class Plan:
     """Everything about one literal topic that does not depend on a message's path."""
 
-    __slots__ = ("counts", "local", "next_hop", "routes", "static")
+    __slots__ = ("cond", "counts", "local", "next_hop", "routes", "static")
 
     def __init__(
         self,
@@ -42,6 +44,7 @@ class Plan:
         self.next_hop = next_hop  # origin -> link id of its best entry
         self.counts = counts  # link id -> origin -> matching keys (for conduit off)
         self.static = static  # link ids whose static patterns match
+        self.cond: Conditions = {}  # selected origins and their selectors (rule 7)
         # the keys of the cached routes computed from this plan: evicted with it
         self.routes: list[tuple[str, Path, tuple[str, ...] | None]] = []
 
@@ -57,6 +60,7 @@ class Router:
         self._best = table.best
         self._local = table.local
         self._remote = table.remote
+        self._table = table  # (its local branches)
         self._plans: dict[str, Plan] = {}
         self._planned = TopicIndex(self._plans)
         # route() results by (topic, path, targets)
@@ -71,8 +75,22 @@ class Router:
         plan = self._plans.get(topic)
         if plan is not None:
             return plan
+        branches = self._table.local_branches
+        if branches and holds(branches, topic):
+            plan = Plan(self._local.match(topic), {}, {}, ())  # never leaves this node
+        else:
+            plan = self._build(topic)
+        if len(self._plans) >= self._plan_limit:
+            self.invalidate()
+        self._plans[topic] = plan
+        self._planned.note(topic)
+        return plan
+
+    def _build(self, topic: str) -> Plan:
         ranks: dict[str, tuple[int, str, str]] = {}
         counts: dict[str, dict[str, int]] = {}
+        selected: dict[str, set[str]] = {}  # origin -> selectors of its entries (rule 7)
+        unconditional: set[str] = set()  # origins with an entry that wants everything
         for key in self._remote.match(topic):
             link_id, path = self._best[key]
             assert link_id is not None
@@ -83,14 +101,17 @@ class Router:
                 ranks[origin] = r
             per = counts.setdefault(link_id, {})
             per[origin] = per.get(origin, 0) + 1
+            texts = link.selectors.get(key) if link.selectors else None
+            if texts is None:
+                unconditional.add(origin)
+            else:
+                selected.setdefault(origin, set()).update(texts)
         static = tuple(
             ln.id for ln in self.links.values() if ln.filter.static and ln.filter.is_static(topic)
         )
         plan = Plan(self._local.match(topic), {o: r[2] for o, r in ranks.items()}, counts, static)
-        if len(self._plans) >= self._plan_limit:
-            self.invalidate()
-        self._plans[topic] = plan
-        self._planned.note(topic)
+        if selected:
+            plan.cond = conditions(selected, unconditional)
         return plan
 
     def invalidate(self) -> None:
@@ -171,6 +192,10 @@ class Router:
             link = links[link_id]
             if self._may_send(link, topic, path, hops):
                 sends.append((link_id, None, 1))
+        if plan.cond:
+            cond = {o: plan.cond[o] for o in wanted if o in plan.cond}
+            if cond:  # rule 7: the pipeline picks the sends per message
+                return plan.local, Selective(sends, cond)
         return plan.local, sends
 
     @staticmethod

@@ -9,6 +9,7 @@ touched (:meth:`InterestTable.select`), which is where routes and advertisements
 from __future__ import annotations
 
 from ..sublist import Sublist
+from .branches import covers
 from .events import Adv, AdvertIn, Key, LinkOptions, LinkUp, Path
 from .filters import LinkFilter
 from .loops import path_holds, ttl_spent
@@ -34,6 +35,7 @@ class EngineLink:
         "options",
         "peer",
         "pending",
+        "selectors",
         "sticky",
         "up",
     )
@@ -50,6 +52,8 @@ class EngineLink:
         self.pending: dict[Key, Adv | None] = {}
         self.full_pending = True
         self.sticky: set[Key] = set()  # keys of adj_in the peer flagged sticky
+        #: keys of adj_in whose interest is only in what these selectors accept (rule 7)
+        self.selectors: dict[Key, frozenset[str]] = {}
         self.up = True  # False: a ghost (rule 6)
 
     @classmethod
@@ -71,6 +75,7 @@ class EngineLink:
         send it nothing until it is up again."""
         self.up = False
         self.adj_in = kept
+        self.selectors = {k: v for k, v in self.selectors.items() if k in kept}
         self.adj_out.clear()
         self.pending.clear()
         self.full_pending = False
@@ -89,6 +94,8 @@ class InterestTable:
         self.local: Sublist[str] = Sublist(**kw)
         self.local_patterns: set[str] = set()
         self.local_sticky: set[str] = set()
+        self.local_selectors: dict[str, frozenset[str]] = {}  # rule 7
+        self.local_branches: tuple[str, ...] = ()  # topics that never leave (branches.py)
         self.remote: Sublist[Key] = Sublist(**kw)  # keys of remote best entries
         self.best: dict[Key, Best] = {}
         self.links: dict[str, EngineLink] = {}
@@ -109,10 +116,12 @@ class InterestTable:
             return touched
         adj_in = link.adj_in
         sticky_in = link.sticky
+        selected_in, selectors = link.selectors, ev.selectors
         if ev.full:
             touched.update(adj_in)
             adj_in.clear()
             sticky_in.clear()
+            selected_in.clear()
         me = self.broker_id
         ttl = link.options.ttl
         best_of = self.best.get
@@ -131,6 +140,7 @@ class InterestTable:
             best = best_of(key)
             if path is None:
                 sticky_in.discard(key)
+                selected_in.pop(key, None)
                 if adj_in.pop(key, None) is not None and (best is None or best[0] == link.id):
                     touched.add(key)  # withdrawing a non-best entry changes nothing
             else:
@@ -139,6 +149,10 @@ class InterestTable:
                     sticky_in.add(key)
                 else:
                     sticky_in.discard(key)
+                if key in selectors:
+                    selected_in[key] = selectors[key]
+                elif selected_in:
+                    selected_in.pop(key, None)
                 if best is None or best[0] == link.id or self.beats(link, path, best):
                     touched.add(key)
         return touched
@@ -194,6 +208,12 @@ class InterestTable:
             return key[0] in self.local_sticky
         return key in self.links[best[0]].sticky
 
+    def selectors_of(self, key: Key, best: Best) -> frozenset[str] | None:
+        """The selectors behind the best entry of ``key`` (None: every message, rule 7)."""
+        if best[0] is None:
+            return self.local_selectors.get(key[0])
+        return self.links[best[0]].selectors.get(key)
+
     # -- inspection -------------------------------------------------------------------------
 
     def interest(self) -> list[dict[str, object]]:
@@ -210,6 +230,11 @@ class InterestTable:
             # flags only where set: rule 6 (sticky interest, kept while its link is down)
             if self.is_sticky((pattern, origin), (link, path)):
                 row["sticky"] = True
+            if self.local_branches and covers(self.local_branches, pattern):
+                row["local_branch"] = True  # never advertised
+            selectors = self.selectors_of((pattern, origin), (link, path))
+            if selectors is not None:
+                row["selectors"] = sorted(selectors)
             if link is not None and not self.links[link].up:
                 row["link_down"] = True
             out.append(row)

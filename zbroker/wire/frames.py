@@ -63,6 +63,12 @@ an exact match and a client with two overlapping patterns receives one copy per 
 ``(origin, incarnation, seq)`` is the message ID the origin node assigned; ``ts`` is the
 origin node's receive time (float seconds since the epoch).
 
+A subscription with a selector (a boolean expression over the headers,
+:mod:`zbroker.selectors`) subscribes to ``pattern SEP selector NUL`` instead
+(:data:`SELECTOR_SEP`, a byte no pattern holds, so no plain key is a prefix of it and it is a
+prefix of no other key); its delivery frames start with that key and hold only the messages
+its selector accepts. A decoder reads ``pattern SEP selector`` where the pattern is.
+
 Subscription sync (client SUB → node XPUB): besides ``pattern + NUL`` a client subscribes to
 ``SYNC_PREFIX + token``. Subscriptions travel one connection in order, so when the node sees
 the sync key every subscription sent before it is active; the node answers by publishing a
@@ -138,7 +144,8 @@ types 16 and up, so the ROUTER tells them from control requests by the first ele
     LINK_WELCOME  [17, {id, incarnation, group, version}]
     LINK_REFUSE   [18, {reason: str, retry: bool}]
     HEARTBEAT     [19]
-    ADVERT        [20, full: bool, [[pattern, origin, path: [str] | nil, sticky?: true], ...]]
+    ADVERT        [20, full: bool, [[pattern, origin, path: [str] | nil, sticky?: bool,
+                                    selectors?: [str]], ...]]
     MSGS          [21, [[topic, payload, fmt, headers, origin, incarnation, seq, ts,
                          path: [str], targets: [str] | nil], ...]]
     BYE           [22, {reason: str}]
@@ -152,7 +159,10 @@ types 16 and up, so the ROUTER tells them from control requests by the first ele
 receiver's table for this link). An entry with a fourth element ``true`` is *sticky*: it is
 backed by a durable subscription, and a receiver keeps it (lowest preference) while the link
 it came over is down, so persistent messages are still routed toward it and wait in a
-link queue (see :mod:`zbroker.forward`).
+link queue (see :mod:`zbroker.forward`). A fifth element lists the *selectors* behind the
+entry (canonical texts, :mod:`zbroker.selectors`): its origin wants only the messages of
+the pattern that one of them accepts, so no node sends it others; an entry without one
+wants every message. A selector that does not parse makes the frame ``bad_advert``.
 
 ``MSGS`` batches every message one drain pass found for the link into one frame (a ROUTER
 adds an identity frame per send: amortize it), cut by count and by bytes so that no frame
@@ -241,6 +251,10 @@ DELIVERY_BATCH = 256
 #: payload bytes after which a delivery batch is cut (a frame stays well below a MB or so
 #: unless one message alone is larger)
 DELIVERY_BATCH_BYTES = 64 * 1024
+
+#: Between the pattern and the selector in the XPUB key of a subscription with a selector
+#: (``pattern SEP selector NUL``; see "Delivery" above). No pattern contains it.
+SELECTOR_SEP = "\x01"
 
 #: First byte of a subscription-sync key. Not a valid pattern character, so it never
 #: collides with a real subscription.

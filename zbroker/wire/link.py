@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..const import TOPIC_CACHE_SIZE
-from ..errors import InvalidTopic, ProtocolError
+from ..errors import InvalidTopic, ProtocolError, SelectorError
+from ..selectors import canonical
 from ..topics import validate_topic
 from .codec import packb, str_list, unpack
 from .frames import I64, TS_MAX, Errors
@@ -54,26 +55,52 @@ def decode_advert_sticky(
     value: list[Any],
 ) -> tuple[bool, tuple[tuple[str, str, tuple[str, ...] | None], ...], frozenset[tuple[str, str]]]:
     """Like :func:`decode_advert`, plus the keys ``(pattern, origin)`` flagged sticky."""
+    full, entries, sticky, _ = decode_advert_entries(value)
+    return full, entries, sticky
+
+
+def decode_advert_entries(value: list[Any]) -> tuple[
+    bool,
+    tuple[tuple[str, str, tuple[str, ...] | None], ...],
+    frozenset[tuple[str, str]],
+    dict[tuple[str, str], frozenset[str]],
+]:  # fmt: skip
+    """Like :func:`decode_advert_sticky`, plus the selectors of the keys that carry them
+    (each a valid selector, else the frame is ``bad_advert``)."""
     if len(value) != 3 or type(value[1]) is not bool or type(value[2]) is not list:
         raise ProtocolError("bad_shape", "ADVERT must be [20, full, entries]")
     entries = []
     sticky = set()
+    selectors: dict[tuple[str, str], frozenset[str]] = {}
     for e in value[2]:
         if (
             type(e) is not list
-            or not 3 <= len(e) <= 4
+            or not 3 <= len(e) <= 5
             or type(e[0]) is not str
             or type(e[1]) is not str
         ):
             raise ProtocolError("bad_type", "ADVERT entry must be [pattern, origin, path]")
         path = None if e[2] is None else str_list(e[2], "ADVERT path")
-        if len(e) == 4:
+        if len(e) >= 4:
             if type(e[3]) is not bool:
                 raise ProtocolError("bad_type", "ADVERT sticky flag must be a boolean")
             if e[3] and path is not None:
                 sticky.add((e[0], e[1]))
+        if len(e) == 5 and path is not None:
+            selectors[(e[0], e[1])] = _selectors(e[4])
         entries.append((e[0], e[1], path))
-    return value[1], tuple(entries), frozenset(sticky)
+    return value[1], tuple(entries), frozenset(sticky), selectors
+
+
+def _selectors(value: Any) -> frozenset[str]:
+    """An ADVERT entry's selectors: a non-empty list of valid selector texts."""
+    texts = str_list(value, "ADVERT selectors")
+    if not texts:
+        raise ProtocolError("bad_advert", "ADVERT selectors must not be empty")
+    try:
+        return frozenset(canonical(t) for t in texts)
+    except SelectorError as exc:
+        raise ProtocolError("bad_advert", str(exc).splitlines()[0]) from None
 
 
 def check_link_msg(m: Any, topics: set[str] | None = None) -> None:
