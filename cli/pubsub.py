@@ -125,13 +125,26 @@ def pub(
     help="Open (or reattach to) the durable subscription NAME: messages published while "
     "away are delivered on return (one PATTERN only).",
 )
+@click.option(
+    "--queue",
+    default=None,
+    help="Join queue group NAME: each message goes to one member of the group, "
+    "network-wide (not with --durable).",
+)
 @connection_options()
 def sub(
-    patterns: tuple[str, ...], count: int | None, as_json: bool, durable: str | None, **conn: Any
+    patterns: tuple[str, ...],
+    count: int | None,
+    as_json: bool,
+    durable: str | None,
+    queue: str | None,
+    **conn: Any,
 ) -> None:
     """Print messages matching PATTERN(s) until Ctrl-C (or --count)."""
     if durable is not None and len(patterns) != 1:
         raise click.UsageError("--durable takes exactly one PATTERN")
+    if durable is not None and queue is not None:
+        raise click.UsageError("--queue and --durable exclude each other")
     from zbroker.topics import validate_pattern
 
     for p in patterns:
@@ -160,7 +173,7 @@ def sub(
     signals = SignalStop(signal.SIGTERM, signal.SIGINT)
     with connect(**conn) as client:
         for p in patterns:
-            client.subscribe(p, on_message, durable=durable)
+            client.subscribe(p, on_message, durable=durable, queue=queue)
         click.echo(f"subscribed to {', '.join(patterns)} on {client.broker_id}", err=True)
         while not done.is_set() and not signals.wait(0.2):
             pass

@@ -31,6 +31,7 @@ from .features.durables import Durables
 from .features.forward import StoreAndForward
 from .features.introspection import Introspection
 from .features.persistent import PersistentPublish
+from .features.queues import QueueGroups
 from .features.retention import Retention
 from .features.staging import StagedWrites
 from .identity import DataDirLock, Identity, open_identity
@@ -54,6 +55,7 @@ def node_features(config: NodeConfig) -> list[Feature]:
         StagedWrites(),
         StoreAndForward(),
         Durables(),
+        QueueGroups(),
         LanDiscovery(),
     ]
 

@@ -41,6 +41,7 @@ from .fanout import Fanout
 from .locators import Locator, make_locator
 from .messages import Message, Subscription
 from .publisher import Publisher
+from .queues import QueueMembers, check_consumer_options
 from .reads import log_range, read_log
 from .sessions import Settings
 from .subscriber import Subscriptions
@@ -124,6 +125,7 @@ class Client:
         self._subscriptions = Subscriptions(self._command)
         self._durables = Durables(self.request, self._command)
         self.durable_info = self._durables.info
+        self._queues = QueueMembers(self.request, self._command)
         settings = Settings(
             self.address,
             self.timeout,
@@ -143,6 +145,7 @@ class Client:
             fanout=fanout,
             callbacks=self._subscriptions.by_pattern,
             durables=self._durables,
+            queues=self._queues,
             hwm=hwm,
         )
 
@@ -238,6 +241,7 @@ class Client:
         callback: Callable[[Message], Any],
         *,
         durable: str | None = None,
+        queue: str | None = None,
         credit: int = 100,
         max_msgs: int = 0,
         max_bytes: int = 0,
@@ -263,9 +267,14 @@ class Client:
         that a full durable would have to store fails with an error to its publisher;
         other messages are not queued (counted). ``unsubscribe()`` on the
         handle detaches; :meth:`delete_durable` deletes it and its stored messages.
+        ``queue="GROUP"`` joins queue group GROUP: each matching message goes to ONE member
+        network-wide (at most once; ``credit`` per member), as ``zbroker.client.queues``.
         """
         validate_pattern(pattern)
         self._check("subscribe", pattern)
+        check_consumer_options(queue, durable)
+        if queue is not None:
+            return self._queues.subscribe(pattern, callback, queue, credit)
         if durable is not None:
             bounds = {
                 "max_msgs": max_msgs,
@@ -286,14 +295,12 @@ class Client:
         return sub
 
     def detach_durable(self, name: str) -> None:
-        """Stop receiving durable subscription ``name`` (same as ``unsubscribe()`` on its
-        handle): the node keeps its interest and stores what comes for the next attach.
-        Safe to call from its own callback: later messages are not acknowledged."""
+        """Detach durable ``name`` (as ``unsubscribe()`` on its handle; safe from its own
+        callback): the node keeps storing what comes for the next attach."""
         self._durables.detach(name)
 
     def delete_durable(self, name: str) -> int:
-        """Delete durable subscription ``name`` and its stored messages (on the node this
-        client is connected to); return how many stored messages went with it."""
+        """Delete durable ``name`` and its stored messages here; return how many went."""
         return self._durables.delete(name)
 
     def messages(self, pattern: str, timeout: float | None = None) -> Iterator[Message]:
@@ -344,6 +351,7 @@ class Client:
         if self._closed:
             return
         self._durables.leave()
+        self._queues.leave()
         self._publisher.drain()  # what is batched goes to the socket (its linger sends it)
         self._closed = True
         self._publisher.close()
@@ -367,21 +375,17 @@ class Client:
     # -- user thread -> client thread ----------------------------------------------------
 
     def _command(self, name: str, arg: Any) -> Future[Any]:
-        if self._closed:
-            raise ClientClosed("client is closed")
         fut: Future[Any] = Future()
-        if not self._thread.is_alive():
-            raise ClientClosed("the client's thread has stopped (see the log); close the client")
-        self._channel.post((name, arg, fut))
+        self._post_persistent((name, arg, fut), command=True)
         return fut
 
-    def _post_persistent(self, publish: Any) -> None:
-        """A persistent publish to the client thread (its Future is the caller's own)."""
+    def _post_persistent(self, publish: Any, *, command: bool = False) -> None:
+        """A persistent publish (or with ``command`` any command) to the client thread."""
         if self._closed:
             raise ClientClosed("client is closed")
         if not self._thread.is_alive():
             raise ClientClosed("the client's thread has stopped (see the log); close the client")
-        self._channel.post(("persistent", publish, None))
+        self._channel.post(publish if command else ("persistent", publish, None))
 
     def _submit(self, op: int, body: dict[str, Any]) -> Future[Any]:
         """A control request; its future resolves with the reply."""

@@ -20,6 +20,7 @@ from ..store import OVERFLOW_POLICIES, RetainRule
 from ..topics import validate_pattern
 from .checks import check_float, check_int, validate_broker_id
 from .link import LINK_KEYS, LinkConfig
+from .queues import QueueRule, check_queue_rules
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -53,6 +54,8 @@ class NodeConfig:
     discovery_link_defaults: dict[str, Any] = field(default_factory=dict)
     #: retention log rules (topics kept in the store, readable by sequence range)
     retain: tuple[RetainRule, ...] = ()
+    #: ``[[queue]]``: routing policy per queue group (default local_first)
+    queues: tuple[QueueRule, ...] = ()
     #: fsync every store commit (survives power loss, not only a killed process)
     fsync: bool = False
     #: CurveZMQ on every network socket (see zbroker/security.py); off = plain mode
@@ -82,6 +85,7 @@ class NodeConfig:
         self._check_store()
         self._check_security()
         self._check_forward()
+        self._set("queues", check_queue_rules(self.queues, f"{self.source}"))
 
     def _set(self, name: str, value: Any) -> None:
         """Store a normalized value (a tuple for a list, a Path for a str) in the frozen

@@ -87,6 +87,9 @@ class Pipeline:
         # msgpack of (origin, incarnation): constant middle of every envelope we originate
         self._envelope_id = msgpack.packb(broker_id) + msgpack.packb(incarnation)
         self._sink_out: dict[Feature, list[list[Any]]] = {}
+        #: set by the queue groups feature: takes each message that starts here, called
+        #: only while some group has members somewhere (engine.groups.active)
+        self.group_hook: Callable[[list[Any]], None] | None = None
 
     # -- ingress 1: client publishes ------------------------------------------------------
 
@@ -136,12 +139,15 @@ class Pipeline:
         now = time.time
         seq = first = self._counters.seq
         sink_out = self._sink_out
+        groups = self.group_hook if engine.groups.active else None
         for frame, value in zip(frames, values, strict=True):
             if value is None:
                 continue
             topic, payload, fmt, headers = value
             seq += 1
             ts = now()
+            if groups is not None:
+                groups([topic, payload, fmt, headers, origin, inc, seq, ts])
             if engine.links:
                 patterns, sends = route(topic, (), None)
                 if sends:
@@ -301,8 +307,11 @@ class Pipeline:
         prefix = self._delivery.prefix
         sink_out = self._sink_out
         out: dict[str, list[Any]] = {}
+        groups = self.group_hook if self._engine.groups.active and not routing else None
         for i, m in enumerate(msgs):
             key_path, key_targets, pseq = routing[i] if routing else ((), None, None)
+            if groups is not None:
+                groups(m[:8])
             patterns, sends = route(m[0], key_path, key_targets)
             if sends:
                 if persist is not None:

@@ -82,6 +82,7 @@ from .events import (
     Path,
     SendAdvert,
 )
+from .groups import GROUP_PREFIX, GroupTable
 from .loops import path_holds
 from .routes import PLAN_LIMIT, Router
 from .table import EngineLink, InterestTable
@@ -107,6 +108,8 @@ class RoutingEngine:
         )
         self.route = router.route
         self.local_matches = router.local_matches
+        #: queue groups: which origins hold members of which group key, and the pick
+        self.groups = GroupTable(table)
 
     # -- inspection -------------------------------------------------------------------------
 
@@ -245,6 +248,8 @@ class RoutingEngine:
         # only the plans of the topics this pattern matches depend on this key
         self._router.evict(key[0])
         table.set_best(key, old, best)
+        if (old is None or best is None) and key[0].startswith(GROUP_PREFIX):
+            self.groups.changed(key, best is not None)
         if best is None:
             propagation.withdraw(self.links, key)
         else:
