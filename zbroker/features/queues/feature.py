@@ -155,7 +155,7 @@ class QueueGroups(Feature):
         old = local.find(req.ident, member)
         if old is not None:
             local.remove(old)
-        local.members.append(Member(req.ident, member, credit))
+        local.add(Member(req.ident, member, credit))
         if len(local.members) == 1:
             self._ctx.add_interest(gkey, "queue")
         self._dirty.add(gkey)
@@ -178,7 +178,7 @@ class QueueGroups(Feature):
         upto = req.body.get("upto")
         if found is None or type(upto) is not int:
             return
-        found[1].window.acked(upto)
+        found[0].acked(found[1], upto)
         self._dirty.add(found[0].gkey)
 
     def _leave(self, req: Request) -> None:
@@ -230,8 +230,10 @@ class QueueGroups(Feature):
 
     def _pump(self, local: LocalGroup) -> None:
         pending = local.pending
+        now = time.monotonic()
+        strict = self._groups.policies.get(local.group) == "round_robin"
         while pending:
-            m = local.next_member()
+            m = local.next_member(now, strict=strict)
             if m is None:
                 return
             body = {"member": m.member, "n": m.n + 1, "msg": pending[0]}
@@ -245,9 +247,7 @@ class QueueGroups(Feature):
                     return
                 continue
             pending.popleft()
-            m.n += 1
-            m.window.sent_one(m.n)
-            local.delivered += 1
+            local.sent(m, now)
             self._dirty.add(local.gkey)
 
     def link_up(self, link: Link, now: float) -> None:

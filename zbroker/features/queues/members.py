@@ -20,16 +20,22 @@ __all__ = ["PENDING_MAX", "LocalGroup", "Member"]
 
 #: messages a group holds for its members here while all their credit is used up
 PENDING_MAX = 10_000
+#: how far ahead of the least served member another may be served (strict shares)
+SLACK = 4
+#: seconds a member's credit may stay used up before strict shares stop waiting for it
+STUCK_AFTER = 1.0
 
 
 class Member:
-    __slots__ = ("credit", "ident", "member", "n", "window")
+    __slots__ = ("credit", "full_since", "ident", "member", "n", "share", "window")
 
     def __init__(self, ident: bytes, member: int, credit: int) -> None:
         self.ident = ident  # the client connection's routing id
         self.member = member  # the client's number for this membership
         self.window = CreditWindow(credit)
         self.n = 0  # deliveries numbered so far (QDELIVER ``n``)
+        self.share = 0  # what decides who is served next (see the module docstring)
+        self.full_since: float | None = None  # when its credit was last used up
 
 
 class LocalGroup:
@@ -67,16 +73,47 @@ class LocalGroup:
             return False
         return True
 
-    def next_member(self) -> Member | None:
-        """The next member with credit left, round robin; None if all are full."""
+    def add(self, m: Member) -> None:
+        if self.members:
+            m.share = min(x.share for x in self.members)
+        self.members.append(m)
+
+    def next_member(self, now: float, *, strict: bool = False) -> Member | None:
+        """The least served member with credit left (ties round robin); None if all are
+        full, or (``strict``) if it would run ahead of a slower member."""
         members = self.members
         n = len(members)
+        best: Member | None = None
+        at = 0
+        floor: int | None = None
         for i in range(n):
-            m = members[(self.rr + i) % n]
+            j = (self.rr + i) % n
+            m = members[j]
             if m.window.room() > 0:
-                self.rr = (self.rr + i + 1) % n
-                return m
-        return None
+                if best is None or m.share < best.share:
+                    best, at = m, j
+            elif strict and m.full_since is not None and now - m.full_since >= STUCK_AFTER:
+                continue  # stuck: not waited for
+            if floor is None or m.share < floor:
+                floor = m.share
+        if best is None or (strict and floor is not None and best.share > floor + SLACK):
+            return None
+        best.share += 1
+        self.rr = (at + 1) % n
+        return best
+
+    def sent(self, m: Member, now: float) -> None:
+        m.n += 1
+        m.window.sent_one(m.n)
+        if m.window.room() <= 0:
+            m.full_since = now
+        self.delivered += 1
+
+    @staticmethod
+    def acked(m: Member, upto: int) -> None:
+        m.window.acked(upto)
+        if m.window.room() > 0:
+            m.full_since = None
 
     def find(self, ident: bytes, member: int) -> Member | None:
         for m in self.members:
