@@ -126,6 +126,12 @@ def pub(
     "away are delivered on return (one PATTERN only).",
 )
 @click.option(
+    "--shared",
+    is_flag=True,
+    help="With --durable: share the durable subscription with other consumers (each "
+    "message to one of them).",
+)
+@click.option(
     "--queue",
     default=None,
     help="Join queue group NAME: each message goes to one member of the group, "
@@ -137,6 +143,7 @@ def sub(
     count: int | None,
     as_json: bool,
     durable: str | None,
+    shared: bool,
     queue: str | None,
     **conn: Any,
 ) -> None:
@@ -145,6 +152,8 @@ def sub(
         raise click.UsageError("--durable takes exactly one PATTERN")
     if durable is not None and queue is not None:
         raise click.UsageError("--queue and --durable exclude each other")
+    if shared and durable is None:
+        raise click.UsageError("--shared shares a durable subscription: it needs --durable")
     from zbroker.topics import validate_pattern
 
     for p in patterns:
@@ -173,7 +182,7 @@ def sub(
     signals = SignalStop(signal.SIGTERM, signal.SIGINT)
     with connect(**conn) as client:
         for p in patterns:
-            client.subscribe(p, on_message, durable=durable, queue=queue)
+            client.subscribe(p, on_message, durable=durable, queue=queue, shared=shared)
         click.echo(f"subscribed to {', '.join(patterns)} on {client.broker_id}", err=True)
         while not done.is_set() and not signals.wait(0.2):
             pass

@@ -242,6 +242,7 @@ class Client:
         *,
         durable: str | None = None,
         queue: str | None = None,
+        shared: bool = False,
         credit: int = 100,
         max_msgs: int = 0,
         max_bytes: int = 0,
@@ -267,21 +268,18 @@ class Client:
         that a full durable would have to store fails with an error to its publisher;
         other messages are not queued (counted). ``unsubscribe()`` on the
         handle detaches; :meth:`delete_durable` deletes it and its stored messages.
+        ``shared=True`` shares durable NAME among consumers (each message to one of them).
         ``queue="GROUP"`` joins queue group GROUP: each matching message goes to ONE member
         network-wide (at most once; ``credit`` per member), as ``zbroker.client.queues``.
         """
         validate_pattern(pattern)
         self._check("subscribe", pattern)
-        check_consumer_options(queue, durable)
+        check_consumer_options(queue, durable, shared)
         if queue is not None:
             return self._queues.subscribe(pattern, callback, queue, credit)
         if durable is not None:
-            bounds = {
-                "max_msgs": max_msgs,
-                "max_bytes": max_bytes,
-                "max_age": max_age,
-                "overflow": overflow,
-            }
+            bounds: dict[str, Any] = {"max_msgs": max_msgs, "max_bytes": max_bytes}
+            bounds |= {"max_age": max_age, "overflow": overflow, "shared": shared}
             return self._durables.subscribe(pattern, callback, durable, credit, bounds)
         sub = self._subscriptions.add(pattern, callback)
         try:

@@ -30,8 +30,13 @@ __all__ = ["QueueMembers", "check_consumer_options"]
 log = logging.getLogger("zbroker.client")
 
 
-def check_consumer_options(queue: str | None, durable: str | None) -> None:
+def check_consumer_options(queue: str | None, durable: str | None, shared: bool = False) -> None:
     """The combinations ``subscribe()`` refuses, with a clear error."""
+    if shared and durable is None:
+        raise ConfigError(
+            "shared=True shares a durable subscription among consumers: it needs durable="
+            "NAME (for live load balancing use queue=GROUP)"
+        )
     if queue is not None and durable is not None:
         raise ConfigError(
             "a subscription is either a queue group member (queue=) or a durable "
