@@ -258,7 +258,7 @@ def format_routes(routes: list[dict[str, Any]]) -> str:
         ["pattern", "origin", "hops", "path", "next hop"],
         [
             [
-                r["pattern"],
+                _route_pattern(r),
                 r["origin"],
                 r["hops"],
                 " > ".join(r["path"]) or "-",
@@ -267,6 +267,18 @@ def format_routes(routes: list[dict[str, Any]]) -> str:
             for r in routes
         ],
     )
+
+
+def _route_pattern(r: dict[str, Any]) -> str:
+    """A route's pattern; a queue group's entry says so, with the capacity behind it."""
+    if "group" not in r:
+        return str(r["pattern"])
+    cap = (
+        "capacity not heard yet"
+        if r["members"] is None
+        else (f"{r['members']} member(s), {r['free']} free credit")
+    )
+    return f"{r['group_pattern']} [queue {r['group']}: {cap}]"
 
 
 def format_simulation(report: dict[str, Any]) -> str:

@@ -40,7 +40,7 @@ def link(name: str, to: Broker) -> LinkConfig:
 
 def group_row(broker: Broker, group: str) -> dict[str, Any] | None:
     for row in broker.status()["queues"]:
-        if row["group"] == group:
+        if row.get("group") == group:
             return dict(row)
     return None
 
@@ -198,3 +198,29 @@ def test_queue_config(tmp_path: Path) -> None:
         config_from_mapping({"queue": [{"group": "w w"}]}, "n.toml")
     with pytest.raises(ConfigError, match="unknown key"):
         config_from_mapping({"queue": [{"group": "w", "conduit": 1}]}, "n.toml")
+
+
+def test_queues_and_routes_commands(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    import json
+
+    from tests.integration.test_cli import invoke
+
+    a = broker_factory(broker_id="A")
+    b = broker_factory(broker_id="B", links=(link("ba", a),))
+    client_factory(b.endpoint).subscribe("jobs.>", Collector(), queue="workers", credit=7)
+    client_factory(a.endpoint).subscribe("bill.>", Collector(), durable="billing", shared=True)
+    assert wait_until(lambda: members_seen(a, "workers") == {"B": 1}, WAIT)
+    assert wait_until(
+        lambda: any(r.get("members") == 1 for r in a.call(lambda n: n.engine.interest())), WAIT
+    )
+    text = invoke("queues", "--broker", a.endpoint)
+    assert text.exit_code == 0, text.output
+    assert "workers" in text.output and "B:1" in text.output and "billing" in text.output
+    rows = json.loads(invoke("queues", "--json", "--broker", a.endpoint).output)
+    kinds = {r["kind"]: r for r in rows}
+    assert kinds["group"]["members"] == {"B": 1}
+    assert kinds["shared_durable"]["members"] == {"A": 1}
+    routes = invoke("routes", "--broker", a.endpoint)
+    assert "jobs.> [queue workers: 1 member(s), 7 free credit]" in routes.output, routes.output

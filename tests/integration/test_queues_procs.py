@@ -64,7 +64,7 @@ def test_seed_004_load_balancing(
     with Client(endpoint(pa), timeout=10.0) as producer:
 
         def members() -> dict[str, int]:
-            rows = [r for r in producer.status()["queues"] if r["group"] == "workers"]
+            rows = [r for r in producer.status()["queues"] if r.get("group") == "workers"]
             return rows[0]["members"] if rows else {}
 
         assert wait_until(lambda: members() == {"A": 1, "B": 2}, WAIT), members()
@@ -110,7 +110,7 @@ def test_member_killed_the_others_take_over(
     with Client(endpoint(pa), timeout=10.0) as producer:
 
         def row() -> dict[str, Any]:
-            rows = [r for r in producer.status()["queues"] if r["group"] == "workers"]
+            rows = [r for r in producer.status()["queues"] if r.get("group") == "workers"]
             return rows[0] if rows else {}
 
         assert wait_until(lambda: row().get("members") == {"A": 2}, WAIT)

@@ -118,8 +118,9 @@ class RoutingEngine:
         return frozenset(self._table.local_patterns)
 
     def interest(self) -> list[dict[str, object]]:
-        """The best entry of every key: pattern, origin, path, next-hop link (None = local)."""
-        return self._table.interest()
+        """The best entry of every key: pattern, origin, path, next-hop link (None = local);
+        a queue group's entries also name the group and the capacity behind them."""
+        return self.groups.annotate(self._table.interest())
 
     def ghosts(self) -> list[str]:
         """Links that are down but whose sticky entries are kept (rule 6)."""

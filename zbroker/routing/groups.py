@@ -134,6 +134,18 @@ class GroupTable:
         self.changed_capacity.clear()
         return out
 
+    def annotate(self, rows: list[dict[str, object]]) -> list[dict[str, object]]:
+        """Interest rows (:meth:`InterestTable.interest`) with, for a group key, the group,
+        its pattern and the capacity behind the entry (members, free credit)."""
+        for row in rows:
+            parts = split_key(str(row["pattern"]))
+            if parts is None:
+                continue
+            cap = self.capacity.get((str(row["pattern"]), str(row["origin"])))
+            row["group"], row["group_pattern"] = parts
+            row["members"], row["free"] = (None, None) if cap is None else cap[1:]
+        return rows
+
     def all_capacity(self) -> list[tuple[str, str, int, int, int]]:
         return [(g, o, *cap) for (g, o), cap in sorted(self.capacity.items())]
 

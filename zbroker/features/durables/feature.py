@@ -323,6 +323,20 @@ class Durables(Feature):
             }
             for d in self._durables.values()
         ]
+        out.setdefault("queues", []).extend(
+            {
+                "kind": "shared_durable",
+                "name": d.name,
+                "pattern": d.pattern,
+                "members": {self._ctx.broker_id: len(d.shared.consumers)},
+                "stored": store.durable_depth(d.name),
+                "in_flight": d.shared.in_flight(),
+                "delivered": d.shared.delivered,
+                "redelivered": d.shared.redelivered,
+            }
+            for d in self._durables.values()
+            if d.shared is not None
+        )
 
 
 def _shared_status(d: Durable) -> dict[str, Any]:

@@ -300,7 +300,9 @@ class QueueGroups(Feature):
     # -- status ---------------------------------------------------------------------------
 
     def status(self, out: dict[str, Any]) -> None:
-        out["queues"] = queue_status(self._groups, self._local, self._ctx.broker_id)
+        # (a list other features add to: shared durables are queues too)
+        rows = queue_status(self._groups, self._local, self._ctx.broker_id)
+        out.setdefault("queues", []).extend(rows)
         out["queues_totals"] = {
             "picked": self.picked,
             "forwarded": self.forwarded,
