@@ -94,21 +94,25 @@ class QueueMembers:
     # -- the client thread ---------------------------------------------------------------
 
     def deliver(self, body: dict[str, Any]) -> None:
-        """A message for one of our memberships: run the callback, then acknowledge."""
-        member, n = body.get("member"), body.get("n")
+        """Messages for one of our memberships: run the callback on each, in order, then
+        acknowledge them."""
+        member, n, msgs = body.get("member"), body.get("n"), body.get("msgs")
         entry = self._open.get(member) if type(member) is int else None
-        if entry is None or type(n) is not int:
-            return  # left meanwhile (at most once: the message is not delivered)
+        if entry is None or type(n) is not int or type(msgs) is not list:
+            return  # left meanwhile (at most once: the messages are not delivered)
         sub = entry[0]
-        try:
-            msg = message_from_fields(sub.pattern, body["msg"])
-        except (ProtocolError, KeyError, TypeError) as exc:
-            log.warning("dropped malformed queue delivery: %s", exc)
-            return
-        try:
-            sub.callback(msg)
-        except Exception:
-            log.exception("queue group member callback for %r raised", entry[1])
+        for fields in msgs:
+            try:
+                msg = message_from_fields(sub.pattern, fields)
+            except (ProtocolError, KeyError, TypeError) as exc:
+                log.warning("dropped malformed queue delivery: %s", exc)
+                continue
+            try:
+                sub.callback(msg)
+            except Exception:
+                log.exception("queue group member callback for %r raised", entry[1])
+            if not sub.active:
+                break  # left from its own callback: the rest is not processed
         assert type(member) is int
         if n > self._acks.get(member, 0):
             self._acks[member] = n

@@ -174,6 +174,7 @@ class RoutingEngine:
         link = EngineLink.ghost(link_id, peer, can_send, options or LinkOptions())
         self.links[link_id] = link
         self._router.invalidate()
+        self.groups.invalidate()
         for pattern, origin, path in entries:
             key = (pattern, origin)
             if origin == self.broker_id or path_holds(path, self.broker_id):
@@ -217,6 +218,7 @@ class RoutingEngine:
         link.adj_in.update(carried)
         link.sticky.update(carried)
         self._router.invalidate()
+        self.groups.invalidate()
         for key in carried:
             self._recompute(key, force=True)
         propagation.offer_table(link, self._table)
@@ -226,6 +228,7 @@ class RoutingEngine:
         if link is None:
             return
         self._router.invalidate()
+        self.groups.invalidate()
         keys = list(link.adj_in)
         kept = link.sticky_held()
         if keep_sticky and kept and link.can_send:
@@ -249,7 +252,7 @@ class RoutingEngine:
         # only the plans of the topics this pattern matches depend on this key
         self._router.evict(key[0])
         table.set_best(key, old, best)
-        if (old is None or best is None) and key[0].startswith(GROUP_PREFIX):
+        if key[0].startswith(GROUP_PREFIX):
             self.groups.changed(key, best is not None)
         if best is None:
             propagation.withdraw(self.links, key)

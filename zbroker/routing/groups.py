@@ -87,15 +87,29 @@ class GroupTable:
         self.changed_capacity: set[Key] = set()  # to flood at the next chance
         #: some group has members somewhere: only then does a message ask for a pick
         self.active = False
+        # candidates of a message that starts here, by (group key, topic): a pick per
+        # message must not rebuild them; any change of routes or links clears it
+        self._cands: dict[tuple[str, str], dict[str, int]] = {}
+        self._keys: dict[str, list[str]] = {}  # topic -> matching group keys, sorted
+        # step() of a relay on the usual path, by (group key, target, topic, path)
+        self._steps: dict[tuple[str, str, str, Path], tuple[str | None, str, bool]] = {}
+
+    def invalidate(self) -> None:
+        """Routes changed (a link came or went, a group key's best entry changed)."""
+        self._cands.clear()
+        self._keys.clear()
+        self._steps.clear()
 
     # -- fed by the engine -------------------------------------------------------------------
 
     def changed(self, key: Key, present: bool) -> None:
-        """The best entry of ``key`` (a group key) appeared (``present``) or went."""
+        """The best entry of ``key`` (a group key) changed: it is there (``present``) or
+        went."""
         gkey, origin = key
         parts = split_key(gkey)
         if parts is None:
             return
+        self.invalidate()
         origins = self.origins.get(gkey)
         if present:
             if origins is None:
@@ -164,6 +178,29 @@ class GroupTable:
         member left that it may reach). A target no longer reachable (or this node, when
         its last member left) is replaced by a fresh pick among the origins not on
         ``path``: the message still reaches one member, and never a node twice."""
+        key = (gkey, target, topic, path)
+        hit = self._steps.get(key)
+        if hit is not None:
+            return hit
+        best = self._table.best.get((gkey, target))
+        if best is not None and target not in path:
+            via = best[0]
+            if via is None:
+                return None, target, False  # members here
+            link = self._table.links[via]
+            # the usual case: on its way, the route still there (the checks of candidates)
+            if (
+                link.up
+                and link.can_send
+                and not path_holds(path, link.peer)
+                and not any(p in path for p in best[1])
+                and not ttl_spent(len(path) + 1, link.options.ttl)
+                and link.filter.allows_topic(topic)
+            ):
+                if len(self._steps) >= 4096:
+                    self._steps.clear()
+                hit = self._steps[key] = (via, target, False)
+                return hit
         cands = self.candidates(gkey, topic, path)
         again = target not in cands
         if again:
@@ -179,7 +216,12 @@ class GroupTable:
         """One origin per group key matching ``topic``: ``[(group key, origin)]``.
         ``path``: nodes the message crossed (never picked, nor reached through)."""
         out = []
-        for gkey in sorted(self._match.match(topic)):
+        keys = self._keys.get(topic)
+        if keys is None:
+            if len(self._keys) >= 4096:
+                self._keys.clear()
+            keys = self._keys[topic] = sorted(self._match.match(topic))
+        for gkey in keys:
             origin = self.pick_one(gkey, topic, path, exclude)
             if origin is not None:
                 out.append((gkey, origin))
@@ -190,10 +232,9 @@ class GroupTable:
     ) -> str | None:
         """The origin that gets a message on ``topic`` for ``gkey`` (None: none left)."""
         cands = self.candidates(gkey, topic, path, exclude)
-        if not cands:
-            return None
-        parts = split_key(gkey)
-        policy = self.policies.get(parts[0], DEFAULT_POLICY) if parts else DEFAULT_POLICY
+        if len(cands) <= 1:
+            return next(iter(cands), None)
+        policy = self._policy(gkey)
         me = self.broker_id
         if policy == "local_first":
             if me in cands:
@@ -203,10 +244,27 @@ class GroupTable:
         weights = {o: self._weight(gkey, o, policy) for o in cands}
         return self._smooth(gkey, weights)
 
+    def _policy(self, gkey: str) -> str:
+        parts = split_key(gkey)
+        return self.policies.get(parts[0], DEFAULT_POLICY) if parts else DEFAULT_POLICY
+
     def candidates(
         self, gkey: str, topic: str, path: Path = (), exclude: Iterable[str] = ()
     ) -> dict[str, int]:
-        """Origins of ``gkey`` a message on ``topic`` may go to from here: origin -> hops."""
+        """Origins of ``gkey`` a message on ``topic`` may go to from here: origin -> hops
+        (shared and cached for a message that starts here: callers must not modify it)."""
+        if not path and not exclude:
+            hit = self._cands.get((gkey, topic))
+            if hit is None:
+                if len(self._cands) >= 4096:
+                    self._cands.clear()
+                hit = self._cands[(gkey, topic)] = self._candidates(gkey, topic, (), ())
+            return hit
+        return self._candidates(gkey, topic, path, exclude)
+
+    def _candidates(
+        self, gkey: str, topic: str, path: Path, exclude: Iterable[str]
+    ) -> dict[str, int]:
         table = self._table
         hops_after = len(path) + 1
         skip = set(exclude)

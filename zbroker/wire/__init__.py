@@ -95,7 +95,14 @@ from .publish import (
     publish_batch_elements,
     publish_elements,
 )
-from .queues import check_qmsgs_entry, decode_qcap, decode_qmsgs, encode_qcap, encode_qmsgs
+from .queues import (
+    check_qmsgs,
+    check_qmsgs_entry,
+    decode_qcap,
+    decode_qmsgs,
+    encode_qcap,
+    encode_qmsgs,
+)
 
 __all__ = [
     "ADVERT",
@@ -146,6 +153,7 @@ __all__ = [
     "check_pmsgs_entry",
     "check_producer",
     "check_publishes",
+    "check_qmsgs",
     "check_qmsgs_entry",
     "decode_advert",
     "decode_advert_sticky",

@@ -125,9 +125,10 @@ QUEUE_JOIN 30     request ``{group, pattern, member: int, credit}``: this connec
 QUEUE_ACK  31     one-way ``{member, upto}``: deliveries numbered <= upto are processed
                   (frees credit)
 QUEUE_LEAVE 32    one-way ``{member}``: the member leaves its group
-QDELIVER   33     node to client, req_id 0: ``{member, n, msg: [topic, payload, fmt,
-                  headers, origin, incarnation, seq, ts]}``; ``n`` numbers the member's
-                  deliveries (1, 2, ...); at most ``credit`` unacknowledged at a time
+QDELIVER   33     node to client, req_id 0: ``{member, n, msgs: [[topic, payload, fmt,
+                  headers, origin, incarnation, seq, ts], ...]}``: the member's deliveries
+                  numbered ``n - len(msgs) + 1 .. n`` (1, 2, ... per membership); at most
+                  ``credit`` unacknowledged at a time
 =========  =====  ===========================================================
 
 Links (dialing node's DEALER → other node's ROUTER, ``PORT``; the DEALER's routing id is

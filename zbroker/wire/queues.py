@@ -11,8 +11,8 @@ from typing import Any
 
 from ..errors import ProtocolError
 from .codec import packb
-from .frames import QCAP, QMSGS
-from .link import check_link_msg
+from .frames import QCAP, QMSGS, Errors
+from .link import check_link_msg, check_msgs
 
 #: (group key, origin, stamp, members, free credit)
 CapEntry = tuple[str, str, int, int, int]
@@ -38,6 +38,20 @@ def check_qmsgs_entry(m: Any, topics: set[str]) -> tuple[str, str]:
     if type(dest) is not list or len(dest) != 2 or not all(type(s) is str for s in dest):
         raise ProtocolError("bad_type", "QMSGS entry must end with [target, group key]")
     return dest[0], dest[1]
+
+
+def check_qmsgs(
+    batch: list[Any], caches: tuple[set[Any], set[Any], set[str]], errors: Errors
+) -> None:
+    """Type-check a QMSGS frame's entries in place, the whole batch at once (as
+    :func:`~.link.check_msgs`, whose caches it shares the shape of): a good entry gets its
+    path and ``(target, group key)`` as tuples, a bad one becomes None (reason in
+    ``errors``)."""
+    check_msgs(batch, caches, errors)
+    for i, m in enumerate(batch):
+        if m is not None and (m[9] is None or len(m[9]) != 2):
+            errors.append(("bad_type", "QMSGS entry must end with [target, group key]"))
+            batch[i] = None
 
 
 def encode_qcap(entries: list[CapEntry]) -> bytes:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from ... import wire
-from ...errors import ConfigError, InvalidTopic, ProtocolError
+from ...errors import ConfigError, InvalidTopic
 from ...names import validate_broker_id
 from ...node import Feature, Op, Request
 from ...routing.groups import group_key, split_key
@@ -43,6 +43,8 @@ CAPACITY_INTERVAL = 0.1
 #: QMSGS entries per frame at most, and payload bytes after which a frame is cut
 QMSGS_BATCH = 256
 QMSGS_BYTES = 256 * 1024
+#: messages per QDELIVER frame at most
+QDELIVER_BATCH = 256
 
 
 class QueueGroups(Feature):
@@ -52,7 +54,8 @@ class QueueGroups(Feature):
         self._local: dict[str, LocalGroup] = {}  # group key -> members here
         self._out: dict[str, list[list[Any]]] = {}  # engine link id -> QMSGS entries
         self._dirty: set[str] = set()  # group keys whose local capacity changed
-        self._topics: set[str] = set()  # topics QMSGS checks found valid
+        # paths, (target, group key) pairs and topics QMSGS checks found valid
+        self._caches: tuple[set[Any], set[Any], set[str]] = (set(), set(), set())
         self._next_probe = 0.0
         self._next_cap = 0.0
         self.picked = 0  # messages picked for a group here (where they entered)
@@ -101,23 +104,26 @@ class QueueGroups(Feature):
 
     def _on_qmsgs(self, link: Link, value: list[Any]) -> int:
         entries = wire.decode_qmsgs(value)
+        errors: list[tuple[str, str]] = []
+        wire.check_qmsgs(entries, self._caches, errors)  # (in place: bad ones become None)
+        for reason, detail in errors:
+            self._ctx.bad(link.source, reason, detail)
         me = self._ctx.broker_id
+        step = self._groups.step
         for m in entries:
-            try:
-                target, gkey = wire.check_qmsgs_entry(m, self._topics)
-            except ProtocolError as exc:
-                self._ctx.bad(link.source, exc.reason, exc.detail)
+            if m is None:
                 continue
-            path = tuple(m[8])
+            path = m[8]
             if me in path:
                 self._ctx.drop("loop")
                 continue
-            step = self._groups.step(gkey, target, m[0], path)
-            if step is None:
+            target, gkey = m[9]
+            where = step(gkey, target, m[0], path)
+            if where is None:
                 self.unroutable += 1
                 self._ctx.drop("queue_unroutable")
                 continue
-            via, target, again = step
+            via, target, again = where
             self.repicked += again
             self._send(m, path, gkey, target, via)
         return len(entries)
@@ -151,7 +157,7 @@ class QueueGroups(Feature):
         gkey = group_key(group, pattern)
         local = self._local.get(gkey)
         if local is None:
-            local = self._local[gkey] = LocalGroup(gkey, group, pattern)
+            local = self._local[gkey] = LocalGroup(gkey, group, pattern, self._ctx.config.hwm)
         old = local.find(req.ident, member)
         if old is not None:
             local.remove(old)
@@ -229,26 +235,35 @@ class QueueGroups(Feature):
                     self._ctx.drop(links.send_failed_reason(), len(chunk))
 
     def _pump(self, local: LocalGroup) -> None:
+        """Hand what waits to the members with room, then send each member its share in
+        QDELIVER frames (a frame per member per pass, not per message)."""
         pending = local.pending
         now = time.monotonic()
         strict = self._groups.policies.get(local.group) == "round_robin"
+        batches: dict[Member, list[list[Any]]] = {}
         while pending:
             m = local.next_member(now, strict=strict)
             if m is None:
-                return
-            body = {"member": m.member, "n": m.n + 1, "msg": pending[0]}
-            try:
-                alive = self._ctx.send_to(m.ident, wire.encode_control(wire.QDELIVER, 0, body))
-            except zmq.Again:
-                return  # its queue is full: try again next pass
-            if not alive:
-                self._remove(local, m)
-                if local.gkey not in self._local:
-                    return
-                continue
-            pending.popleft()
+                break
             local.sent(m, now)
+            batches.setdefault(m, []).append(pending.popleft())
+        for m, msgs in batches.items():
             self._dirty.add(local.gkey)
+            first = m.n - len(msgs) + 1
+            for i in range(0, len(msgs), QDELIVER_BATCH):
+                chunk = msgs[i : i + QDELIVER_BATCH]
+                body = {"member": m.member, "n": first + i + len(chunk) - 1, "msgs": chunk}
+                try:
+                    alive = self._ctx.send_to(m.ident, wire.encode_control(wire.QDELIVER, 0, body))
+                except zmq.Again:  # its queue is full: what is left waits for a later pass
+                    local.unsend(m, msgs[i:])
+                    break
+                if not alive:
+                    local.unsend(m, msgs[i:])
+                    self._remove(local, m)
+                    break
+            if local.gkey not in self._local:
+                return
 
     def link_up(self, link: Link, now: float) -> None:
         caps = self._groups.all_capacity()

@@ -16,10 +16,8 @@ from typing import Any
 
 from ...credit import CreditWindow
 
-__all__ = ["PENDING_MAX", "LocalGroup", "Member"]
+__all__ = ["LocalGroup", "Member"]
 
-#: messages a group holds for its members here while all their credit is used up
-PENDING_MAX = 10_000
 #: how far ahead of the least served member another may be served (strict shares)
 SLACK = 4
 #: seconds a member's credit may stay used up before strict shares stop waiting for it
@@ -50,15 +48,19 @@ class LocalGroup:
         "members",
         "pattern",
         "pending",
+        "pending_max",
         "rr",
     )
 
-    def __init__(self, gkey: str, group: str, pattern: str) -> None:
+    def __init__(self, gkey: str, group: str, pattern: str, pending_max: int) -> None:
         self.gkey = gkey
         self.group = group
         self.pattern = pattern
         self.members: list[Member] = []
         self.pending: collections.deque[list[Any]] = collections.deque()
+        # what waits while all credit is used up: as many as a subscriber's queue holds
+        # (the node's hwm), past which the oldest is dropped, counted
+        self.pending_max = pending_max
         self.rr = 0  # where the round robin over members resumes
         self.delivered = 0
         self.dropped = 0  # pending overflowed (oldest dropped)
@@ -67,7 +69,7 @@ class LocalGroup:
     def offer(self, m: list[Any]) -> bool:
         """Queue a message for the members; False if that dropped the oldest waiting."""
         self.pending.append(m)
-        if len(self.pending) > PENDING_MAX:
+        if len(self.pending) > self.pending_max:
             self.pending.popleft()
             self.dropped += 1
             return False
@@ -108,6 +110,17 @@ class LocalGroup:
         if m.window.room() <= 0:
             m.full_since = now
         self.delivered += 1
+
+    def unsend(self, m: Member, msgs: list[list[Any]]) -> None:
+        """``msgs``, the last handed to ``m``, could not be sent: they wait again, first,
+        and ``m``'s numbering and window forget them."""
+        for _ in msgs:
+            m.window.sent.pop()
+        m.n -= len(msgs)
+        m.window.sent_upto = m.n
+        m.share -= len(msgs)
+        self.delivered -= len(msgs)
+        self.pending.extendleft(reversed(msgs))
 
     @staticmethod
     def acked(m: Member, upto: int) -> None:
