@@ -224,3 +224,47 @@ def test_queues_and_routes_commands(
     assert kinds["shared_durable"]["members"] == {"A": 1}
     routes = invoke("routes", "--broker", a.endpoint)
     assert "jobs.> [queue workers: 1 member(s), 7 free credit]" in routes.output, routes.output
+
+
+def test_mesh_no_duplicate_queue_subs(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """ActiveMQ's "no duplicate queue subs": in a triangle the member's interest reaches A
+    by two paths; each message still crosses one link once and arrives once."""
+    a = broker_factory(broker_id="A")
+    b = broker_factory(broker_id="B", links=(link("ba", a),))
+    c = broker_factory(broker_id="C", links=(link("ca", a), link("cb", b)))
+    member = Collector()
+    client_factory(c.endpoint).subscribe("jobs.>", member, queue="workers")
+    assert wait_until(lambda: members_seen(a, "workers") == {"C": 1}, WAIT)
+    assert wait_until(lambda: members_seen(b, "workers") == {"C": 1}, WAIT)
+    pub = client_factory(a.endpoint)
+    for i in range(N):
+        pub.publish("jobs.x", i)
+    wait_total(wait_until, [member], N)
+    assert b.status()["queues_totals"]["forwarded"] == 0  # the direct link only
+    assert a.status()["queues_totals"]["forwarded"] == N
+
+
+def test_migrate_consumer(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """ActiveMQ's "migrate consumer": the only member moves from A to C (chain A-B-C);
+    what is published after the move reaches it on C, each message once."""
+    a = broker_factory(broker_id="A")
+    b = broker_factory(broker_id="B", links=(link("ba", a),))
+    c = broker_factory(broker_id="C", links=(link("cb", b),))
+    before, after = Collector(), Collector()
+    sub = client_factory(a.endpoint).subscribe("jobs.>", before, queue="workers")
+    pub = client_factory(a.endpoint)
+    for i in range(100):
+        pub.publish("jobs.x", i)
+    wait_total(wait_until, [before], 100)
+    sub.unsubscribe()
+    client_factory(c.endpoint).subscribe("jobs.>", after, queue="workers")
+    assert wait_until(lambda: members_seen(a, "workers") == {"C": 1}, WAIT)
+    for i in range(100, 100 + N):
+        pub.publish("jobs.x", i)
+    assert wait_until(lambda: len(after) >= N, WAIT)
+    time.sleep(GRACE)
+    assert sorted(after.payloads()) == list(range(100, 100 + N))

@@ -62,7 +62,9 @@ Where each part lives
 (rules 1, 2 and 6: entries per link, best-entry selection, ghosts),
 :mod:`~zbroker.routing.propagation` (rule 3), :mod:`~zbroker.routing.routes` (rules 4 and
 5, with the plan and route caches), :mod:`~zbroker.routing.loops` and
-:mod:`~zbroker.routing.filters` (the checks rules 1, 3 and 5 share). This module feeds the
+:mod:`~zbroker.routing.filters` (the checks rules 1, 3 and 5 share),
+:mod:`~zbroker.routing.groups` (queue groups: one member node per message per group, over
+the same entries). This module feeds the
 events to the table, reselects the keys they touch, and keeps the caches and the queued
 advertisements in step with the selection.
 """
