@@ -268,3 +268,33 @@ def test_migrate_consumer(
     assert wait_until(lambda: len(after) >= N, WAIT)
     time.sleep(GRACE)
     assert sorted(after.payloads()) == list(range(100, 100 + N))
+
+
+@pytest.mark.parametrize("down_for", [0.0, 2.0])
+def test_members_rejoin_after_a_node_restart(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    free_port: Callable[[], int],
+    tmp_path: Path,
+    wait_until: WaitUntil,
+    down_for: float,
+) -> None:
+    """The node restarts under connected members (at once: the incarnation tells; or
+    down past the clients' heartbeat timeout): they join again by themselves."""
+    port, data = free_port(), tmp_path / "restart"
+    node = broker_factory(port=port, data_dir=data)
+    members = [Collector(), Collector()]
+    clients = [
+        client_factory(node.endpoint, heartbeat_interval=0.2, heartbeat_timeout=1.0)
+        for _ in members
+    ]
+    for c, m in zip(clients, members, strict=True):
+        c.subscribe("jobs.>", m, queue="workers")
+    node.stop()
+    time.sleep(down_for)
+    node = broker_factory(port=port, data_dir=data)
+    assert wait_until(lambda: members_seen(node, "workers") == {node.broker_id: 2}, WAIT)
+    pub = client_factory(node.endpoint)
+    for i in range(N):
+        pub.publish("jobs.x", i)
+    wait_total(wait_until, members, N)
