@@ -274,7 +274,15 @@ def format_routes(routes: list[dict[str, Any]]) -> str:
 
 
 def _route_pattern(r: dict[str, Any]) -> str:
-    """A route's pattern, marked when it is a local branch or has selectors behind it."""
+    """A route's pattern: a queue group's entry says so, with the capacity behind it; a
+    local branch, or selectors behind it, are marked."""
+    if "group" in r:
+        cap = (
+            "capacity not heard yet"
+            if r["members"] is None
+            else (f"{r['members']} member(s), {r['free']} free credit")
+        )
+        return f"{r['group_pattern']} [queue {r['group']}: {cap}]"
     text = str(r["pattern"])
     if r.get("local_branch"):
         text += " (local branch)"

@@ -129,6 +129,35 @@ def _print_gap(lock: threading.Lock, as_json: bool, pattern: str, gap: Any) -> N
             )
 
 
+def _check_sub_options(
+    patterns: tuple[str, ...],
+    durable: str | None,
+    selector: str | None,
+    shared: bool,
+    queue: str | None,
+) -> None:
+    """The options of ``sub`` that exclude each other, the patterns and the selector:
+    a usage error names what is wrong before anything connects."""
+    if durable is not None and len(patterns) != 1:
+        raise click.UsageError("--durable takes exactly one PATTERN")
+    if durable is not None and selector is not None:
+        raise click.UsageError("--selector cannot be used with --durable")
+    if durable is not None and queue is not None:
+        raise click.UsageError("--queue and --durable exclude each other")
+    if shared and durable is None:
+        raise click.UsageError("--shared shares a durable subscription: it needs --durable")
+    from zbroker.selectors import SelectorError, canonical
+    from zbroker.topics import validate_pattern
+
+    for p in patterns:
+        validate_pattern(p)
+    try:
+        if selector is not None:
+            canonical(selector)
+    except SelectorError as exc:
+        raise click.BadParameter(str(exc), param_hint="--selector") from None
+
+
 @cli.command()
 @click.argument("patterns", nargs=-1, required=True)
 @broker_option()
@@ -149,6 +178,18 @@ def _print_gap(lock: threading.Lock, as_json: bool, pattern: str, gap: Any) -> N
     help="Only messages whose headers EXPR accepts, e.g. \"region = 'EU' AND qty > 100\" "
     "(the JMS SQL-92 subset; not with --durable).",
 )
+@click.option(
+    "--shared",
+    is_flag=True,
+    help="With --durable: share the durable subscription with other consumers (each "
+    "message to one of them).",
+)
+@click.option(
+    "--queue",
+    default=None,
+    help="Join queue group NAME: each message goes to one member of the group, "
+    "network-wide (not with --durable).",
+)
 @connection_options()
 def sub(
     patterns: tuple[str, ...],
@@ -156,23 +197,12 @@ def sub(
     as_json: bool,
     durable: str | None,
     selector: str | None,
+    shared: bool,
+    queue: str | None,
     **conn: Any,
 ) -> None:
     """Print messages matching PATTERN(s) until Ctrl-C (or --count)."""
-    if durable is not None and len(patterns) != 1:
-        raise click.UsageError("--durable takes exactly one PATTERN")
-    if durable is not None and selector is not None:
-        raise click.UsageError("--selector cannot be used with --durable")
-    from zbroker.selectors import SelectorError, canonical
-    from zbroker.topics import validate_pattern
-
-    for p in patterns:
-        validate_pattern(p)
-    try:
-        if selector is not None:
-            canonical(selector)
-    except SelectorError as exc:
-        raise click.BadParameter(str(exc), param_hint="--selector") from None
+    _check_sub_options(patterns, durable, selector, shared, queue)
     done = threading.Event()
     seen = 0
     lock = threading.Lock()
@@ -198,7 +228,9 @@ def sub(
 
     with connect(**conn) as client:
         for p in patterns:
-            handle = client.subscribe(p, on_message, durable=durable, selector=selector)
+            handle = client.subscribe(
+                p, on_message, durable=durable, selector=selector, queue=queue, shared=shared
+            )
             handle.on_gap = functools.partial(_print_gap, lock, as_json, p)
         click.echo(f"subscribed to {', '.join(patterns)} on {client.broker_id}", err=True)
         while not done.is_set() and not signals.wait(0.2):

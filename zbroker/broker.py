@@ -33,6 +33,7 @@ from .features.gaps import GapNotices
 from .features.introspection import Introspection
 from .features.monitor import Monitor
 from .features.persistent import PersistentPublish
+from .features.queues import QueueGroups
 from .features.retention import Retention
 from .features.staging import StagedWrites
 from .identity import DataDirLock, Identity, open_identity
@@ -57,6 +58,7 @@ def node_features(config: NodeConfig) -> list[Feature]:
         StagedWrites(),
         StoreAndForward(),
         Durables(),
+        QueueGroups(),
         LanDiscovery(),
         GapNotices(),
         *([Monitor(config.monitor)] if config.monitor.on else []),  # off by default

@@ -203,7 +203,7 @@ def _publish_request_outcome(body: dict[str, Any]) -> str | None:
 
 
 # every op of the protocol is a request a client may send, except the two the node sends
-_REQUEST_OPS = frozenset(wire.OPS) - {wire.DELIVER, wire.ERROR}
+_REQUEST_OPS = frozenset(wire.OPS) - {wire.DELIVER, wire.QDELIVER, wire.ERROR}
 _STAGING_OPS = frozenset({wire.STAGE, wire.STAGE_COMMIT, wire.STAGE_ABORT})
 
 
@@ -367,6 +367,25 @@ def _link_frame_outcome(value: list[Any], bad: Counter[str]) -> None:
     if op == GAP:
         try:
             check_gap(value)
+        except ProtocolError as exc:
+            bad[exc.reason] += 1
+        return
+    if op == wire.QMSGS:  # queue groups: a MSGS entry ending with [target, group key]
+        try:
+            entries = wire.decode_qmsgs(value)
+        except ProtocolError as exc:
+            bad[exc.reason] += 1
+            return
+        for m in entries:
+            reason = msgs_entry_outcome(m)
+            if reason is None and (m[9] is None or len(m[9]) != 2):
+                reason = "bad_type"
+            if reason is not None:
+                bad[reason] += 1
+        return
+    if op == wire.QCAP:
+        try:
+            wire.decode_qcap(value)
         except ProtocolError as exc:
             bad[exc.reason] += 1
         return

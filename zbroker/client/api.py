@@ -10,7 +10,6 @@ thread only through the :class:`~.channel.Channel`.
 
 from __future__ import annotations
 
-import queue
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -41,7 +40,8 @@ from .fanout import Fanout
 from .locators import Locator, make_locator
 from .messages import Message, Subscription
 from .publisher import Publisher
-from .reads import log_range, read_log
+from .queues import QueueMembers, check_consumer_options
+from .reads import iterate, log_range, read_log
 from .sessions import Settings
 from .subscriber import Subscriptions
 from .thread import ClientThread
@@ -124,6 +124,7 @@ class Client:
         self._subscriptions = Subscriptions(self._command)
         self._durables = Durables(self.request, self._command)
         self.durable_info = self._durables.info
+        self._queues = QueueMembers(self.request, self._command)
         settings = Settings(
             self.address,
             self.timeout,
@@ -143,6 +144,7 @@ class Client:
             fanout=fanout,
             callbacks=self._subscriptions.by_pattern,
             durables=self._durables,
+            queues=self._queues,
             hwm=hwm,
         )
 
@@ -239,6 +241,8 @@ class Client:
         *,
         selector: str | None = None,
         durable: str | None = None,
+        queue: str | None = None,
+        shared: bool = False,
         credit: int = 100,
         max_msgs: int = 0,
         max_bytes: int = 0,
@@ -259,21 +263,26 @@ class Client:
         ``max_bytes`` (topic + payload) and ``max_age`` (seconds) bound what is stored
         (0 = unbounded; while a subscriber is attached, the first two bound what waits to
         be sent: what is in flight to it is bounded by ``credit``):
-        ``overflow="drop-oldest"`` (default) drops the oldest to make room,
-        ``"reject-new"`` keeps what is stored and refuses more — a persistent publish
-        that a full durable would have to store fails with an error to its publisher;
-        other messages are not queued (counted). ``unsubscribe()`` on the
-        handle detaches; :meth:`delete_durable` deletes it and its stored messages.
+        ``overflow="drop-oldest"`` (default) drops the oldest to make room, ``"reject-new"``
+        keeps what is stored and refuses more (a persistent publish it would have to store
+        fails to its publisher; other messages are not queued, counted). ``unsubscribe()``
+        detaches; :meth:`delete_durable` deletes it and its stored messages.
         ``selector="region = 'EU' AND qty > 100"``: only messages whose headers it accepts
         (:mod:`zbroker.selectors`; a bad one raises SelectorError); not with ``durable``.
+        ``shared=True`` shares durable NAME among consumers (each message to one of them);
+        ``queue="GROUP"`` joins queue group GROUP: each matching message to ONE member
+        network-wide (at most once; ``credit`` per member; ``zbroker.client.queues``).
         """
         validate_pattern(pattern)
         self._check("subscribe", pattern)
+        check_consumer_options(queue, durable, shared)
+        if queue is not None:
+            return self._queues.subscribe(pattern, callback, queue, credit)
         if durable is not None:
             if selector is not None:
                 raise ValueError("a durable subscription cannot have a selector")
             bounds: dict[str, Any] = {"max_msgs": max_msgs, "max_bytes": max_bytes}
-            bounds.update(max_age=max_age, overflow=overflow)
+            bounds |= {"max_age": max_age, "overflow": overflow, "shared": shared}
             return self._durables.subscribe(pattern, callback, durable, credit, bounds)
         sub, name = self._subscriptions.add(pattern, callback, selector)
         try:
@@ -287,29 +296,18 @@ class Client:
         return sub
 
     def detach_durable(self, name: str) -> None:
-        """Stop receiving durable subscription ``name`` (same as ``unsubscribe()`` on its
-        handle): the node keeps its interest and stores what comes for the next attach.
-        Safe to call from its own callback: later messages are not acknowledged."""
+        """Detach durable ``name`` (as ``unsubscribe()`` on its handle; safe from its own
+        callback): the node keeps storing what comes for the next attach."""
         self._durables.detach(name)
 
     def delete_durable(self, name: str) -> int:
-        """Delete durable subscription ``name`` and its stored messages (on the node this
-        client is connected to); return how many stored messages went with it."""
+        """Delete durable ``name`` and its stored messages here; return how many went."""
         return self._durables.delete(name)
 
     def messages(self, pattern: str, timeout: float | None = None) -> Iterator[Message]:
         """Iterate over messages matching ``pattern``; stop after ``timeout`` seconds without
         one (``None``: never). The subscription ends when the iterator is closed."""
-        q: queue.SimpleQueue[Message] = queue.SimpleQueue()
-        sub = self.subscribe(pattern, q.put)
-        try:
-            while True:
-                try:
-                    yield q.get(timeout=timeout)
-                except queue.Empty:
-                    return
-        finally:
-            sub.unsubscribe()
+        return iterate(self.subscribe, pattern, timeout)
 
     def status(self) -> dict[str, Any]:
         """The node's status (see :meth:`zbroker.Broker.status`)."""
@@ -345,6 +343,7 @@ class Client:
         if self._closed:
             return
         self._durables.leave()
+        self._queues.leave()
         self._publisher.drain()  # what is batched goes to the socket (its linger sends it)
         self._closed = True
         self._publisher.close()
@@ -368,21 +367,17 @@ class Client:
     # -- user thread -> client thread ----------------------------------------------------
 
     def _command(self, name: str, arg: Any) -> Future[Any]:
-        if self._closed:
-            raise ClientClosed("client is closed")
         fut: Future[Any] = Future()
-        if not self._thread.is_alive():
-            raise ClientClosed("the client's thread has stopped (see the log); close the client")
-        self._channel.post((name, arg, fut))
+        self._post_persistent((name, arg, fut), command=True)
         return fut
 
-    def _post_persistent(self, publish: Any) -> None:
-        """A persistent publish to the client thread (its Future is the caller's own)."""
+    def _post_persistent(self, publish: Any, *, command: bool = False) -> None:
+        """A persistent publish (or with ``command`` any command) to the client thread."""
         if self._closed:
             raise ClientClosed("client is closed")
         if not self._thread.is_alive():
             raise ClientClosed("the client's thread has stopped (see the log); close the client")
-        self._channel.post(("persistent", publish, None))
+        self._channel.post(publish if command else ("persistent", publish, None))
 
     def _submit(self, op: int, body: dict[str, Any]) -> Future[Any]:
         """A control request; its future resolves with the reply."""

@@ -42,6 +42,7 @@ class Durables:
         #: name -> the node's DURABLE_OPEN reply (``Client.durable_info``)
         self.info: dict[str, dict[str, Any]] = {}
         self._acks: dict[str, int] = {}  # name -> highest q processed, not yet acked
+        self._acks_each: dict[str, list[int]] = {}  # shared: name -> q processed
 
     # -- user threads --------------------------------------------------------------------
 
@@ -121,9 +122,12 @@ class Durables:
             sub.callback(msg)
         except Exception:
             log.exception("durable subscriber callback for %r raised", name)
-        # acknowledgements are cumulative: one per subscription per drain (flush_acks)
+        # acknowledgements are cumulative: one per subscription per drain (flush_acks);
+        # a shared durable's list exactly what this consumer processed
         assert isinstance(name, str)
-        if q > self._acks.get(name, 0):
+        if entry[2].get("shared"):
+            self._acks_each.setdefault(name, []).append(q)
+        elif q > self._acks.get(name, 0):
             self._acks[name] = q
 
     def flush_acks(self, session: Session | None) -> None:
@@ -132,7 +136,11 @@ class Durables:
         if self._acks and session is not None:
             for name, upto in self._acks.items():
                 session.send(wire.encode_control(wire.DURABLE_ACK, 0, {"name": name, "upto": upto}))
+        if self._acks_each and session is not None:
+            for name, qs in self._acks_each.items():
+                session.send(wire.encode_control(wire.DURABLE_ACK, 0, {"name": name, "qs": qs}))
         self._acks.clear()
+        self._acks_each.clear()
 
     def reattach(self, session: Session) -> None:
         """After a reconnect: reopen durable subscriptions (unacknowledged ones come again)."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import queue
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import wire
 from .messages import Message, message_from_fields
 
-__all__ = ["log_range", "read_log"]
+__all__ = ["iterate", "log_range", "read_log"]
 
 Request = Callable[[int, dict[str, Any]], dict[str, Any]]
 
@@ -42,3 +43,21 @@ def log_range(request: Request) -> tuple[int, int]:
     """(first, last) sequence of the node's retention log; first > last when empty."""
     reply = request(wire.READ, {"pattern": ">", "start": 0, "end": 0, "limit": 1})
     return int(reply["first_seq"]), int(reply["last_seq"])
+
+
+def iterate(
+    subscribe: Callable[[str, Callable[[Message], Any]], Any], pattern: str, timeout: float | None
+) -> Iterator[Message]:
+    """Messages matching ``pattern`` as they come (``Client.messages``); stops after
+    ``timeout`` seconds without one (None: never). Subscribed at the first ``next()``,
+    unsubscribed when the iterator is closed."""
+    q: queue.SimpleQueue[Message] = queue.SimpleQueue()
+    sub = subscribe(pattern, q.put)
+    try:
+        while True:
+            try:
+                yield q.get(timeout=timeout)
+            except queue.Empty:
+                return
+    finally:
+        sub.unsubscribe()

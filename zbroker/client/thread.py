@@ -27,6 +27,7 @@ from .durables import Durables
 from .fanout import Fanout
 from .locators import Locator
 from .publisher import Publisher
+from .queues import QueueMembers
 from .requests import Requests
 from .sessions import Session, Sessions, Settings
 from .subscriber import Callbacks, Subscriber
@@ -57,6 +58,7 @@ class ClientThread:
         fanout: Fanout | None,
         callbacks: Callbacks,
         durables: Durables,
+        queues: QueueMembers,
         hwm: int,
     ) -> None:
         self._settings = settings
@@ -65,6 +67,7 @@ class ClientThread:
         self._publisher = publisher
         self._fanout = fanout
         self._durables = durables
+        self._queues = queues
         #: the primary node's HELLO reply (``Client.hello``)
         self.hello: dict[str, Any] = {}
         self.ready: Future[dict[str, Any]] = Future()
@@ -169,7 +172,9 @@ class ClientThread:
         try:
             self._sessions.drain(session)
         finally:
-            self._durables.flush_acks(session if self._sessions.alive(session) else None)
+            alive = session if self._sessions.alive(session) else None
+            self._durables.flush_acks(alive)
+            self._queues.flush_acks(alive)
 
     def _on_commands(self) -> None:
         for name, arg, fut in self._channel.commands():
@@ -222,12 +227,14 @@ class ClientThread:
         self._persistent.moved(session)  # what waits for confirmation: to this node now
         if self.ready.done():
             self._durables.reattach(session)
+            self._queues.rejoin(session)
 
     def node_restarted(self, session: Session) -> None:
         self._durables.reattach(session)
+        self._queues.rejoin(session)
 
     def control_frame(self, session: Session, op: int, req_id: int, body: Any) -> None:
-        if req_id == 0:  # (the only one Sessions passes on: a durable delivery)
-            self._durables.deliver(body)
+        if req_id == 0:  # (the only ones Sessions passes on: a durable or queue delivery)
+            (self._queues.deliver if op == wire.QDELIVER else self._durables.deliver)(body)
         else:
             self._requests.reply(op, req_id, body)

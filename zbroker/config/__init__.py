@@ -34,6 +34,10 @@ File layout (all keys optional)::
     pattern = "TRADES.>"
     max_msgs = 1000000            # 0 = unbounded; also max_bytes, max_age (seconds)
 
+    [[queue]]                     # routing policy of a queue group (config/queues.py)
+    group = "workers"
+    policy = "round_robin"        # local_first (default) | round_robin | weighted
+
     [[link]]                      # one table per link this node dials (see LinkConfig)
     name = "to-b"
     uri = "tcp://10.0.0.2:7100"
@@ -62,6 +66,7 @@ from .checks import check_patterns, validate_broker_id
 from .link import LinkConfig, peer_link
 from .monitor import MonitorConfig
 from .node import LOG_LEVELS, NodeConfig, default_data_dir
+from .queues import QueueRule
 from .toml import config_from_mapping, load_config
 
 __all__ = [
@@ -69,6 +74,7 @@ __all__ = [
     "LinkConfig",
     "MonitorConfig",
     "NodeConfig",
+    "QueueRule",
     "RetainRule",
     "check_patterns",
     "config_from_mapping",

@@ -21,6 +21,7 @@ from ..topics import validate_pattern
 from .checks import check_float, check_int, check_patterns, validate_broker_id
 from .link import LINK_KEYS, LinkConfig
 from .monitor import MonitorConfig
+from .queues import QueueRule, check_queue_rules
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -54,6 +55,8 @@ class NodeConfig:
     discovery_link_defaults: dict[str, Any] = field(default_factory=dict)
     #: retention log rules (topics kept in the store, readable by sequence range)
     retain: tuple[RetainRule, ...] = ()
+    #: ``[[queue]]``: routing policy per queue group (default local_first)
+    queues: tuple[QueueRule, ...] = ()
     #: fsync every store commit (survives power loss, not only a killed process)
     fsync: bool = False
     #: CurveZMQ on every network socket (see zbroker/security.py); off = plain mode
@@ -95,6 +98,7 @@ class NodeConfig:
         self._set(
             "local_branches", check_patterns(self.local_branches, f"{self.source}: routing.local")
         )
+        self._set("queues", check_queue_rules(self.queues, f"{self.source}"))
 
     def _set(self, name: str, value: Any) -> None:
         """Store a normalized value (a tuple for a list, a Path for a str) in the frozen

@@ -18,6 +18,7 @@ from ..store import RetainRule
 from .link import LINK_KEYS, LinkConfig
 from .monitor import MonitorConfig
 from .node import NodeConfig
+from .queues import queue_rules_from_toml
 
 # TOML table -> {toml key: dataclass field}
 _SCHEMA: dict[str, dict[str, str]] = {
@@ -53,6 +54,9 @@ def config_from_mapping(data: dict[str, Any], source: str) -> NodeConfig:
             continue
         if table == "retain":
             kwargs["retain"] = _retain_from_toml(value, source)
+            continue
+        if table == "queue":
+            kwargs["queues"] = queue_rules_from_toml(value, source)
             continue
         if table == "security":
             kwargs.update(_security_from_toml(value, source))

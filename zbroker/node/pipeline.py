@@ -88,6 +88,9 @@ class Pipeline:
         # msgpack of (origin, incarnation): constant middle of every envelope we originate
         self._envelope_id = msgpack.packb(broker_id) + msgpack.packb(incarnation)
         self._sink_out: dict[Feature, list[list[Any]]] = {}
+        #: set by the queue groups feature: takes each message that starts here, called
+        #: only while some group has members somewhere (engine.groups.active)
+        self.group_hook: Callable[[list[Any]], None] | None = None
 
     # -- ingress 1: client publishes ------------------------------------------------------
 
@@ -138,12 +141,15 @@ class Pipeline:
         seq = first = self._counters.seq
         sink_out = self._sink_out
         selected, select = self._delivery.selected.by_pattern, self._delivery.selected.names
+        groups = self.group_hook if engine.groups.active else None
         for frame, value in zip(frames, values, strict=True):
             if value is None:
                 continue
             topic, payload, fmt, headers = value
             seq += 1
             ts = now()
+            if groups is not None:
+                groups([topic, payload, fmt, headers, origin, inc, seq, ts])
             if engine.links:
                 patterns, sends = route(topic, (), None)
                 if sends:
@@ -156,12 +162,10 @@ class Pipeline:
                 patterns = local_matches(topic)
             if not patterns:
                 continue
-            if interest.has_sinks:
-                sinks = interest.sinks_for(patterns)
-                if sinks:
-                    m = [topic, payload, fmt, headers, origin, inc, seq, ts]
-                    for f in sinks:
-                        sink_out.setdefault(f, []).append(m)
+            if interest.has_sinks and (sinks := interest.sinks_for(patterns)):
+                m = [topic, payload, fmt, headers, origin, inc, seq, ts]
+                for f in sinks:
+                    sink_out.setdefault(f, []).append(m)
             if selected:  # subscriptions with a selector exist: add those accepting it
                 patterns = select(patterns, headers)
             body = None
@@ -308,8 +312,11 @@ class Pipeline:
         sink_out = self._sink_out
         selected, select = self._delivery.selected.by_pattern, self._delivery.selected.names
         out: dict[str, list[Any]] = {}
+        groups = self.group_hook if self._engine.groups.active and not routing else None
         for i, m in enumerate(msgs):
             key_path, key_targets, pseq = routing[i] if routing else ((), None, None)
+            if groups is not None:
+                groups(m[:8])
             patterns, sends = route(m[0], key_path, key_targets)
             if sends:
                 if sends.__class__ is Selective:  # some targets stand behind selectors

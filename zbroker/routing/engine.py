@@ -75,7 +75,9 @@ Where each part lives
 branches: topics that never leave the node),
 :mod:`~zbroker.routing.propagation` (rule 3), :mod:`~zbroker.routing.routes` (rules 4 and
 5, with the plan and route caches), :mod:`~zbroker.routing.loops` and
-:mod:`~zbroker.routing.filters` (the checks rules 1, 3 and 5 share). This module feeds the
+:mod:`~zbroker.routing.filters` (the checks rules 1, 3 and 5 share),
+:mod:`~zbroker.routing.groups` (queue groups: one member node per message per group, over
+the same entries). This module feeds the
 events to the table, reselects the keys they touch, and keeps the caches and the queued
 advertisements in step with the selection.
 """
@@ -96,6 +98,7 @@ from .events import (
     Path,
     SendAdvert,
 )
+from .groups import GROUP_PREFIX, GroupTable
 from .loops import path_holds
 from .routes import PLAN_LIMIT, Router
 from .table import EngineLink, InterestTable
@@ -129,6 +132,8 @@ class RoutingEngine:
         )
         self.route = router.route
         self.local_matches = router.local_matches
+        #: queue groups: which origins hold members of which group key, and the pick
+        self.groups = GroupTable(table)
 
     # -- inspection -------------------------------------------------------------------------
 
@@ -137,8 +142,9 @@ class RoutingEngine:
         return frozenset(self._table.local_patterns)
 
     def interest(self) -> list[dict[str, object]]:
-        """The best entry of every key: pattern, origin, path, next-hop link (None = local)."""
-        return self._table.interest()
+        """The best entry of every key: pattern, origin, path, next-hop link (None = local);
+        a queue group's entries also name the group and the capacity behind them."""
+        return self.groups.annotate(self._table.interest())
 
     def ghosts(self) -> list[str]:
         """Links that are down but whose sticky entries are kept (rule 6)."""
@@ -192,6 +198,7 @@ class RoutingEngine:
         link = EngineLink.ghost(link_id, peer, can_send, options or LinkOptions())
         self.links[link_id] = link
         self._router.invalidate()
+        self.groups.invalidate()
         for pattern, origin, path in entries:
             key = (pattern, origin)
             if origin == self.broker_id or path_holds(path, self.broker_id):
@@ -239,6 +246,7 @@ class RoutingEngine:
         link.adj_in.update(carried)
         link.sticky.update(carried)
         self._router.invalidate()
+        self.groups.invalidate()
         for key in carried:
             self._recompute(key, force=True)
         propagation.offer_table(link, self._table)
@@ -248,6 +256,7 @@ class RoutingEngine:
         if link is None:
             return
         self._router.invalidate()
+        self.groups.invalidate()
         keys = list(link.adj_in)
         kept = link.sticky_held()
         if keep_sticky and kept and link.can_send:
@@ -271,6 +280,8 @@ class RoutingEngine:
         # only the plans of the topics this pattern matches depend on this key
         self._router.evict(key[0])
         table.set_best(key, old, best)
+        if key[0].startswith(GROUP_PREFIX):
+            self.groups.changed(key, best is not None)
         if best is None or (table.local_branches and covers(table.local_branches, key[0])):
             propagation.withdraw(self.links, key)  # (a local branch: never advertised)
         else:

@@ -74,6 +74,7 @@ class DurableQueues:
         self._pending: list[tuple[Any, ...]] = []
         self._marks: list[tuple[str, int]] = []
         self._acks: list[tuple[str, int]] = []
+        self._acks_each: list[tuple[str, list[int]]] = []  # (a shared durable's acks)
         # Durables whose drop-oldest bounds are due (new rows, or a subscriber left), and
         # those whose trim waits this pass: the node pumps them first, so a burst an
         # attached subscriber has credit for is sent, not trimmed (see trim_hold).
@@ -210,6 +211,26 @@ class DurableQueues:
     def ack(self, name: str, upto: int) -> None:
         self._acks.append((name, upto))
 
+    def ack_each(self, name: str, qs: list[int]) -> None:
+        """Acknowledge exactly these messages (a shared durable's consumers each hold
+        their own, interleaved, so a cumulative ``upto`` would take others' too)."""
+        self._acks_each.append((name, qs))
+
+    def rows(self, name: str, qs: list[int]) -> list[tuple[Any, ...]]:
+        """Stored messages of ``name`` with these q (those still held), oldest first."""
+        out: list[tuple[Any, ...]] = []
+        for i in range(0, len(qs), 500):
+            chunk = qs[i : i + 500]
+            out.extend(
+                self._db.execute(
+                    "SELECT q, topic, payload, fmt, headers, origin, inc, oseq, ts, delivered "
+                    f"FROM dqueue WHERE name=? AND q IN ({','.join('?' * len(chunk))}) "
+                    "ORDER BY q",
+                    (name, *chunk),
+                )
+            )
+        return out
+
     # -- the commit -----------------------------------------------------------------------------
 
     def dirty(self) -> bool:
@@ -218,6 +239,7 @@ class DurableQueues:
             self._pending
             or self._marks
             or self._acks
+            or self._acks_each
             or (self._trim_due and not self._trim_due <= self.trim_hold)
         )
 
@@ -244,6 +266,11 @@ class DurableQueues:
             db.executemany("UPDATE dqueue SET delivered=1 WHERE name=? AND q=?", marks)
         for name, upto in acks:
             self._delete(name, "q<=?", (upto,))
+        each, self._acks_each = self._acks_each, []
+        for name, qs in each:
+            for i in range(0, len(qs), 500):
+                chunk = qs[i : i + 500]
+                self._delete(name, f"q IN ({','.join('?' * len(chunk))})", tuple(chunk))
         if self._trim_due:
             # after the marks: what was just sent to an attached subscriber is in flight
             hold = self.trim_hold

@@ -65,6 +65,8 @@ class Store:
         self.pending_durable = dq.pending
         self.mark_delivered = dq.mark_delivered
         self.ack = dq.ack
+        self.ack_each = dq.ack_each
+        self.durable_rows = dq.rows
         self.link_queues = lq = LinkQueues(self.db)
         self.fwd_load = lq.load
         self.fwd_queue = lq.queue

@@ -9,7 +9,8 @@ the tests alike; every name is reachable here as ``wire.NAME``:
 * :mod:`.delivery` — delivery frames and delivery batches;
 * :mod:`.control` — control requests and replies;
 * :mod:`.link` — link frames: handshake maps, HEARTBEAT, ADVERT, MSGS, BYE;
-* :mod:`.forward` — store-and-forward frames: PMSGS and PACK.
+* :mod:`.forward` — store-and-forward frames: PMSGS and PACK;
+* :mod:`.queues` — queue group frames: QMSGS and QCAP.
 
 The codec touches no socket; every decoder raises :class:`~zbroker.errors.ProtocolError`
 for anything malformed, with a short ``reason`` the node uses as a counter key.
@@ -63,6 +64,12 @@ from .frames import (
     PMSGS,
     PRODUCER_WINDOW,
     PUBLISH,
+    QCAP,
+    QDELIVER,
+    QMSGS,
+    QUEUE_ACK,
+    QUEUE_JOIN,
+    QUEUE_LEAVE,
     READ,
     ROUTES,
     SELECTOR_SEP,
@@ -89,6 +96,14 @@ from .publish import (
     encode_publish_batch,
     publish_batch_elements,
     publish_elements,
+)
+from .queues import (
+    check_qmsgs,
+    check_qmsgs_entry,
+    decode_qcap,
+    decode_qmsgs,
+    encode_qcap,
+    encode_qmsgs,
 )
 
 __all__ = [
@@ -120,6 +135,12 @@ __all__ = [
     "PMSGS",
     "PRODUCER_WINDOW",
     "PUBLISH",
+    "QCAP",
+    "QDELIVER",
+    "QMSGS",
+    "QUEUE_ACK",
+    "QUEUE_JOIN",
+    "QUEUE_LEAVE",
     "READ",
     "ROUTES",
     "SELECTOR_SEP",
@@ -135,6 +156,8 @@ __all__ = [
     "check_pmsgs_entry",
     "check_producer",
     "check_publishes",
+    "check_qmsgs",
+    "check_qmsgs_entry",
     "decode_advert",
     "decode_advert_entries",
     "decode_advert_sticky",
@@ -146,6 +169,8 @@ __all__ = [
     "decode_pack",
     "decode_pmsgs",
     "decode_publish",
+    "decode_qcap",
+    "decode_qmsgs",
     "encode_control",
     "encode_delivery_batch",
     "encode_delivery_body",
@@ -153,6 +178,8 @@ __all__ = [
     "encode_pmsgs",
     "encode_publish",
     "encode_publish_batch",
+    "encode_qcap",
+    "encode_qmsgs",
     "pmsgs_lseq",
     "publish_batch_elements",
     "publish_elements",

@@ -133,6 +133,16 @@ STAGE_COMMIT 23   request ``{tokens: [[token, rows], ...], writer?, batch?, grou
 STAGE_ABORT 24    request ``{tokens: [token, ...], group?}``: drop their rows (and the
                   group's); reply ``{discarded}``
 ERROR      15     reply ``{message: str}``
+QUEUE_JOIN 30     request ``{group, pattern, member: int, credit}``: this connection's
+                  member ``member`` joins queue group ``group`` on ``pattern``; reply
+                  ``{group, pattern, members}`` (the node's members of it, this one included)
+QUEUE_ACK  31     one-way ``{member, upto}``: deliveries numbered <= upto are processed
+                  (frees credit)
+QUEUE_LEAVE 32    one-way ``{member}``: the member leaves its group
+QDELIVER   33     node to client, req_id 0: ``{member, n, msgs: [[topic, payload, fmt,
+                  headers, origin, incarnation, seq, ts], ...]}``: the member's deliveries
+                  numbered ``n - len(msgs) + 1 .. n`` (1, 2, ... per membership); at most
+                  ``credit`` unacknowledged at a time
 =========  =====  ===========================================================
 
 Links (dialing node's DEALER → other node's ROUTER, ``PORT``; the DEALER's routing id is
@@ -154,6 +164,14 @@ types 16 and up, so the ROUTER tells them from control requests by the first ele
                          producer?: [producer, pseq]], ...]]
     PACK          [26, epoch: int, upto: int]
     GAP           [27, {node: str, n: int, link: str, peer: str, reason: str, path: [str]}]
+    QMSGS         [34, [[topic, payload, fmt, headers, origin, incarnation, seq, ts,
+                         path: [str], [target, group key]], ...]]
+    QCAP          [35, [[group key, origin, stamp, members, free credit], ...]]
+
+``QMSGS`` carries messages each meant for ONE member node of a queue group (see
+:mod:`zbroker.routing.groups`): a MSGS entry whose last field is ``[target, group key]``;
+every node forwards it toward ``target`` alone. ``QCAP`` floods the capacity behind each
+group key per origin (a newer ``stamp`` replaces an older one).
 
 ``ADVERT`` carries interest entries (``path`` nil withdraws; ``full`` replaces the
 receiver's table for this link). An entry with a fourth element ``true`` is *sticky*: it is
@@ -211,6 +229,10 @@ STAGE = 14
 ERROR = 15
 STAGE_COMMIT = 23
 STAGE_ABORT = 24
+QUEUE_JOIN = 30
+QUEUE_ACK = 31
+QUEUE_LEAVE = 32
+QDELIVER = 33
 OPS = {
     HELLO: "HELLO",
     STATUS: "STATUS",
@@ -229,6 +251,10 @@ OPS = {
     STAGE_COMMIT: "STAGE_COMMIT",
     STAGE_ABORT: "STAGE_ABORT",
     ERROR: "ERROR",
+    QUEUE_JOIN: "QUEUE_JOIN",
+    QUEUE_ACK: "QUEUE_ACK",
+    QUEUE_LEAVE: "QUEUE_LEAVE",
+    QDELIVER: "QDELIVER",
 }
 
 LINK_HELLO = 16
@@ -242,9 +268,15 @@ BYE = 22
 PMSGS = 25
 PACK = 26
 GAP = 27
+# 30-33 are control ops (QUEUE_*, QDELIVER)
+QMSGS = 34
+QCAP = 35
 LINK_TYPES = frozenset(
-    {LINK_HELLO, LINK_WELCOME, LINK_REFUSE, HEARTBEAT, ADVERT, MSGS, BYE, PMSGS, PACK, GAP}
-)
+    {
+        LINK_HELLO, LINK_WELCOME, LINK_REFUSE, HEARTBEAT, ADVERT, MSGS, BYE, PMSGS, PACK, GAP,
+        QMSGS, QCAP,
+    }
+)  # fmt: skip
 
 #: messages per delivery batch frame at most (see "Delivery" above)
 DELIVERY_BATCH = 256

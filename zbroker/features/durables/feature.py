@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import zmq
+
 from ... import wire
 from ...errors import ConfigError, InvalidTopic
 from ...names import validate_broker_id
@@ -24,6 +26,7 @@ from ...store import OVERFLOW_POLICIES
 from ...sublist import Sublist
 from ...topics import validate_pattern
 from .pump import probe, pump
+from .shared import SharedState, pump_shared, send_shared
 from .state import Durable
 
 __all__ = ["DURABLE_PROBE_INTERVAL", "Durables"]
@@ -88,7 +91,7 @@ class Durables(Feature):
                 store.enqueue(name, d.next_q, row)
                 d.next_q += 1
                 self.stored += 1
-                if d.consumer is not None:
+                if d.consumer is not None or d.shared is not None:
                     self._pump.add(name)
 
     def admit(self, topics: dict[str, list[int]], *, batch: bool) -> Refusal | None:
@@ -156,9 +159,10 @@ class Durables(Feature):
         elif d.pattern != pattern:
             self._refuse(req, f"durable subscription {name!r} exists with pattern {d.pattern!r}")
             return
-        # (re)attach: everything not acknowledged is sent again, flagged redelivered
-        d.consumer = req.ident
-        d.window.reset(opts["credit"])
+        refused = self._attach(d, req, opts)
+        if refused is not None:
+            self._refuse(req, refused)
+            return
         store.set_attached(name, True)
         self._pump.add(name)
         store.commit()
@@ -173,9 +177,57 @@ class Durables(Feature):
         if req.req_id:
             self._ctx.reply(req, wire.DURABLE_OPEN, reply)
 
+    def _attach(self, d: Durable, req: Request, opts: dict[str, Any]) -> str | None:
+        """Attach the sender as (one of) the durable's consumer(s); what refuses it."""
+        holder = d.consumer is not None and d.consumer != req.ident and self._alive(d.consumer)
+        if opts["shared"]:
+            if holder:
+                return (
+                    f"durable subscription {d.name!r} is held by an exclusive consumer: "
+                    "it cannot be shared until that one detaches"
+                )
+            d.consumer = None
+            if d.shared is None:
+                d.shared = SharedState()
+            d.shared.attach(req.ident, opts["credit"])
+            return None
+        if d.shared is not None and d.shared.consumers:
+            return (
+                f"durable subscription {d.name!r} is shared by {len(d.shared.consumers)} "
+                "consumer(s): open it with shared=True to join them"
+            )
+        if holder:
+            return (
+                f"durable subscription {d.name!r} is held by another consumer (no takeover): "
+                "detach that one first, or open both with shared=True"
+            )
+        # (re)attach: everything not acknowledged is sent again, flagged redelivered
+        d.shared = None
+        d.consumer = req.ident
+        d.window.reset(opts["credit"])
+        return None
+
+    def _alive(self, ident: bytes) -> bool:
+        """Is a consumer's connection still there (a PING it ignores: the ROUTER refuses
+        it at once when the connection is gone)?"""
+        frame = wire.encode_control(wire.PING, 0, {"incarnation": self._ctx.incarnation})
+        try:
+            return self._ctx.send_to(ident, frame)
+        except zmq.Again:
+            return True  # its queue is full: there, and slow
+
     def _ack(self, req: Request) -> None:
         name = self._named(req)
         d = self._durables.get(name) if name is not None else None
+        if d is not None and d.shared is not None:
+            qs = req.body.get("qs")
+            if type(qs) is list and all(type(q) is int and 0 <= q < _I64 for q in qs):
+                done = d.shared.ack(req.ident, qs)
+                assert self._ctx.store is not None
+                self._ctx.store.ack_each(d.name, done)
+                self.acked += len(done)
+                self._pump.add(d.name)
+            return
         upto = req.body.get("upto")
         if d is None or type(upto) is not int or not 0 <= upto < _I64 or d.consumer != req.ident:
             return
@@ -188,7 +240,9 @@ class Durables(Feature):
     def _close(self, req: Request) -> None:
         name = self._named(req)
         d = self._durables.get(name) if name is not None else None
-        if d is not None and d.consumer == req.ident:
+        if d is not None and d.shared is not None and req.ident in d.shared.consumers:
+            self._shared_gone(d, req.ident, "closed")
+        elif d is not None and d.consumer == req.ident:
             d.consumer = None
             assert self._ctx.store is not None
             self._ctx.store.set_attached(d.name, False)
@@ -218,11 +272,27 @@ class Durables(Feature):
             assert self._ctx.store is not None
             self._ctx.store.trim_hold = self._pump
 
+    def _shared_gone(self, d: Durable, ident: bytes, reason: str) -> None:
+        """A consumer of a shared durable left: its messages go to the others."""
+        assert d.shared is not None and self._ctx.store is not None
+        d.shared.detach(ident)
+        self._pump.add(d.name)
+        if not d.shared.consumers:
+            self._ctx.store.set_attached(d.name, False)
+            self._ctx.emit(DurableDetached(name=d.name, reason=reason))
+
     def after_commit(self) -> None:
         if self._pump:
             names, self._pump = self._pump, set()
             ready = [d for n in names if (d := self._durables.get(n)) is not None]
-            self.delivered += pump(self._ctx, ready)
+            shared = [d for d in ready if d.shared is not None]
+            if shared:
+                out = [(d, pump_shared(self._ctx, d)) for d in shared]
+                assert self._ctx.store is not None
+                self._ctx.store.commit()  # the marks, before any send
+                for d, frames in out:
+                    self.delivered += send_shared(self._ctx, d, frames)
+            self.delivered += pump(self._ctx, [d for d in ready if d.shared is None])
 
     def tick(self, now: float) -> None:
         if self._durables and now >= self._next_probe:
@@ -230,6 +300,10 @@ class Durables(Feature):
             frame = wire.encode_control(wire.PING, 0, {"incarnation": self._ctx.incarnation})
             for d in probe(self._ctx, list(self._durables.values()), frame):
                 self._ctx.emit(DurableDetached(name=d.name, reason="subscriber gone"))
+            for d in [d for d in self._durables.values() if d.shared is not None]:
+                assert d.shared is not None
+                for ident in [i for i in d.shared.consumers if not self._alive(i)]:
+                    self._shared_gone(d, ident, "subscriber gone")
 
     def status(self, out: dict[str, Any]) -> None:
         out["counters"]["durable_stored"] = self.stored
@@ -240,14 +314,41 @@ class Durables(Feature):
             {
                 "name": d.name,
                 "pattern": d.pattern,
-                "attached": d.consumer is not None,
-                "in_flight": d.window.in_flight(),
+                "attached": d.consumer is not None or bool(d.shared and d.shared.consumers),
+                "in_flight": d.window.in_flight() if d.shared is None else d.shared.in_flight(),
+                **_shared_status(d),
                 "stored": store.durable_depth(d.name),
                 "dropped": store.durable_dropped(d.name),
                 "max_msgs": d.max_msgs,
             }
             for d in self._durables.values()
         ]
+        out.setdefault("queues", []).extend(
+            {
+                "kind": "shared_durable",
+                "name": d.name,
+                "pattern": d.pattern,
+                "members": {self._ctx.broker_id: len(d.shared.consumers)},
+                "stored": store.durable_depth(d.name),
+                "in_flight": d.shared.in_flight(),
+                "delivered": d.shared.delivered,
+                "redelivered": d.shared.redelivered,
+            }
+            for d in self._durables.values()
+            if d.shared is not None
+        )
+
+
+def _shared_status(d: Durable) -> dict[str, Any]:
+    if d.shared is None:
+        return {}
+    st = d.shared
+    return {
+        "shared": True,
+        "consumers": len(st.consumers),
+        "delivered": st.delivered,
+        "redelivered": st.redelivered,
+    }
 
 
 def _open_subjects(body: dict[str, Any]) -> Iterable[tuple[str, str]]:
@@ -263,6 +364,9 @@ def _open_options(body: dict[str, Any]) -> dict[str, Any] | str:
     max_bytes = body.get("max_bytes", 0)
     max_age = body.get("max_age", 0.0)
     overflow = body.get("overflow", "drop-oldest")
+    shared = body.get("shared", False)
+    if type(shared) is not bool:
+        return "shared must be true or false"
     if overflow not in OVERFLOW_POLICIES:
         return f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}"
     try:
@@ -284,4 +388,5 @@ def _open_options(body: dict[str, Any]) -> dict[str, Any] | str:
         "max_bytes": max_bytes,
         "max_age": float(max_age),
         "overflow": str(overflow),
+        "shared": shared,
     }

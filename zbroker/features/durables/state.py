@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from ...credit import CreditWindow
+from .shared import SharedState
 
 __all__ = ["Durable"]
 
 
 class Durable:
-    __slots__ = ("consumer", "max_msgs", "name", "next_q", "pattern", "window")
+    __slots__ = ("consumer", "max_msgs", "name", "next_q", "pattern", "shared", "window")
 
     def __init__(self, name: str, pattern: str, next_q: int, max_msgs: int) -> None:
         self.name = name
@@ -17,3 +18,5 @@ class Durable:
         self.max_msgs = max_msgs
         self.consumer: bytes | None = None  # routing id of the attached client session
         self.window = CreditWindow()
+        #: set while the durable is shared (its consumers are there, not in ``consumer``)
+        self.shared: SharedState | None = None

@@ -1,0 +1,60 @@
+"""``zbroker queues``: a node's work queues — queue groups (members per node as the
+network advertised them) and shared durable subscriptions — with what is stored, in
+flight, delivered and redelivered. Text, or JSON with ``--json`` (the status section
+``queues`` as is)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from .app import broker_option, cli, connect, connection_options
+from .format import format_table
+
+
+@cli.command()
+@broker_option()
+@click.option("--json", "as_json", is_flag=True, help="Print the queues as JSON.")
+@connection_options()
+def queues(as_json: bool, **conn: Any) -> None:
+    """Show queue groups and shared durable subscriptions: members per node, stored, in
+    flight, delivered, redelivered."""
+    with connect(**conn) as client:
+        rows = client.status().get("queues", [])
+    click.echo(json.dumps(rows, indent=2) if as_json else format_queues(rows))
+
+
+def format_queues(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no queues"
+    return format_table(
+        [
+            "kind",
+            "name",
+            "pattern",
+            "policy",
+            "members",
+            "stored",
+            "in flight",
+            "delivered",
+            "redelivered",
+            "dropped",
+        ],
+        [
+            [
+                "group" if r["kind"] == "group" else "shared durable",
+                r.get("group") or r.get("name"),
+                r["pattern"],
+                r.get("policy", "-"),
+                ", ".join(f"{node}:{n}" for node, n in sorted(r["members"].items())) or "-",
+                r.get("stored", r.get("pending", 0)),
+                r["in_flight"],
+                r["delivered"],
+                r.get("redelivered", "-"),
+                r.get("dropped", "-"),
+            ]
+            for r in rows
+        ],
+    )

@@ -1,0 +1,156 @@
+"""Shared durable subscriptions: many consumers on one durable queue, each stored message
+to ONE of them under its credit, acknowledged one by one.
+
+A shared durable hands its stored messages out in queue order (``cursor``: the highest
+``q`` handed out) to the least served consumer with credit left; each consumer
+acknowledges the messages it processed (DURABLE_ACK ``qs``: exactly those, since the
+consumers' messages interleave). A consumer that detaches or dies (the probe) leaves what
+it had not acknowledged to the others: those go first (``redo``), flagged redelivered
+(their delivery mark is committed before the first send, as for any durable). When the
+last consumer leaves, everything unacknowledged waits in the store for the next one, as
+for an exclusive durable.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import TYPE_CHECKING
+
+import msgpack
+import zmq
+
+from ... import wire
+
+if TYPE_CHECKING:
+    from ...node.context import Context
+    from .state import Durable
+
+__all__ = ["SharedConsumer", "SharedState", "pump_shared"]
+
+
+class SharedConsumer:
+    __slots__ = ("credit", "ident", "inflight", "share")
+
+    def __init__(self, ident: bytes, credit: int, share: int) -> None:
+        self.ident = ident
+        self.credit = credit
+        self.inflight: dict[int, None] = {}  # q sent, not acknowledged (in send order)
+        self.share = share  # messages handed to it (level with the least served at attach)
+
+    def room(self) -> int:
+        return self.credit - len(self.inflight)
+
+
+class SharedState:
+    """The consumers of one shared durable and what is handed out."""
+
+    __slots__ = ("consumers", "cursor", "delivered", "redelivered", "redo")
+
+    def __init__(self) -> None:
+        self.consumers: dict[bytes, SharedConsumer] = {}
+        self.cursor = 0  # the highest q handed out (rows above it are new)
+        self.redo: list[int] = []  # q left unacknowledged by consumers gone (sorted)
+        self.delivered = 0
+        self.redelivered = 0
+
+    def attach(self, ident: bytes, credit: int) -> None:
+        if ident in self.consumers:
+            self.detach(ident)  # the same connection opening again starts afresh
+        share = min((c.share for c in self.consumers.values()), default=0)
+        self.consumers[ident] = SharedConsumer(ident, credit, share)
+
+    def detach(self, ident: bytes) -> int:
+        """A consumer left: what it had not acknowledged goes to the others first.
+        Returns how many messages that was."""
+        c = self.consumers.pop(ident, None)
+        if c is None:
+            return 0
+        if not self.consumers:
+            # nobody left: everything unacknowledged is in the store, above q 0
+            self.cursor, self.redo = 0, []
+            return len(c.inflight)
+        for q in c.inflight:
+            bisect.insort(self.redo, q)
+        return len(c.inflight)
+
+    def ack(self, ident: bytes, qs: list[int]) -> list[int]:
+        """The messages of ``qs`` that this consumer held (acknowledged now)."""
+        c = self.consumers.get(ident)
+        if c is None:
+            return []
+        done = [q for q in qs if q in c.inflight]
+        for q in done:
+            del c.inflight[q]
+        return done
+
+    def in_flight(self) -> int:
+        return sum(len(c.inflight) for c in self.consumers.values())
+
+    def next_consumer(self) -> SharedConsumer | None:
+        best = None
+        for c in self.consumers.values():
+            if c.room() > 0 and (best is None or c.share < best.share):
+                best = c
+        return best
+
+
+def pump_shared(ctx: Context, d: Durable) -> list[tuple[SharedConsumer, int, bytes]]:
+    """Hand out what the consumers have credit for: first what consumers gone left, then
+    new messages. Marks them delivered (committed by the caller before the sends) and
+    returns ``(consumer, q, frame)`` to send."""
+    st = d.shared
+    store = ctx.store
+    assert st is not None and store is not None
+    room = sum(max(c.room(), 0) for c in st.consumers.values())
+    if room <= 0:
+        return []
+    rows = []
+    if st.redo:
+        take, st.redo = st.redo[:room], st.redo[room:]
+        rows = store.durable_rows(d.name, take)  # (some may be gone: trimmed, acked)
+    if len(rows) < room:
+        fresh = store.pending_durable(d.name, st.cursor, room - len(rows))
+        if fresh:
+            st.cursor = fresh[-1][0]
+        rows.extend(fresh)
+    out = []
+    for q, topic, payload, fmt, h, origin, inc, oseq, ts, delivered in rows:
+        c = st.next_consumer()
+        if c is None:  # (cannot happen: rows are bounded by the room)
+            bisect.insort(st.redo, q)
+            continue
+        c.inflight[q] = None
+        c.share += 1
+        headers = None if h is None else msgpack.unpackb(h, strict_map_key=False)
+        body = {
+            "name": d.name,
+            "q": q,
+            "redelivered": bool(delivered),
+            "msg": [topic, payload, fmt, headers, origin, inc, oseq, ts],
+        }
+        st.redelivered += bool(delivered)
+        out.append((c, q, wire.encode_control(wire.DELIVER, 0, body)))
+    if out:
+        store.mark_delivered(d.name, [q for _, q, _ in out])
+    return out
+
+
+def send_shared(ctx: Context, d: Durable, frames: list[tuple[SharedConsumer, int, bytes]]) -> int:
+    """Send what :func:`pump_shared` handed out (after the commit of its marks); a
+    consumer found gone is detached and its messages go to the others. Returns sent."""
+    st = d.shared
+    assert st is not None
+    sent = 0
+    for c, _q, frame in frames:
+        if st.consumers.get(c.ident) is not c:
+            continue  # detached meanwhile: its messages are in redo already
+        try:
+            gone = not ctx.send_to(c.ident, frame)
+        except zmq.ZMQError:
+            gone = True
+        if gone:
+            st.detach(c.ident)
+            continue
+        sent += 1
+    st.delivered += sent
+    return sent

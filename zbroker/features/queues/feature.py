@@ -1,0 +1,345 @@
+"""The queue groups feature: members, the pick where a message enters the network, group
+messages on links (QMSGS), capacity (QCAP), and status.
+
+A node with members of group ``G`` on pattern ``P`` holds the group key
+(:func:`~zbroker.routing.groups.group_key`) as local interest (source ``queue``), so the
+network learns where members are exactly as it learns plain interest. Every message
+that starts on this node (a publish, a persistent publish, a staged row) is handed to
+:meth:`QueueGroups.originated` by the pipeline, but only while some group has members
+somewhere (``engine.groups.active``): plain pub/sub pays nothing for this feature. The
+engine picks one origin per matching group; the message goes to a local member, or in a
+QMSGS entry toward that origin alone. Nodes on the way follow
+:meth:`~zbroker.routing.groups.GroupTable.step`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import zmq
+
+from ... import wire
+from ...errors import ConfigError, InvalidTopic
+from ...names import validate_broker_id
+from ...node import Feature, Op, Request
+from ...routing.groups import group_key, split_key
+from ...topics import validate_pattern
+from .members import LocalGroup, Member
+from .report import queue_status
+
+if TYPE_CHECKING:
+    from ...links.state import Link
+    from ...node.context import Context
+    from ...routing.groups import GroupTable
+
+__all__ = ["QueueGroups"]
+
+#: seconds between checks that members are still connected (as for durables)
+PROBE_INTERVAL = 1.0
+#: seconds between floods of changed capacity
+CAPACITY_INTERVAL = 0.1
+#: QMSGS entries per frame at most, and payload bytes after which a frame is cut
+QMSGS_BATCH = 256
+QMSGS_BYTES = 256 * 1024
+#: messages per QDELIVER frame at most
+QDELIVER_BATCH = 256
+
+
+class QueueGroups(Feature):
+    name = "queues"
+
+    def __init__(self) -> None:
+        self._local: dict[str, LocalGroup] = {}  # group key -> members here
+        self._out: dict[str, list[list[Any]]] = {}  # engine link id -> QMSGS entries
+        self._dirty: set[str] = set()  # group keys whose local capacity changed
+        # paths, (target, group key) pairs and topics QMSGS checks found valid
+        self._caches: tuple[set[Any], set[Any], set[str]] = (set(), set(), set())
+        self._next_probe = 0.0
+        self._next_cap = 0.0
+        self.picked = 0  # messages picked for a group here (where they entered)
+        self.forwarded = 0  # QMSGS entries sent on links
+        self.repicked = 0  # picked again on the way (route or member gone)
+        self.unroutable = 0  # no member left that the message could reach
+
+    def attach(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self._groups: GroupTable = ctx.engine.groups
+        self._stamp = ctx.incarnation << 32
+        for q in ctx.config.queues:
+            self._groups.policies[q.group] = q.policy
+        ctx.pipeline.group_hook = self.originated
+
+    def ops(self) -> Sequence[Op]:
+        return (
+            Op(wire.QUEUE_JOIN, self._join, _join_subjects),
+            Op(wire.QUEUE_ACK, self._ack),
+            Op(wire.QUEUE_LEAVE, self._leave),
+        )
+
+    def link_frames(self) -> Mapping[int, Any]:
+        return {wire.QMSGS: self._on_qmsgs, wire.QCAP: self._on_qcap}
+
+    # -- messages -------------------------------------------------------------------------
+
+    def originated(self, m: list[Any]) -> None:
+        """A message starts here (``[topic, payload, fmt, headers, origin, inc, seq,
+        ts]``): one member node per matching group gets it."""
+        for gkey, target in self._groups.pick(m[0]):
+            self.picked += 1
+            self._send(m, (), gkey, target, self._groups.next_hop(gkey, target))
+
+    def _send(self, m: list[Any], path: tuple[str, ...], gkey: str, target: str, via: Any) -> None:
+        if via is None:
+            local = self._local.get(gkey)
+            if local is None:  # (cannot happen: a local best entry means members here)
+                self.unroutable += 1
+                return
+            if not local.offer(m[:8]):
+                self._ctx.drop("queue_pending_full")
+            return
+        entry = [*m[:8], [*path, self._ctx.broker_id], [target, gkey]]
+        self._out.setdefault(via, []).append(entry)
+
+    def _on_qmsgs(self, link: Link, value: list[Any]) -> int:
+        entries = wire.decode_qmsgs(value)
+        errors: list[tuple[str, str]] = []
+        wire.check_qmsgs(entries, self._caches, errors)  # (in place: bad ones become None)
+        for reason, detail in errors:
+            self._ctx.bad(link.source, reason, detail)
+        me = self._ctx.broker_id
+        step = self._groups.step
+        for m in entries:
+            if m is None:
+                continue
+            path = m[8]
+            if me in path:
+                self._ctx.drop("loop")
+                continue
+            target, gkey = m[9]
+            where = step(gkey, target, m[0], path)
+            if where is None:
+                self.unroutable += 1
+                self._ctx.drop("queue_unroutable")
+                continue
+            via, target, again = where
+            self.repicked += again
+            self._send(m, path, gkey, target, via)
+        return len(entries)
+
+    def _on_qcap(self, link: Link, value: list[Any]) -> int:
+        me = self._ctx.broker_id
+        for gkey, origin, stamp, members, free in wire.decode_qcap(value):
+            if origin != me and split_key(gkey) is not None:
+                self._groups.set_capacity(gkey, origin, (stamp, members, free))
+        return 1
+
+    # -- members --------------------------------------------------------------------------
+
+    def _join(self, req: Request) -> None:
+        body = req.body
+        group, pattern = body.get("group"), body.get("pattern")
+        member, credit = body.get("member"), body.get("credit", 100)
+        try:
+            validate_broker_id(group, "queue group name")
+            validate_pattern(pattern)
+        except (ConfigError, InvalidTopic) as exc:
+            self._ctx.error(req, str(exc))
+            return
+        if type(member) is not int or not 0 <= member < 1 << 63:
+            self._ctx.error(req, "member must be a non-negative integer")
+            return
+        if type(credit) is not int or not 1 <= credit <= 100_000:
+            self._ctx.error(req, "credit must be an integer in 1..100000")
+            return
+        assert isinstance(group, str) and isinstance(pattern, str)
+        gkey = group_key(group, pattern)
+        local = self._local.get(gkey)
+        if local is None:
+            local = self._local[gkey] = LocalGroup(gkey, group, pattern, self._ctx.config.hwm)
+        old = local.find(req.ident, member)
+        if old is not None:
+            local.remove(old)
+        local.add(Member(req.ident, member, credit))
+        if len(local.members) == 1:
+            self._ctx.add_interest(gkey, "queue")
+        self._dirty.add(gkey)
+        if req.req_id:
+            reply = {"group": group, "pattern": pattern, "members": len(local.members)}
+            self._ctx.reply(req, wire.QUEUE_JOIN, reply)
+
+    def _member(self, req: Request) -> tuple[LocalGroup, Member] | None:
+        member = req.body.get("member")
+        if type(member) is not int:
+            return None
+        for local in self._local.values():
+            m = local.find(req.ident, member)
+            if m is not None:
+                return local, m
+        return None
+
+    def _ack(self, req: Request) -> None:
+        found = self._member(req)
+        upto = req.body.get("upto")
+        if found is None or type(upto) is not int:
+            return
+        found[0].acked(found[1], upto)
+        self._dirty.add(found[0].gkey)
+
+    def _leave(self, req: Request) -> None:
+        found = self._member(req)
+        if found is not None:
+            self._remove(found[0], found[1])
+
+    def _remove(self, local: LocalGroup, m: Member) -> None:
+        local.remove(m)
+        self._dirty.add(local.gkey)
+        if local.members:
+            return
+        # the last member here left: interest goes, and what waited for it is picked
+        # again among the members elsewhere (never back to this node)
+        self._ctx.drop_interest(local.gkey, "queue")
+        del self._local[local.gkey]
+        for msg in local.pending:
+            step = self._groups.step(local.gkey, self._ctx.broker_id, msg[0], ())
+            if step is None or step[0] is None:
+                self.unroutable += 1
+                self._ctx.drop("queue_unroutable")
+                continue
+            self.repicked += 1
+            self._send(msg, (), local.gkey, step[1], step[0])
+
+    # -- the pass -------------------------------------------------------------------------
+
+    def before_commit(self) -> None:
+        if self._out:
+            self._flush_links()
+        for local in list(self._local.values()):
+            if local.pending:
+                self._pump(local)
+
+    def _flush_links(self) -> None:
+        out, self._out = self._out, {}
+        links = self._ctx.links
+        for via, entries in out.items():
+            link = links.by_engine_id.get(via)
+            if link is None:
+                self._ctx.drop("link_down", len(entries))
+                continue
+            for chunk in _cut(entries):
+                if links.send(link, wire.encode_qmsgs(chunk), time.monotonic()):
+                    self.forwarded += len(chunk)
+                    link.msgs_out += len(chunk)
+                else:
+                    self._ctx.drop(links.send_failed_reason(), len(chunk))
+
+    def _pump(self, local: LocalGroup) -> None:
+        """Hand what waits to the members with room, then send each member its share in
+        QDELIVER frames (a frame per member per pass, not per message)."""
+        pending = local.pending
+        now = time.monotonic()
+        strict = self._groups.policies.get(local.group) == "round_robin"
+        batches: dict[Member, list[list[Any]]] = {}
+        while pending:
+            m = local.next_member(now, strict=strict)
+            if m is None:
+                break
+            local.sent(m, now)
+            batches.setdefault(m, []).append(pending.popleft())
+        for m, msgs in batches.items():
+            self._dirty.add(local.gkey)
+            first = m.n - len(msgs) + 1
+            for i in range(0, len(msgs), QDELIVER_BATCH):
+                chunk = msgs[i : i + QDELIVER_BATCH]
+                body = {"member": m.member, "n": first + i + len(chunk) - 1, "msgs": chunk}
+                try:
+                    alive = self._ctx.send_to(m.ident, wire.encode_control(wire.QDELIVER, 0, body))
+                except zmq.Again:  # its queue is full: what is left waits for a later pass
+                    local.unsend(m, msgs[i:])
+                    break
+                if not alive:
+                    local.unsend(m, msgs[i:])
+                    self._remove(local, m)
+                    break
+            if local.gkey not in self._local:
+                return
+
+    def link_up(self, link: Link, now: float) -> None:
+        caps = self._groups.all_capacity()
+        if caps:
+            self._ctx.links.send(link, wire.encode_qcap(caps), now)
+
+    def tick(self, now: float) -> None:
+        if self._local and now >= self._next_probe:
+            self._next_probe = now + PROBE_INTERVAL
+            self._probe()
+        if now >= self._next_cap:
+            self._next_cap = now + CAPACITY_INTERVAL
+            self._flood_capacity(now)
+
+    def _probe(self) -> None:
+        frame = wire.encode_control(wire.PING, 0, {"incarnation": self._ctx.incarnation})
+        for local in list(self._local.values()):
+            for m in list(local.members):
+                try:
+                    alive = self._ctx.send_to(m.ident, frame)
+                except zmq.Again:
+                    continue
+                if not alive and local.gkey in self._local:
+                    self._remove(local, m)
+
+    def _flood_capacity(self, now: float) -> None:
+        me = self._ctx.broker_id
+        for gkey in self._dirty:
+            local = self._local.get(gkey)
+            self._stamp += 1
+            cap = (
+                (self._stamp, 0, 0)
+                if local is None
+                else (
+                    self._stamp,
+                    len(local.members),
+                    local.free(),
+                )
+            )
+            self._groups.set_capacity(gkey, me, cap)
+        self._dirty.clear()
+        changed = self._groups.take_changed()
+        if changed:
+            frame = wire.encode_qcap(changed)
+            for link in self._ctx.links.all():
+                if link.engine_id in self._ctx.links.by_engine_id:
+                    self._ctx.links.send(link, frame, now)
+
+    # -- status ---------------------------------------------------------------------------
+
+    def status(self, out: dict[str, Any]) -> None:
+        # (a list other features add to: shared durables are queues too)
+        rows = queue_status(self._groups, self._local, self._ctx.broker_id)
+        out.setdefault("queues", []).extend(rows)
+        out["queues_totals"] = {
+            "picked": self.picked,
+            "forwarded": self.forwarded,
+            "repicked": self.repicked,
+            "unroutable": self.unroutable,
+        }
+
+
+def _join_subjects(body: dict[str, Any]) -> Iterable[tuple[str, str]]:
+    pattern = body.get("pattern", ">")
+    return (("subscribe", pattern),) if isinstance(pattern, str) else ()
+
+
+def _cut(entries: list[list[Any]]) -> Iterable[list[list[Any]]]:
+    start = 0
+    while start < len(entries):
+        size = 0
+        end = start
+        while end < len(entries) and end - start < QMSGS_BATCH:
+            size += len(entries[end][1])
+            end += 1
+            if size >= QMSGS_BYTES:
+                break
+        yield entries[start:end]
+        start = end

@@ -1,0 +1,319 @@
+"""Queue groups in the routing engine: one member node per message per group.
+
+Sans-IO, like the rest of :mod:`zbroker.routing`. A queue group ``G`` on pattern ``P``
+is ordinary path-vector interest under a *group key*, the pattern ``$ZB.Q.<G>.<P>``
+(:func:`group_key`): a node with a member holds it as local interest, so advertisement,
+withdrawal, link failure, ttl, split horizon and the loop rules are exactly those of
+plain interest, and every node learns, per group key, the origins that have members and
+the next hop toward each. No client can publish under ``$ZB``, so a group key never
+matches a topic and the plain routing of rule 4 never sends a message for it.
+
+What this module adds is the choice. :meth:`GroupTable.pick` takes a message's topic
+where it enters the network and names, for every group key whose pattern matches, ONE
+origin (a node with members) according to the group's policy:
+
+* ``local_first`` (default): this node if it has a member; else the nearest origins
+  (fewest hops), shared among them in proportion to their members;
+* ``round_robin``: every origin in proportion to its members, so each *member*
+  network-wide gets an equal share (smooth weighted round robin: exact shares, no
+  randomness);
+* ``weighted``: in proportion to the free credit the origins advertise.
+
+The message then travels to that origin alone, hop by hop along the best entry of
+``(group key, origin)`` (:meth:`next_hop`): one copy, on the same loop-free tree as plain
+interest, so it cannot be doubled. A node on the way that lost the route (or the origin
+that lost its last member meanwhile) picks again among the origins not on the
+message's path (:meth:`pick` with ``path``), so a retry never revisits a node.
+
+Capacity (members, free credit) per origin reaches every node by flooding with a stamp
+per origin (newer replaces older); an origin with no capacity heard counts as one member
+with one credit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..sublist import Sublist
+from .events import Key, Path
+from .loops import path_holds, ttl_spent
+from .table import InterestTable
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "GROUP_PREFIX",
+    "POLICIES",
+    "Capacity",
+    "GroupTable",
+    "group_key",
+    "split_key",
+]
+
+GROUP_PREFIX = "$ZB.Q."
+POLICIES = ("local_first", "round_robin", "weighted")
+DEFAULT_POLICY = "local_first"
+#: (stamp, members, free credit) of one origin's members of one group key
+Capacity = tuple[int, int, int]
+
+
+def group_key(group: str, pattern: str) -> str:
+    """The interest pattern that stands for members of ``group`` on ``pattern``. A group
+    name (a broker-ID-like name) may hold dots; as one segment they become ``:``, which
+    no group name holds."""
+    return GROUP_PREFIX + group.replace(".", ":") + "." + pattern
+
+
+def split_key(key: str) -> tuple[str, str] | None:
+    """(group, pattern) of a group key; None for any other pattern."""
+    if not key.startswith(GROUP_PREFIX):
+        return None
+    group, _, pattern = key[len(GROUP_PREFIX) :].partition(".")
+    if not group or not pattern:
+        return None
+    return group.replace(":", "."), pattern
+
+
+class GroupTable:
+    """Which origins hold members of which group, their capacity, and the pick."""
+
+    def __init__(self, table: InterestTable) -> None:
+        self._table = table
+        self.broker_id = table.broker_id
+        self._match: Sublist[str] = Sublist()  # real pattern -> group keys with origins
+        self.origins: dict[str, set[str]] = {}  # group key -> origins with a best entry
+        self.capacity: dict[Key, Capacity] = {}
+        self.policies: dict[str, str] = {}  # group name -> policy (default local_first)
+        self._current: dict[str, dict[str, float]] = {}  # smooth round robin state
+        self.changed_capacity: set[Key] = set()  # to flood at the next chance
+        #: some group has members somewhere: only then does a message ask for a pick
+        self.active = False
+        # candidates of a message that starts here, by (group key, topic): a pick per
+        # message must not rebuild them; any change of routes or links clears it
+        self._cands: dict[tuple[str, str], dict[str, int]] = {}
+        self._keys: dict[str, list[str]] = {}  # topic -> matching group keys, sorted
+        # step() of a relay on the usual path, by (group key, target, topic, path)
+        self._steps: dict[tuple[str, str, str, Path], tuple[str | None, str, bool]] = {}
+
+    def invalidate(self) -> None:
+        """Routes changed (a link came or went, a group key's best entry changed)."""
+        self._cands.clear()
+        self._keys.clear()
+        self._steps.clear()
+
+    # -- fed by the engine -------------------------------------------------------------------
+
+    def changed(self, key: Key, present: bool) -> None:
+        """The best entry of ``key`` (a group key) changed: it is there (``present``) or
+        went."""
+        gkey, origin = key
+        parts = split_key(gkey)
+        if parts is None:
+            return
+        self.invalidate()
+        origins = self.origins.get(gkey)
+        if present:
+            if origins is None:
+                origins = self.origins[gkey] = set()
+                self._match.insert(parts[1], gkey)
+            origins.add(origin)
+        elif origins is not None and origin in origins:
+            origins.discard(origin)
+            self.capacity.pop(key, None)
+            self._current.get(gkey, {}).pop(origin, None)
+            if not origins:
+                del self.origins[gkey]
+                self._current.pop(gkey, None)
+                self._match.remove(parts[1], gkey)
+        self.active = bool(self.origins)
+
+    # -- capacity ------------------------------------------------------------------------------
+
+    def set_capacity(self, gkey: str, origin: str, cap: Capacity) -> bool:
+        """Capacity heard (or, for this node, measured); False if not newer than held."""
+        key = (gkey, origin)
+        old = self.capacity.get(key)
+        if old is not None and old[0] >= cap[0]:
+            return False
+        self.capacity[key] = cap
+        self.changed_capacity.add(key)
+        return True
+
+    def take_changed(self) -> list[tuple[str, str, int, int, int]]:
+        """Capacity entries changed since the last call (to flood), for known origins."""
+        out = []
+        for gkey, origin in sorted(self.changed_capacity):
+            cap = self.capacity.get((gkey, origin))
+            if cap is not None:
+                out.append((gkey, origin, *cap))
+        self.changed_capacity.clear()
+        return out
+
+    def annotate(self, rows: list[dict[str, object]]) -> list[dict[str, object]]:
+        """Interest rows (:meth:`InterestTable.interest`) with, for a group key, the group,
+        its pattern and the capacity behind the entry (members, free credit)."""
+        for row in rows:
+            parts = split_key(str(row["pattern"]))
+            if parts is None:
+                continue
+            cap = self.capacity.get((str(row["pattern"]), str(row["origin"])))
+            row["group"], row["group_pattern"] = parts
+            row["members"], row["free"] = (None, None) if cap is None else cap[1:]
+        return rows
+
+    def all_capacity(self) -> list[tuple[str, str, int, int, int]]:
+        return [(g, o, *cap) for (g, o), cap in sorted(self.capacity.items())]
+
+    # -- routing --------------------------------------------------------------------------------
+
+    def next_hop(self, gkey: str, origin: str) -> str | None:
+        """The link toward ``origin``'s members of ``gkey``; None: no route (or local)."""
+        best = self._table.best.get((gkey, origin))
+        return None if best is None else best[0]
+
+    def step(
+        self, gkey: str, target: str, topic: str, path: Path
+    ) -> tuple[str | None, str, bool] | None:
+        """Where a message of ``gkey`` meant for ``target`` goes from this node:
+        ``(link or None = deliver here, target, picked again?)``; None: nowhere (no
+        member left that it may reach). A target no longer reachable (or this node, when
+        its last member left) is replaced by a fresh pick among the origins not on
+        ``path``: the message still reaches one member, and never a node twice."""
+        key = (gkey, target, topic, path)
+        hit = self._steps.get(key)
+        if hit is not None:
+            return hit
+        best = self._table.best.get((gkey, target))
+        if best is not None and target not in path:
+            via = best[0]
+            if via is None:
+                return None, target, False  # members here
+            link = self._table.links[via]
+            # the usual case: on its way, the route still there (the checks of candidates)
+            if (
+                link.up
+                and link.can_send
+                and not path_holds(path, link.peer)
+                and not any(p in path for p in best[1])
+                and not ttl_spent(len(path) + 1, link.options.ttl)
+                and link.filter.allows_topic(topic)
+            ):
+                if len(self._steps) >= 4096:
+                    self._steps.clear()
+                hit = self._steps[key] = (via, target, False)
+                return hit
+        cands = self.candidates(gkey, topic, path)
+        again = target not in cands
+        if again:
+            picked = self.pick_one(gkey, topic, path)
+            if picked is None:
+                return None
+            target = picked
+        return self.next_hop(gkey, target), target, again
+
+    def pick(
+        self, topic: str, path: Path = (), exclude: Iterable[str] = ()
+    ) -> list[tuple[str, str]]:
+        """One origin per group key matching ``topic``: ``[(group key, origin)]``.
+        ``path``: nodes the message crossed (never picked, nor reached through)."""
+        out = []
+        keys = self._keys.get(topic)
+        if keys is None:
+            if len(self._keys) >= 4096:
+                self._keys.clear()
+            keys = self._keys[topic] = sorted(self._match.match(topic))
+        for gkey in keys:
+            origin = self.pick_one(gkey, topic, path, exclude)
+            if origin is not None:
+                out.append((gkey, origin))
+        return out
+
+    def pick_one(
+        self, gkey: str, topic: str, path: Path = (), exclude: Iterable[str] = ()
+    ) -> str | None:
+        """The origin that gets a message on ``topic`` for ``gkey`` (None: none left)."""
+        cands = self.candidates(gkey, topic, path, exclude)
+        if len(cands) <= 1:
+            return next(iter(cands), None)
+        policy = self._policy(gkey)
+        me = self.broker_id
+        if policy == "local_first":
+            if me in cands:
+                return me
+            nearest = min(cands.values())
+            cands = {o: h for o, h in cands.items() if h == nearest}
+        weights = {o: self._weight(gkey, o, policy) for o in cands}
+        return self._smooth(gkey, weights)
+
+    def _policy(self, gkey: str) -> str:
+        parts = split_key(gkey)
+        return self.policies.get(parts[0], DEFAULT_POLICY) if parts else DEFAULT_POLICY
+
+    def candidates(
+        self, gkey: str, topic: str, path: Path = (), exclude: Iterable[str] = ()
+    ) -> dict[str, int]:
+        """Origins of ``gkey`` a message on ``topic`` may go to from here: origin -> hops
+        (shared and cached for a message that starts here: callers must not modify it)."""
+        if not path and not exclude:
+            hit = self._cands.get((gkey, topic))
+            if hit is None:
+                if len(self._cands) >= 4096:
+                    self._cands.clear()
+                hit = self._cands[(gkey, topic)] = self._candidates(gkey, topic, (), ())
+            return hit
+        return self._candidates(gkey, topic, path, exclude)
+
+    def _candidates(
+        self, gkey: str, topic: str, path: Path, exclude: Iterable[str]
+    ) -> dict[str, int]:
+        table = self._table
+        hops_after = len(path) + 1
+        skip = set(exclude)
+        out: dict[str, int] = {}
+        for origin in self.origins.get(gkey, ()):
+            if origin in skip or origin in path:
+                continue
+            best = table.best.get((gkey, origin))
+            if best is None:
+                continue
+            via, bpath = best
+            if via is None:
+                out[origin] = 0
+                continue
+            link = table.links[via]
+            if (
+                not link.up
+                or not link.can_send
+                or path_holds(path, link.peer)
+                or path_holds(bpath, self.broker_id)
+                or any(p in path for p in bpath)
+                or ttl_spent(hops_after, link.options.ttl)
+                or not link.filter.allows_topic(topic)
+            ):
+                continue
+            out[origin] = len(bpath)
+        return out
+
+    def _weight(self, gkey: str, origin: str, policy: str) -> int:
+        cap = self.capacity.get((gkey, origin))
+        members = 1 if cap is None else max(cap[1], 0)
+        if policy == "weighted":
+            free = 1 if cap is None else max(cap[2], 0)
+            return free
+        return members
+
+    def _smooth(self, gkey: str, weights: dict[str, int]) -> str:
+        """Smooth weighted round robin (as nginx's): over any run of picks each origin's
+        share is its weight's share, evenly spread. All weights 0: equal shares."""
+        if not any(weights.values()):
+            weights = dict.fromkeys(weights, 1)
+        current = self._current.setdefault(gkey, {})
+        total = sum(weights.values())
+        chosen = ""
+        top = 0.0
+        for origin in sorted(weights):
+            c = current.get(origin, 0.0) + weights[origin]
+            current[origin] = c
+            if not chosen or c > top:
+                chosen, top = origin, c
+        current[chosen] -= total
+        return chosen
