@@ -323,3 +323,22 @@ def test_bad_http_requests_are_refused_and_the_monitor_goes_on(
         assert b"400" in reply or b"501" in reply, reply
     assert get(url + "/healthz")[0] == 200
     assert get(url + "/api/status?pretty=1")[0] == 200  # a query string is ignored
+
+
+def test_api_queues_shows_queue_groups_as_zbroker_queues_does(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    """/api/queues is the queues section of the status, as ``zbroker queues --json``."""
+    a = broker_factory(broker_id="A", monitor=FAST_MONITOR)
+    c = client_factory(a.endpoint)
+    c.subscribe("jobs.>", Collector(), queue="workers")
+    c.subscribe("jobs.>", Collector(), queue="workers")
+    url = monitor_url(a)
+
+    def shown() -> bool:
+        rows = get_json(url + "/api/queues")
+        return [r.get("group") for r in rows] == ["workers"]
+
+    assert _wait(shown), get_json(url + "/api/queues")
+    assert get_json(url + "/api/queues") == _cli_json(["queues", "--broker", a.endpoint])
+    assert sample(scrape(url), "zbroker_queues") == 1

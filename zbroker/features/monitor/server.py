@@ -40,7 +40,7 @@ API: dict[str, Callable[[Snapshot], Any]] = {
     "links": _status_part("links"),
     "routes": lambda snap: snap.doc("routes"),
     "peers": lambda snap: snap.doc("peers"),
-    # the queues feature adds a "queues" section to the status; none yet: an empty list
+    # the queues feature's section of the status (queue groups and shared durables)
     "queues": _status_part("queues"),
     "durables": _status_part("durables"),
     "graph": graph,
