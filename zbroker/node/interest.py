@@ -14,9 +14,11 @@ changes, so a message costs one dict lookup, and nothing while no sink has inter
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..routing import LocalSubscribe, LocalUnsubscribe, RoutingEngine
+from .events import InterestAdded, InterestRemoved, NodeEvent
 
 if TYPE_CHECKING:
     from .feature import Feature
@@ -28,8 +30,11 @@ STICKY_SOURCE = "durable"
 
 
 class LocalInterest:
-    def __init__(self, engine: RoutingEngine) -> None:
+    def __init__(
+        self, engine: RoutingEngine, emit: Callable[[NodeEvent], None] | None = None
+    ) -> None:
         self._engine = engine
+        self._emit = emit  # a pattern's first source and its last are node events
         self._sources: dict[str, set[str]] = {}  # pattern -> sources
         self._sink_owner: dict[str, Feature] = {}  # source name -> its sink
         self._sinks: dict[frozenset[str], tuple[Feature, ...]] = {}
@@ -50,6 +55,8 @@ class LocalInterest:
             self._counted(source, 1)
         if first or _sticky(sources) != was_sticky:
             self._engine.handle(LocalSubscribe(pattern=pattern, sticky=_sticky(sources)))
+        if first and self._emit is not None:
+            self._emit(InterestAdded(pattern=pattern, source=source))
 
     def drop(self, pattern: str, source: str) -> None:
         sources = self._sources.get(pattern)
@@ -61,6 +68,8 @@ class LocalInterest:
         if not sources:
             del self._sources[pattern]
             self._engine.handle(LocalUnsubscribe(pattern=pattern))
+            if self._emit is not None:
+                self._emit(InterestRemoved(pattern=pattern, source=source))
         elif was_sticky and not _sticky(sources):
             self._engine.handle(LocalSubscribe(pattern=pattern, sticky=False))
 

@@ -87,6 +87,9 @@ class Pipeline:
         # msgpack of (origin, incarnation): constant middle of every envelope we originate
         self._envelope_id = msgpack.packb(broker_id) + msgpack.packb(incarnation)
         self._sink_out: dict[Feature, list[list[Any]]] = {}
+        #: the topic of the last client publish that no subscriber anywhere wanted
+        #: (``Counters.unrouted`` counts them)
+        self.unrouted_topic = ""
 
     # -- ingress 1: client publishes ------------------------------------------------------
 
@@ -135,7 +138,7 @@ class Pipeline:
         origin, inc = self._me, self._inc
         now = time.time
         seq = first = self._counters.seq
-        sink_out = self._sink_out
+        sink_out, unrouted, unrouted_topic = self._sink_out, 0, ""
         for frame, value in zip(frames, values, strict=True):
             if value is None:
                 continue
@@ -149,8 +152,11 @@ class Pipeline:
                         sends, [topic, payload, fmt, headers, origin, inc, seq, ts, [origin], None]
                     )
             else:
-                patterns = local_matches(topic)
+                patterns, sends = local_matches(topic), None
             if not patterns:
+                if not sends:  # no subscriber anywhere: counted, its topic kept
+                    unrouted += 1
+                    unrouted_topic = topic
                 continue
             if interest.has_sinks:
                 sinks = interest.sinks_for(patterns)
@@ -176,6 +182,9 @@ class Pipeline:
                     bodies.append(body)
         self._counters.received += seq - first
         self._counters.seq = seq
+        if unrouted:
+            self._counters.unrouted += unrouted
+            self.unrouted_topic = unrouted_topic
 
     # -- ingress 2: link MSGS -------------------------------------------------------------
 

@@ -77,6 +77,10 @@ class Security:
         monitor is watched: :meth:`watch`)."""
         self._handshakes.on_disconnect = handler
 
+    def on_auth_refused(self, handler: Callable[[str, str], None]) -> None:
+        """Call ``handler(address, reason)`` for each connection the ZAP handler refuses."""
+        self._zap.on_refused = handler
+
     @property
     def zap(self) -> zmq.Socket[bytes] | None:
         """The ZAP handler's socket, once bound (for the node's poller)."""

@@ -19,7 +19,13 @@ from ...errors import ConfigError, InvalidTopic
 from ...names import validate_broker_id
 from ...node import Feature, Op, Refusal, Request
 from ...node.context import Context
-from ...node.events import DurableAttached, DurableDetached
+from ...node.events import (
+    DurableAttached,
+    DurableDeleted,
+    DurableDetached,
+    DurableOpened,
+    DurableOverflow,
+)
 from ...store import OVERFLOW_POLICIES
 from ...sublist import Sublist
 from ...topics import validate_pattern
@@ -76,6 +82,7 @@ class Durables(Feature):
         store = self._ctx.store
         assert store is not None
         durables, match = self._durables, self._match.match
+        rejected: dict[str, int] = {}
         for m in batch:
             row = tuple(m[:8])  # (topic, payload, fmt, headers, origin, inc, seq, ts)
             size = len(m[1]) + len(m[0])
@@ -84,12 +91,15 @@ class Durables(Feature):
                 if store.durable_rejects(name, 1, size):
                     # reject-new and full: what is stored stays; this one is not queued
                     self._ctx.drop("durable_reject_new")
+                    rejected[name] = rejected.get(name, 0) + 1
                     continue
                 store.enqueue(name, d.next_q, row)
                 d.next_q += 1
                 self.stored += 1
                 if d.consumer is not None:
                     self._pump.add(name)
+        for name, n in rejected.items():
+            self._ctx.emit(DurableOverflow(name=name, policy="reject-new", messages=n))
 
     def admit(self, topics: dict[str, list[int]], *, batch: bool) -> Refusal | None:
         store = self._ctx.store
@@ -105,6 +115,7 @@ class Durables(Feature):
                 a[1] += size
         for name, (n, size) in adds.items():
             if store.durable_rejects(name, n, size):
+                self._ctx.emit(DurableOverflow(name=name, policy="reject-new", messages=total))
                 return Refusal(
                     f"refused: durable subscription {name!r} is full (overflow policy "
                     "reject-new): it must be drained or deleted first"
@@ -153,6 +164,7 @@ class Durables(Feature):
             )
             d = Durable(name, pattern, 1, opts["max_msgs"])
             self._add(d)
+            self._ctx.emit(DurableOpened(name=name, pattern=pattern))
         elif d.pattern != pattern:
             self._refuse(req, f"durable subscription {name!r} exists with pattern {d.pattern!r}")
             return
@@ -206,6 +218,7 @@ class Durables(Feature):
             self._pump.discard(name)
             assert self._ctx.store is not None
             deleted = self._ctx.store.delete_durable(name)
+            self._ctx.emit(DurableDeleted(name=name, messages=deleted))
         if req.req_id:
             self._ctx.reply(req, wire.DURABLE_DELETE, {"deleted": deleted})
 
@@ -219,6 +232,11 @@ class Durables(Feature):
             self._ctx.store.trim_hold = self._pump
 
     def after_commit(self) -> None:
+        store = self._ctx.store
+        if store is not None and store.durable_overflow:  # what the commit's trims dropped
+            for name, n in store.durable_overflow.items():
+                self._ctx.emit(DurableOverflow(name=name, policy="drop-oldest", messages=n))
+            store.durable_overflow.clear()
         if self._pump:
             names, self._pump = self._pump, set()
             ready = [d for n in names if (d := self._durables.get(n)) is not None]
