@@ -26,6 +26,7 @@ import zmq
 from .config import NodeConfig, default_data_dir
 from .const import START_TIMEOUT, STOP_TIMEOUT
 from .errors import ZBrokerError
+from .features.advisories import Advisories
 from .features.discovery import LanDiscovery
 from .features.durables import Durables
 from .features.forward import StoreAndForward
@@ -55,6 +56,7 @@ def node_features(config: NodeConfig) -> list[Feature]:
         StoreAndForward(),
         Durables(),
         LanDiscovery(),
+        *([Advisories()] if config.advisories.enabled else []),
     ]
 
 

@@ -18,6 +18,7 @@ from ..const import DEFAULT_HOST, DEFAULT_HWM, DEFAULT_MAX_FRAME_BYTES, DEFAULT_
 from ..errors import ConfigError, InvalidTopic
 from ..store import OVERFLOW_POLICIES, RetainRule
 from ..topics import validate_pattern
+from .advisories import AdvisoryConfig
 from .checks import check_float, check_int, validate_broker_id
 from .link import LINK_KEYS, LinkConfig
 
@@ -71,6 +72,9 @@ class NodeConfig:
     forward_overflow: str = "drop-oldest"
     #: seconds sticky (durable-backed) routes over a down link are kept, and its queue
     sticky_ttl: float = 86_400.0
+    #: ``[advisories]``: events on $ZB.ADVISORY topics and STATS (an AdvisoryConfig or
+    #: the table's keys as a dict)
+    advisories: AdvisoryConfig = field(default_factory=AdvisoryConfig)
     #: where the values came from, for error messages ("file.toml", "keyword", ...)
     source: str = field(default="keyword", compare=False)
 
@@ -82,6 +86,7 @@ class NodeConfig:
         self._check_store()
         self._check_security()
         self._check_forward()
+        self._set("advisories", AdvisoryConfig.from_mapping(self.advisories, self.source))
 
     def _set(self, name: str, value: Any) -> None:
         """Store a normalized value (a tuple for a list, a Path for a str) in the frozen

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..store import RetainRule
+from .advisories import AdvisoryConfig
 from .link import LINK_KEYS, LinkConfig
 from .node import NodeConfig
 
@@ -54,6 +55,9 @@ def config_from_mapping(data: dict[str, Any], source: str) -> NodeConfig:
             continue
         if table == "security":
             kwargs.update(_security_from_toml(value, source))
+            continue
+        if table == "advisories":
+            kwargs["advisories"] = AdvisoryConfig.from_mapping(value, source)
             continue
         keys = _SCHEMA.get(table)
         if keys is None:
