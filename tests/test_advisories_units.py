@@ -48,6 +48,7 @@ def test_toml_table_and_off_switch(tmp_path: Path) -> None:
         ("enabled = 1", "advisories.enabled must be true or false"),
         ("sys_interval = 0.01", "advisories.sys_interval: 0.01 is out of range"),
         ("sys_interval = 'x'", "advisories.sys_interval: 'x' is not a number"),
+        ("sys_interval = false", "advisories.sys_interval: False is not a number"),
         ("rate_limit = 0", "advisories.rate_limit: 0 is out of range"),
         ("rate_limit = 1.5", "advisories.rate_limit: 1.5 is not an integer"),
         ("rate_window = -1", "advisories.rate_window: -1 is out of range"),

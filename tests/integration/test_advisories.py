@@ -23,7 +23,7 @@ import zmq
 
 from tests.helpers import Collector
 from zbroker import Broker, Client, wire
-from zbroker.config import AdvisoryConfig, LinkConfig
+from zbroker.config import AdvisoryConfig, LinkConfig, RetainRule
 from zbroker.node.events import InterestAdded, InterestRemoved, PeerFound, PeerLost
 from zbroker.security import generate_keys, load_key_pair
 
@@ -593,3 +593,30 @@ def test_slow_subscriber_real_client(
     finally:
         release.set()
     assert {p for x in of_kind(p.seen, "SLOW_SUBSCRIBER") for p in x["patterns"]} == {"SLOW.>"}
+
+
+def test_catch_all_interest_gets_no_advisories(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    """A leading wildcard does not match $ZB topics: a '>' subscriber, a '>' retain rule and
+    a '>' durable take none of the node's advisories or STATS; '$ZB.ADVISORY.>' does."""
+    a = broker_factory(broker_id="a", retain=(RetainRule(">"),), advisories={"sys_interval": 0.1})
+    c = client_factory(a.endpoint)
+    everything = Collector()
+    c.subscribe(">", everything)
+    durable = Collector()
+    c.subscribe("*.>", durable, durable="all")
+    assert a.status()["advisories"]["emitted"] == 0  # nobody asked by name yet
+    named = Collector()
+    c.subscribe("$ZB.ADVISORY.>", named)
+    c.subscribe("APP.X", lambda m: None)  # INTEREST_ADDED: a named subscriber wants it
+    assert named.wait_for(1)
+    time.sleep(0.3)  # STATS intervals pass: nobody asked for them by name
+    c.publish("APP.X", b"1", persistent=True, confirm=True)
+    assert everything.wait_payload(b"1") and durable.wait_payload(b"1")
+    time.sleep(GRACE)
+    assert [m.topic for m in everything.snapshot()] == ["APP.X"]
+    assert [m.topic for m in durable.snapshot()] == ["APP.X"]
+    assert c.log_range() == (1, 1)  # the retention log holds the one publish only
+    st = a.status()["advisories"]
+    assert st["emitted"] == len(named) >= 1 and st["stats_sent"] == 0

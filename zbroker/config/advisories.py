@@ -38,7 +38,7 @@ class AdvisoryConfig:
         src = self.source
         if type(self.enabled) is not bool:
             raise ConfigError(f"{src}: advisories.enabled must be true or false")
-        if self.sys_interval != 0:
+        if not (type(self.sys_interval) in (int, float) and self.sys_interval == 0):  # 0: off
             interval = check_float(self.sys_interval, f"{src}: advisories.sys_interval", 0.05, _DAY)
             object.__setattr__(self, "sys_interval", interval)
         check_int(self.rate_limit, f"{src}: advisories.rate_limit", 1, 1_000_000)
