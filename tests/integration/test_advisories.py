@@ -24,6 +24,7 @@ import zmq
 from tests.helpers import Collector
 from zbroker import Broker, Client, wire
 from zbroker.config import AdvisoryConfig, LinkConfig, RetainRule
+from zbroker.errors import RequestError
 from zbroker.node.events import InterestAdded, InterestRemoved, PeerFound, PeerLost
 from zbroker.security import generate_keys, load_key_pair
 
@@ -533,6 +534,25 @@ def test_auth_refused_with_security(
     first = seen.snapshot()[0].payload
     assert first["kind"] == "AUTH_REFUSED" and first["broker"] == "b"
     assert first["address"].startswith("127.0.0.1") and "unknown key" in first["reason"]
+
+    # a known key asking for what its permissions do not allow (here: a READ of APP.>,
+    # checked by the node whatever the client library does)
+    denied = Collector()
+    watcher.subscribe("$ZB.ADVISORY.a.PERMISSION_REFUSED", denied)
+    with pytest.raises(RequestError, match="permission denied"):
+        watcher.request(wire.READ, {"pattern": "APP.>"})
+    assert denied.wait_for(1)
+    time.sleep(GRACE)
+    assert [m.payload for m in denied.snapshot()] == [
+        {
+            **denied.snapshot()[0].payload,
+            "kind": "PERMISSION_REFUSED",
+            "user": "client:watch",
+            "operation": "subscribe to",
+            "subject": "APP.>",
+        }
+    ]
+    assert a.status()["security"]["refused"] == {"subscribe": 1}
 
 
 # -- discovery ------------------------------------------------------------------------------------

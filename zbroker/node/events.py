@@ -25,6 +25,7 @@ __all__ = [
     "NodeEvent",
     "PeerFound",
     "PeerLost",
+    "PermissionRefused",
     "SlowSubscriber",
 ]
 
@@ -130,3 +131,12 @@ class AuthRefused(NodeEvent):
 
     address: str
     reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PermissionRefused(NodeEvent):
+    """Security on: an authenticated sender asked for what its permissions do not allow."""
+
+    user: str  # the key's user id ("client:alice", "node:b"), "" if unidentified
+    operation: str  # "publish to", "subscribe to", "link as", "send on link"
+    subject: str  # the topic, pattern or link

@@ -52,7 +52,7 @@ from .context import Context
 from .control import ControlDispatch
 from .counters import BadInputLog, Counters
 from .delivery import Delivery, raw_send
-from .events import AuthRefused, NodeEvent
+from .events import AuthRefused, NodeEvent, PermissionRefused
 from .feature import Feature, Op, overrides
 from .hooks import KernelHooks
 from .interest import LocalInterest
@@ -126,6 +126,11 @@ class Node:
             self.security.bind_zap(self.zmq_context)
             self.security.on_auth_refused(
                 lambda address, reason: self.emit(AuthRefused(address=address, reason=reason))
+            )
+            self.security.on_permission_refused(
+                lambda user, op, what: self.emit(
+                    PermissionRefused(user=user, operation=op, subject=what)
+                )
             )
         self.sockets = socks = NodeSockets(self.zmq_context, cfg, self._command_endpoint)
         try:

@@ -27,6 +27,7 @@ from ...node.events import (
     NodeEvent,
     PeerFound,
     PeerLost,
+    PermissionRefused,
     SlowSubscriber,
 )
 
@@ -60,6 +61,7 @@ KINDS: dict[type[NodeEvent], str] = {
     DurableOverflow: "DURABLE_OVERFLOW",
     HandshakeRefused: "HANDSHAKE_REFUSED",
     AuthRefused: "AUTH_REFUSED",
+    PermissionRefused: "PERMISSION_REFUSED",
 }
 
 #: kinds the feature summarizes from the node's counters (not events): at most one of
