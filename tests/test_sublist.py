@@ -191,8 +191,9 @@ PATTERNS = [
         ("A.X.C", {"A.*.C", "A.>", "*.>", ">"}),
         ("A.B.D", {"A.>", "A.B.>", "*.>", ">"}),
         ("A.B.C.D", {"A.>", "A.B.>", "*.>", ">"}),
-        ("$ZB", {"*", ">"}),
-        ("$ZB.STATUS", {"$ZB.>", "*.*", "*.>", ">"}),
+        # reserved topics: only patterns that name them (no leading wildcard)
+        ("$ZB", set()),
+        ("$ZB.STATUS", {"$ZB.>"}),
         ("Z.Y.X.W", {"*.>", ">"}),
     ],
 )

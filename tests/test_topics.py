@@ -69,15 +69,20 @@ MATCH_TABLE: list[tuple[str, str, bool]] = [
     ("PRICE.*.NYSE.*", "PRICE.STOCK.NYSE.IBM", True),
     ("PRICE.*.NYSE.*", "PRICE.STOCK.NASDAQ.IBM", False),
     ("PRICE.*.NYSE.*", "PRICE.STOCK.NYSE", False),
-    # reserved names are ordinary for matching
+    # reserved names match patterns that name them, never a leading wildcard (MQTT's
+    # rule for $SYS: a catch-all subscriber or retain rule does not get the node's
+    # advisories and STATS)
     ("$ZB", "$ZB", True),
     ("$ZB.>", "$ZB.STATUS", True),
     ("$ZB.>", "$ZB.STATUS.PEERS", True),
     ("$ZB.>", "$ZB", False),
     ("$ZB.*", "$ZBX.Y", False),
     ("$ZB.*", "$ZB.Y", True),
-    ("*", "$ZB", True),
-    (">", "$ZB.X", True),
+    ("*", "$ZB", False),
+    (">", "$ZB.X", False),
+    ("*.X", "$ZB.X", False),
+    ("*", "$ZBX", True),
+    (">", "$X.Y", True),
     # non-ASCII literals
     ("π.*", "π.x", True),
     ("π.*", "p.x", False),
@@ -370,7 +375,10 @@ OVERLAP_TABLE: list[tuple[str, str, bool]] = [
     ("*.*.>", "A.>", True),
     ("*.*.>", "A.B", False),
     ("$ZB.>", "$ZBX.>", False),
-    ("$ZB.>", ">", True),
+    ("$ZB.>", ">", False),
+    ("$ZB.>", "*.*", False),
+    ("*.>", "$ZB.X", False),
+    ("$ZBX.>", ">", True),
 ]
 
 

@@ -26,6 +26,7 @@ import zmq
 from .config import NodeConfig, default_data_dir
 from .const import START_TIMEOUT, STOP_TIMEOUT
 from .errors import ZBrokerError
+from .features.advisories import Advisories
 from .features.discovery import LanDiscovery
 from .features.durables import Durables
 from .features.forward import StoreAndForward
@@ -62,6 +63,7 @@ def node_features(config: NodeConfig) -> list[Feature]:
         LanDiscovery(),
         GapNotices(),
         *([Monitor(config.monitor)] if config.monitor.on else []),  # off by default
+        *([Advisories()] if config.advisories.enabled else []),
     ]
 
 

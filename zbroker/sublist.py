@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
-from .const import MATCH_CACHE_SIZE
+from .const import MATCH_CACHE_SIZE, RESERVED_PREFIX
 
 __all__ = ["Sublist", "TopicIndex"]
 
@@ -263,7 +263,15 @@ class Sublist(Generic[T]):
             return cached
         self.cache_misses += 1
         out: set[T] = set()
-        self._match(self._root, topic.split("."), 0, out)
+        segs = topic.split(".")
+        if segs[0] == RESERVED_PREFIX:
+            # reserved topics match only patterns that name them: no leading wildcard
+            # (topics.match has the same rule)
+            nxt = self._root.literal.get(RESERVED_PREFIX)
+            if nxt is not None:
+                self._match(nxt, segs, 1, out)
+        else:
+            self._match(self._root, segs, 0, out)
         result = frozenset(out)
         if self._cache_size:
             cache = self._cache

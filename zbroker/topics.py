@@ -10,7 +10,10 @@ Rules (the syntax of ActiveMQ's destination wildcards, also used by NATS):
   last segment only, ``>`` (one or more remaining segments). ``*`` and ``>`` must stand
   alone in their segment: ``PRICE.NY*`` is an error, not a prefix match.
 * Names under ``$ZB`` (``$ZB`` itself and ``$ZB.anything``) are reserved for the node:
-  clients may subscribe to them, not publish.
+  clients may subscribe to them, not publish. A pattern whose first segment is a wildcard
+  (``>``, ``*.X``) does not match them (MQTT's rule for ``$SYS``): the node's advisories
+  and STATS reach only who asks for them by name (``$ZB.ADVISORY.>``), never a catch-all
+  subscriber, retain rule or durable.
 
 Every function that takes a name from outside the process calls :func:`validate_topic` or
 :func:`validate_pattern`; both raise :class:`~zbroker.errors.InvalidTopic` with a message
@@ -37,6 +40,7 @@ __all__ = [
 # Characters that may not appear inside a segment: separators, wildcards, NUL (the frame
 # delimiter on the delivery socket), whitespace and other control characters (the C0 and C1
 # ranges and DEL; ``\s`` also covers Unicode whitespace such as U+00A0 and U+3000).
+_WILDCARDS = ("*", ">")
 _BAD_CHAR = re.compile(r"[\x00-\x20\x7f-\x9f\s*>]")
 
 
@@ -124,6 +128,8 @@ def match(pattern: str, topic: str) -> bool:
     """True if literal ``topic`` matches ``pattern`` (both assumed valid)."""
     p = pattern.split(".")
     t = topic.split(".")
+    if t[0] == RESERVED_PREFIX and p[0] in _WILDCARDS:
+        return False  # reserved topics match only patterns that name them
     for i, seg in enumerate(p):
         if seg == ">":
             return len(t) > i
@@ -138,6 +144,10 @@ def patterns_overlap(a: str, b: str) -> bool:
     """True if some topic name matches both patterns ``a`` and ``b``."""
     pa = a.split(".")
     pb = b.split(".")
+    if (pa[0] in _WILDCARDS and pb[0] == RESERVED_PREFIX) or (
+        pb[0] in _WILDCARDS and pa[0] == RESERVED_PREFIX
+    ):
+        return False  # a leading wildcard matches no reserved topic (see match)
     for i in range(max(len(pa), len(pb))):
         sa = pa[i] if i < len(pa) else None
         sb = pb[i] if i < len(pb) else None

@@ -2,6 +2,7 @@
 
 * :mod:`.node` — :class:`NodeConfig`, its defaults and checks per table;
 * :mod:`.link` — :class:`LinkConfig` (one dialed link) and :func:`peer_link`;
+* :mod:`.advisories` — :class:`AdvisoryConfig` (``[advisories]``);
 * :mod:`.toml` — :func:`load_config`: a TOML file to a NodeConfig;
 * :mod:`.checks` — value checks shared by both (broker IDs, ranges, patterns, URIs).
 
@@ -62,6 +63,7 @@ Precedence where several sources set a value: command-line flag > environment va
 from __future__ import annotations
 
 from ..store import RetainRule
+from .advisories import AdvisoryConfig
 from .checks import check_patterns, validate_broker_id
 from .link import LinkConfig, peer_link
 from .monitor import MonitorConfig
@@ -71,6 +73,7 @@ from .toml import config_from_mapping, load_config
 
 __all__ = [
     "LOG_LEVELS",
+    "AdvisoryConfig",
     "LinkConfig",
     "MonitorConfig",
     "NodeConfig",

@@ -18,6 +18,7 @@ from ..const import DEFAULT_HOST, DEFAULT_HWM, DEFAULT_MAX_FRAME_BYTES, DEFAULT_
 from ..errors import ConfigError, InvalidTopic
 from ..store import OVERFLOW_POLICIES, RetainRule
 from ..topics import validate_pattern
+from .advisories import AdvisoryConfig
 from .checks import check_float, check_int, check_patterns, validate_broker_id
 from .link import LINK_KEYS, LinkConfig
 from .monitor import MonitorConfig
@@ -81,6 +82,9 @@ class NodeConfig:
     #: ``[routing] local``: patterns whose topics never leave this node, and whose
     #: interest is never advertised (zbroker/routing/branches.py)
     local_branches: tuple[str, ...] = ()
+    #: ``[advisories]``: events on $ZB.ADVISORY topics and STATS (an AdvisoryConfig or
+    #: the table's keys as a dict)
+    advisories: AdvisoryConfig = field(default_factory=AdvisoryConfig)
     #: where the values came from, for error messages ("file.toml", "keyword", ...)
     source: str = field(default="keyword", compare=False)
 
@@ -99,6 +103,7 @@ class NodeConfig:
             "local_branches", check_patterns(self.local_branches, f"{self.source}: routing.local")
         )
         self._set("queues", check_queue_rules(self.queues, f"{self.source}"))
+        self._set("advisories", AdvisoryConfig.from_mapping(self.advisories, self.source))
 
     def _set(self, name: str, value: Any) -> None:
         """Store a normalized value (a tuple for a list, a Path for a str) in the frozen

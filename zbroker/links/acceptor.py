@@ -75,7 +75,7 @@ class Acceptor:
         try:
             hello = parse_hello(info, table.config.max_frame_bytes)
         except HELLO_ERRORS as exc:
-            table.counters.handshakes_refused += 1
+            table.refused(repr(ident[:64]), f"malformed handshake: {exc}")
             self._refusals.report(repr(ident[:64]), "malformed", str(exc), now)
             self._refuse(ident, f"malformed handshake: {exc}", retry=False)
             return
@@ -94,7 +94,7 @@ class Acceptor:
             )
             sec.refuse("link as", sec.user, peer)
         if trouble is not None:
-            table.counters.handshakes_refused += 1
+            table.refused(f"{peer}/{hello.name}", trouble)
             self._refusals.report(f"{peer}/{hello.name}", "refused", trouble, now)
             self._refuse(ident, trouble, retry=retry)
             return

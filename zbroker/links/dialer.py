@@ -166,7 +166,7 @@ class Dialer:
             # CURVE proved the server holds `expected`'s key; a different ID is misconfigured
             trouble = f"refused peer {peer}: the key we dialled is {expected!r}'s"
         if trouble is not None:
-            self._table.counters.handshakes_refused += 1
+            self._table.refused(link.name, trouble)
             self._table.close_dialer(link)
             link.wait(trouble, now)
             log.warning("link %s: %s", link.name, trouble)
@@ -203,8 +203,8 @@ class Dialer:
         return False
 
     def _refused(self, link: Link, info: dict[str, Any], now: float) -> None:
-        self._table.counters.handshakes_refused += 1
         reason = str(info.get("reason", "no reason given"))
+        self._table.refused(link.name, f"refused by peer: {reason}")
         retry = info.get("retry", True) is not False
         self._table.close_dialer(link)
         uri = link.config and link.config.uri

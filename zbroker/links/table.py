@@ -46,6 +46,7 @@ class LinkHooks(Protocol):
     def link_up(self, link: Link, now: float) -> None: ...
     def link_down(self, link: Link, reason: str, was_up: bool, now: float) -> None: ...
     def advert_in(self, link: Link) -> None: ...
+    def handshake_refused(self, link: str, reason: str) -> None: ...
 
 
 class Sockets(Protocol):
@@ -299,13 +300,18 @@ class LinkTable:
             for old in found.stale:
                 self.down(old, f"{peer} restarted (incarnation {inc})", now)
             return None
-        self.counters.handshakes_refused += 1
+        self.refused(newcomer, trouble)
         self.counters.drop("duplicate_broker_id")
         unsaid = repeats.due(newcomer, now)
         if unsaid is not None:
             more = f" ({unsaid} more refused since last said)" if unsaid else ""
             log.error("%s%s", trouble, more)
         return trouble
+
+    def refused(self, link: str, reason: str) -> None:
+        """A link handshake refused, here or by the peer: counted, and told to the node."""
+        self.counters.handshakes_refused += 1
+        self.hooks.handshake_refused(link, reason)
 
     def remove_discovered(self, link: Link, now: float, reason: str = "peer gone") -> None:
         """Close a link to a discovered peer for good (it left, or another link replaces

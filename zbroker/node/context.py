@@ -125,7 +125,7 @@ class Context:
         self._node.dialer.dial(link, now)
 
     def emit(self, event: NodeEvent) -> None:
-        self._node.events.append(event)
+        self._node.emit(event)
 
     # -- interest and messages ----------------------------------------------------------------
 

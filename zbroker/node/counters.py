@@ -57,6 +57,7 @@ class Counters:
         "links_up",
         "received",
         "seq",
+        "unrouted",
     )
 
     def __init__(self) -> None:
@@ -68,6 +69,8 @@ class Counters:
         self.links_up = 0
         self.links_down = 0
         self.handshakes_refused = 0
+        #: client publishes no subscriber anywhere wanted (no local interest, no route)
+        self.unrouted = 0
         self.dropped: dict[str, int] = {}
         self._bad_log = BadInputLog()
 

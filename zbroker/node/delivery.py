@@ -29,6 +29,7 @@ from ..errors import InvalidTopic
 from ..topics import validate_pattern
 from ..wire.gaps import gap_notice
 from .counters import Counters
+from .events import NodeEvent, SlowSubscriber
 from .interest import LocalInterest
 from .selected import Selected
 
@@ -53,9 +54,14 @@ class Delivery:
     """The XPUB side of a node: who holds which pattern, and sending to them."""
 
     def __init__(
-        self, sock: zmq.Socket[bytes], counters: Counters, interest: LocalInterest
+        self,
+        sock: zmq.Socket[bytes],
+        counters: Counters,
+        interest: LocalInterest,
+        emit: Callable[[NodeEvent], None] | None = None,
     ) -> None:
         self.sock = sock
+        self._emit = emit
         self._counters = counters
         self._interest = interest
         #: delivery prefix per pattern that clients hold: exists exactly while they do
@@ -153,10 +159,14 @@ class Delivery:
     def on_gaps(self, body: dict[str, Any]) -> None:
         """A subscriber's report of messages its full queue here lost (GAPS)."""
         # bounded: a lying client can inflate this counter only so far per report
-        missed = min(sum(v for v in body.values() if type(v) is int and 0 < v < 1 << 32), 10**6)
+        gaps = {k: v for k, v in body.items() if type(v) is int and 0 < v < 1 << 32}
+        missed = min(sum(gaps.values()), 10**6)
         if missed:
             # a subscriber's queue here overflowed: the one loss a lossy XPUB hides
             self._counters.drop("slow_subscriber", missed)
+            if self._emit is not None:
+                patterns = tuple(sorted(str(k)[:256] for k in gaps)[:16])
+                self._emit(SlowSubscriber(patterns=patterns, missed=missed))
 
     # -- sending --------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .events import LinkWentDown, LinkWentUp
+from .events import HandshakeRefused, LinkWentDown, LinkWentUp
 from .feature import Feature, overrides
 
 if TYPE_CHECKING:
@@ -59,6 +59,9 @@ class KernelHooks:
             f.link_down(link, now)
         if was_up:
             self._node.events.append(LinkWentDown(link=link.name, peer=link.peer, reason=reason))
+
+    def handshake_refused(self, link: str, reason: str) -> None:
+        self._node.emit(HandshakeRefused(link=link, reason=reason))
 
     def advert_in(self, link: Link) -> None:
         for f in self._adverts:

@@ -15,10 +15,12 @@ changes, so a message costs one dict lookup, and nothing while no sink has inter
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..routing import LocalSubscribe, LocalUnsubscribe, RoutingEngine
 from ..routing.selection import local_selectors
+from .events import InterestAdded, InterestRemoved, NodeEvent
 
 if TYPE_CHECKING:
     from .feature import Feature
@@ -30,8 +32,11 @@ STICKY_SOURCE = "durable"
 
 
 class LocalInterest:
-    def __init__(self, engine: RoutingEngine) -> None:
+    def __init__(
+        self, engine: RoutingEngine, emit: Callable[[NodeEvent], None] | None = None
+    ) -> None:
         self._engine = engine
+        self._emit = emit  # a pattern's first source and its last are node events
         self._sources: dict[str, set[str]] = {}  # pattern -> sources
         self._sink_owner: dict[str, Feature] = {}  # source name -> its sink
         self._sinks: dict[frozenset[str], tuple[Feature, ...]] = {}
@@ -53,6 +58,8 @@ class LocalInterest:
         now = _said(sources)
         if first or now != was:
             self._engine.handle(LocalSubscribe(pattern=pattern, sticky=now[0], selectors=now[1]))
+        if first and self._emit is not None:
+            self._emit(InterestAdded(pattern=pattern, source=source))
 
     def drop(self, pattern: str, source: str) -> None:
         sources = self._sources.get(pattern)
@@ -64,6 +71,8 @@ class LocalInterest:
         if not sources:
             del self._sources[pattern]
             self._engine.handle(LocalUnsubscribe(pattern=pattern))
+            if self._emit is not None:
+                self._emit(InterestRemoved(pattern=pattern, source=source))
         elif (now := _said(sources)) != was:
             self._engine.handle(LocalSubscribe(pattern=pattern, sticky=now[0], selectors=now[1]))
 

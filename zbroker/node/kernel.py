@@ -52,7 +52,7 @@ from .context import Context
 from .control import ControlDispatch
 from .counters import BadInputLog, Counters
 from .delivery import Delivery, raw_send
-from .events import NodeEvent
+from .events import AuthRefused, NodeEvent, PermissionRefused
 from .feature import Feature, Op, overrides
 from .hooks import KernelHooks
 from .interest import LocalInterest
@@ -89,7 +89,7 @@ class Node:
         self.features = list(features)
         self.engine = RoutingEngine(identity.broker_id, local_branches=config.local_branches)
         self.counters = Counters()
-        self.interest = LocalInterest(self.engine)
+        self.interest = LocalInterest(self.engine, self.emit)
         self.poller = Poller()
         self.hooks = KernelHooks(self)
         # this process's own mark in link handshakes: a HELLO bearing our broker ID but not
@@ -125,6 +125,14 @@ class Node:
                 cfg.key_dir or self.identity.data_dir, cfg.allowlist, cfg.clients
             )
             self.security.bind_zap(self.zmq_context)
+            self.security.on_auth_refused(
+                lambda address, reason: self.emit(AuthRefused(address=address, reason=reason))
+            )
+            self.security.on_permission_refused(
+                lambda user, op, what: self.emit(
+                    PermissionRefused(user=user, operation=op, subject=what)
+                )
+            )
         self.sockets = socks = NodeSockets(self.zmq_context, cfg, self._command_endpoint)
         try:
             self._secure_sockets()
@@ -165,7 +173,7 @@ class Node:
             self.security,
             self.config.max_frame_bytes,
         )
-        self.delivery = Delivery(socks.deliver, self.counters, self.interest)
+        self.delivery = Delivery(socks.deliver, self.counters, self.interest, self.emit)
         self.pipeline = Pipeline(
             broker_id=self.broker_id,
             incarnation=self.incarnation,
@@ -219,6 +227,10 @@ class Node:
 
     def status(self) -> dict[str, Any]:
         return node_status(self)
+
+    def emit(self, event: NodeEvent) -> None:
+        """Queue a node event for this pass's observers (the events phase)."""
+        self.events.append(event)
 
     def submit(self, fn: Callable[[Node], Any]) -> Future[Any]:
         """Queue ``fn(node)`` to run in the node thread (caller sends the CALL command)."""

@@ -89,8 +89,12 @@ class Pipeline:
         self._envelope_id = msgpack.packb(broker_id) + msgpack.packb(incarnation)
         self._sink_out: dict[Feature, list[list[Any]]] = {}
         #: set by the queue groups feature: takes each message that starts here, called
-        #: only while some group has members somewhere (engine.groups.active)
-        self.group_hook: Callable[[list[Any]], None] | None = None
+        #: only while some group has members somewhere (engine.groups.active); True if
+        #: some group's member gets it
+        self.group_hook: Callable[[list[Any]], bool] | None = None
+        #: the topic of the last client publish that no subscriber anywhere wanted
+        #: (``Counters.unrouted`` counts them)
+        self.unrouted_topic = ""
 
     # -- ingress 1: client publishes ------------------------------------------------------
 
@@ -129,17 +133,11 @@ class Pipeline:
     def _take_publishes(
         self, frames: Sequence[bytes], values: list[list[Any] | None], out: dict[str, list[bytes]]
     ) -> None:
-        engine = self._engine
-        route = engine.route
-        local_matches = engine.local_matches
-        interest = self._interest
-        prefix = self._delivery.prefix
-        tail = _ENVELOPE_TAIL.pack
-        id_part = self._envelope_id
-        origin, inc = self._me, self._inc
-        now = time.time
+        engine, interest, prefix = self._engine, self._interest, self._delivery.prefix
+        route, local_matches, now = engine.route, engine.local_matches, time.time
+        tail, id_part, origin, inc = _ENVELOPE_TAIL.pack, self._envelope_id, self._me, self._inc
         seq = first = self._counters.seq
-        sink_out = self._sink_out
+        sink_out, unrouted, unrouted_topic = self._sink_out, 0, ""
         selected, select = self._delivery.selected.by_pattern, self._delivery.selected.names
         groups = self.group_hook if engine.groups.active else None
         for frame, value in zip(frames, values, strict=True):
@@ -148,8 +146,8 @@ class Pipeline:
             topic, payload, fmt, headers = value
             seq += 1
             ts = now()
-            if groups is not None:
-                groups([topic, payload, fmt, headers, origin, inc, seq, ts])
+            m = [topic, payload, fmt, headers, origin, inc, seq, ts]
+            grouped = groups is not None and groups(m)
             if engine.links:
                 patterns, sends = route(topic, (), None)
                 if sends:
@@ -159,11 +157,13 @@ class Pipeline:
                         sends, [topic, payload, fmt, headers, origin, inc, seq, ts, [origin], None]
                     )
             else:
-                patterns = local_matches(topic)
+                patterns, sends = local_matches(topic), None
             if not patterns:
+                if not sends and not grouped:  # no subscriber anywhere: counted, topic kept
+                    unrouted += 1
+                    unrouted_topic = topic
                 continue
             if interest.has_sinks and (sinks := interest.sinks_for(patterns)):
-                m = [topic, payload, fmt, headers, origin, inc, seq, ts]
                 for f in sinks:
                     sink_out.setdefault(f, []).append(m)
             if selected:  # subscriptions with a selector exist: add those accepting it
@@ -186,6 +186,9 @@ class Pipeline:
                     bodies.append(body)
         self._counters.received += seq - first
         self._counters.seq = seq
+        if unrouted:
+            self._counters.unrouted += unrouted
+            self.unrouted_topic = unrouted_topic
 
     # -- ingress 2: link MSGS -------------------------------------------------------------
 

@@ -36,6 +36,7 @@ def node_status(node: Node) -> dict[str, Any]:
             "links_up": c.links_up,
             "links_down": c.links_down,
             "handshakes_refused": c.handshakes_refused,
+            "unrouted": c.unrouted,
             "auth_failures": sec.auth_failures if sec else 0,
         },
         "security": sec.status() if sec else {"enabled": False},

@@ -79,6 +79,7 @@ class Security:
         self.handshake_failures = self._handshakes.failures
         #: refused operations by kind ("publish", "subscribe", "link", "send")
         self.refused: dict[str, int] = {}
+        self._on_permission_refused: Callable[[str, str, str], None] | None = None
         #: user id of the control frame being handled (set by :meth:`recv_control`)
         self.user = ""
         # a new connection's serial is given only once the XPUB's earlier disconnects are
@@ -141,6 +142,14 @@ class Security:
         """Call ``handler(fd)`` when a connection of the deliver XPUB closes (once its
         monitor is watched: :meth:`watch`)."""
         self._handshakes.on_disconnect = handler
+
+    def on_auth_refused(self, handler: Callable[[str, str], None]) -> None:
+        """Call ``handler(address, reason)`` for each connection the ZAP handler refuses."""
+        self._zap.on_refused = handler
+
+    def on_permission_refused(self, handler: Callable[[str, str, str], None]) -> None:
+        """Call ``handler(user, operation, subject)`` for each refused operation."""
+        self._on_permission_refused = handler
 
     @property
     def zap(self) -> zmq.Socket[bytes] | None:
@@ -207,6 +216,8 @@ class Security:
         """Count and log a refused operation; return the message for the client."""
         counter = kind.split()[0]  # "publish", "subscribe", "link", "send"
         self.refused[counter] = self.refused.get(counter, 0) + 1
+        if self._on_permission_refused is not None:
+            self._on_permission_refused(user, kind, what)
         who = user or "an unidentified sender"
         message = f"permission denied: {who} may not {kind} {what!r}"
         self._log.warn(user, kind, "refused: %s", message)

@@ -60,6 +60,8 @@ class ZapHandler:
         #: called before each serial is given (the node learns of earlier disconnects
         #: first: see :mod:`zbroker.node.secure_subs`)
         self.before_serial: Callable[[], None] | None = None
+        #: told (address, reason) of each refusal (the node's auth advisory)
+        self.on_refused: Callable[[str, str], None] | None = None
 
     def bind(self, ctx: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
         """Bind the handler (before any CURVE server binds: without a handler, libzmq
@@ -105,6 +107,8 @@ class ZapHandler:
                     domain.decode("utf-8", "replace"),
                     why,
                 )
+                if self.on_refused is not None:
+                    self.on_refused(peer, why)
                 reply = [ident, b"", _ZAP_VERSION, request_id, b"400", why.encode()[:255], b"", b""]
             try:
                 sock.send_multipart(reply, zmq.NOBLOCK)

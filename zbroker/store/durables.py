@@ -81,6 +81,9 @@ class DurableQueues:
         self._trim_due: set[str] = set()
         #: durables the node will pump this pass: their trims wait for the pump's commit
         self.trim_hold: set[str] = set()
+        #: messages the count and byte bounds dropped per durable since the node last
+        #: looked (its overflow advisory); emptied in place by the reader, never rebound
+        self.overflowed: dict[str, int] = {}
         # durables with a subscriber attached: their messages in flight (sent, not yet
         # acknowledged; bounded by its credit) are not counted against the bounds
         self._attached: set[str] = set()
@@ -298,10 +301,14 @@ class DurableQueues:
         if name not in self._reject:  # under reject-new nothing past the bounds was accepted
             # (a literal clause, no user input)
             waiting = " AND delivered=0" if name in self._attached else ""
+            trimmed = 0
             if max_msgs:
-                dropped += self._trim_count(name, waiting, max_msgs)
+                trimmed += self._trim_count(name, waiting, max_msgs)
             if max_bytes:
-                dropped += self._trim_bytes(name, waiting, max_bytes)
+                trimmed += self._trim_bytes(name, waiting, max_bytes)
+            if trimmed:
+                self.overflowed[name] = self.overflowed.get(name, 0) + trimmed
+                dropped += trimmed
         if dropped:
             self._db.execute(
                 "UPDATE durables SET dropped = dropped + ? WHERE name=?", (dropped, name)

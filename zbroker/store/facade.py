@@ -61,6 +61,7 @@ class Store:
         self.durable_depth = dq.depth
         self.durable_dropped = dq.dropped
         self.durable_rejects = dq.rejects
+        self.durable_overflow = dq.overflowed
         self.enqueue = dq.enqueue
         self.pending_durable = dq.pending
         self.mark_delivered = dq.mark_delivered

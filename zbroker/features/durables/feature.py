@@ -17,14 +17,19 @@ from typing import Any
 import zmq
 
 from ... import wire
-from ...errors import ConfigError, InvalidTopic
+from ...errors import ConfigError
 from ...names import validate_broker_id
 from ...node import Feature, Op, Refusal, Request
 from ...node.context import Context
-from ...node.events import DurableAttached, DurableDetached
-from ...store import OVERFLOW_POLICIES
+from ...node.events import (
+    DurableAttached,
+    DurableDeleted,
+    DurableDetached,
+    DurableOpened,
+    DurableOverflow,
+)
 from ...sublist import Sublist
-from ...topics import validate_pattern
+from .options import open_options, open_subjects
 from .pump import probe, pump
 from .shared import SharedState, pump_shared, send_shared
 from .state import Durable
@@ -62,7 +67,7 @@ class Durables(Feature):
 
     def ops(self) -> Sequence[Op]:
         return (
-            Op(wire.DURABLE_OPEN, self._open, _open_subjects),
+            Op(wire.DURABLE_OPEN, self._open, open_subjects),
             Op(wire.DURABLE_ACK, self._ack, self._subjects),
             Op(wire.DURABLE_CLOSE, self._close, self._subjects),
             Op(wire.DURABLE_DELETE, self._delete, self._subjects),
@@ -79,6 +84,7 @@ class Durables(Feature):
         store = self._ctx.store
         assert store is not None
         durables, match = self._durables, self._match.match
+        rejected: dict[str, int] = {}
         for m in batch:
             row = tuple(m[:8])  # (topic, payload, fmt, headers, origin, inc, seq, ts)
             size = len(m[1]) + len(m[0])
@@ -87,12 +93,15 @@ class Durables(Feature):
                 if store.durable_rejects(name, 1, size):
                     # reject-new and full: what is stored stays; this one is not queued
                     self._ctx.drop("durable_reject_new")
+                    rejected[name] = rejected.get(name, 0) + 1
                     continue
                 store.enqueue(name, d.next_q, row)
                 d.next_q += 1
                 self.stored += 1
                 if d.consumer is not None or d.shared is not None:
                     self._pump.add(name)
+        for name, n in rejected.items():
+            self._ctx.emit(DurableOverflow(name=name, policy="reject-new", messages=n))
 
     def admit(self, topics: dict[str, list[int]], *, batch: bool) -> Refusal | None:
         store = self._ctx.store
@@ -108,6 +117,7 @@ class Durables(Feature):
                 a[1] += size
         for name, (n, size) in adds.items():
             if store.durable_rejects(name, n, size):
+                self._ctx.emit(DurableOverflow(name=name, policy="reject-new", messages=total))
                 return Refusal(
                     f"refused: durable subscription {name!r} is full (overflow policy "
                     "reject-new): it must be drained or deleted first"
@@ -138,7 +148,7 @@ class Durables(Feature):
             return
         store = self._ctx.store
         assert store is not None
-        opts = _open_options(req.body)
+        opts = open_options(req.body)
         if isinstance(opts, str):
             self._refuse(req, opts)
             return
@@ -156,6 +166,7 @@ class Durables(Feature):
             )
             d = Durable(name, pattern, 1, opts["max_msgs"])
             self._add(d)
+            self._ctx.emit(DurableOpened(name=name, pattern=pattern))
         elif d.pattern != pattern:
             self._refuse(req, f"durable subscription {name!r} exists with pattern {d.pattern!r}")
             return
@@ -260,6 +271,7 @@ class Durables(Feature):
             self._pump.discard(name)
             assert self._ctx.store is not None
             deleted = self._ctx.store.delete_durable(name)
+            self._ctx.emit(DurableDeleted(name=name, messages=deleted))
         if req.req_id:
             self._ctx.reply(req, wire.DURABLE_DELETE, {"deleted": deleted})
 
@@ -282,6 +294,11 @@ class Durables(Feature):
             self._ctx.emit(DurableDetached(name=d.name, reason=reason))
 
     def after_commit(self) -> None:
+        store = self._ctx.store
+        if store is not None and store.durable_overflow:  # what the commit's trims dropped
+            for name, n in store.durable_overflow.items():
+                self._ctx.emit(DurableOverflow(name=name, policy="drop-oldest", messages=n))
+            store.durable_overflow.clear()
         if self._pump:
             names, self._pump = self._pump, set()
             ready = [d for n in names if (d := self._durables.get(n)) is not None]
@@ -348,45 +365,4 @@ def _shared_status(d: Durable) -> dict[str, Any]:
         "consumers": len(st.consumers),
         "delivered": st.delivered,
         "redelivered": st.redelivered,
-    }
-
-
-def _open_subjects(body: dict[str, Any]) -> Iterable[tuple[str, str]]:
-    pattern = body.get("pattern", ">")
-    return (("subscribe", pattern),) if isinstance(pattern, str) else ()
-
-
-def _open_options(body: dict[str, Any]) -> dict[str, Any] | str:
-    """DURABLE_OPEN's options, checked; a string says what is wrong."""
-    pattern = body.get("pattern")
-    credit = body.get("credit", 100)
-    max_msgs = body.get("max_msgs", 0)
-    max_bytes = body.get("max_bytes", 0)
-    max_age = body.get("max_age", 0.0)
-    overflow = body.get("overflow", "drop-oldest")
-    shared = body.get("shared", False)
-    if type(shared) is not bool:
-        return "shared must be true or false"
-    if overflow not in OVERFLOW_POLICIES:
-        return f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}"
-    try:
-        validate_pattern(pattern)
-    except InvalidTopic as exc:
-        return str(exc)
-    if type(credit) is not int or not 1 <= credit <= 100_000:
-        return "credit must be an integer in 1..100000"
-    if type(max_msgs) is not int or not 0 <= max_msgs < _I64:
-        return "max_msgs must be a non-negative integer"
-    if type(max_bytes) is not int or not 0 <= max_bytes < _I64:
-        return "max_bytes must be a non-negative integer"
-    if type(max_age) not in (int, float) or not 0 <= max_age < 1e10:
-        return "max_age must be a non-negative number of seconds"
-    return {
-        "pattern": pattern,
-        "credit": credit,
-        "max_msgs": max_msgs,
-        "max_bytes": max_bytes,
-        "max_age": float(max_age),
-        "overflow": str(overflow),
-        "shared": shared,
     }

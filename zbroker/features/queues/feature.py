@@ -24,6 +24,7 @@ from ... import wire
 from ...errors import ConfigError, InvalidTopic
 from ...names import validate_broker_id
 from ...node import Feature, Op, Request
+from ...node.events import QueueJoined, QueueLeft
 from ...routing.groups import group_key, split_key
 from ...topics import validate_pattern
 from .members import LocalGroup, Member
@@ -83,12 +84,15 @@ class QueueGroups(Feature):
 
     # -- messages -------------------------------------------------------------------------
 
-    def originated(self, m: list[Any]) -> None:
+    def originated(self, m: list[Any]) -> bool:
         """A message starts here (``[topic, payload, fmt, headers, origin, inc, seq,
-        ts]``): one member node per matching group gets it."""
+        ts]``): one member node per matching group gets it. True if any group took it."""
+        took = False
         for gkey, target in self._groups.pick(m[0]):
             self.picked += 1
+            took = True
             self._send(m, (), gkey, target, self._groups.next_hop(gkey, target))
+        return took
 
     def _send(self, m: list[Any], path: tuple[str, ...], gkey: str, target: str, via: Any) -> None:
         if via is None:
@@ -162,6 +166,7 @@ class QueueGroups(Feature):
         if old is not None:
             local.remove(old)
         local.add(Member(req.ident, member, credit))
+        self._ctx.emit(QueueJoined(group=group, pattern=pattern, members=len(local.members)))
         if len(local.members) == 1:
             self._ctx.add_interest(gkey, "queue")
         self._dirty.add(gkey)
@@ -195,6 +200,8 @@ class QueueGroups(Feature):
     def _remove(self, local: LocalGroup, m: Member) -> None:
         local.remove(m)
         self._dirty.add(local.gkey)
+        left = QueueLeft(group=local.group, pattern=local.pattern, members=len(local.members))
+        self._ctx.emit(left)
         if local.members:
             return
         # the last member here left: interest goes, and what waited for it is picked

@@ -1,0 +1,105 @@
+"""``zbroker events``: follow the network's advisories (and, asked for, the nodes' STATS),
+one line each, until Ctrl-C or ``--count``."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import signal
+import threading
+from typing import Any
+
+import click
+
+from .app import broker_option, cli, connect, connection_options
+from .format import _jsonable
+from .signals import SignalStop
+
+__all__ = ["event_patterns", "events", "format_event_text"]
+
+#: a kind as it appears in a topic: upper case letters, digits, underscores
+_KIND = re.compile(r"[A-Z][A-Z0-9_]*")
+
+
+def event_patterns(kinds: tuple[str, ...]) -> list[str]:
+    """The subscription patterns for ``kinds`` (none: every advisory; STATS: the nodes'
+    ``$ZB.SYS.<id>.STATS``)."""
+    if not kinds:
+        return ["$ZB.ADVISORY.>"]
+    out = []
+    for kind in kinds:
+        if not _KIND.fullmatch(kind):
+            raise click.BadParameter(
+                f"{kind!r} is not a kind (upper case, like LINK_DOWN or STATS)", param_hint="KIND"
+            )
+        pattern = "$ZB.SYS.*.STATS" if kind == "STATS" else f"$ZB.ADVISORY.*.{kind}"
+        if pattern not in out:
+            out.append(pattern)
+    return out
+
+
+def format_event_text(topic: str, body: Any) -> str:
+    """``TIME BROKER KIND field=value ...`` (the common fields left out)."""
+    if not isinstance(body, dict):
+        return f"{topic} {body!r}"
+    parts = topic.split(".")
+    kind = str(body.get("kind") or parts[-1])
+    broker = str(body.get("broker") or (parts[2] if len(parts) > 3 else "?"))
+    ts = body.get("time")
+    when = (
+        datetime.datetime.fromtimestamp(ts, datetime.UTC).isoformat(timespec="milliseconds")
+        if isinstance(ts, int | float)
+        else "-"
+    )
+    common = {"kind", "broker", "time", "seq"}
+    fields = [
+        f"{k}={json.dumps(_jsonable(v), separators=(',', ':'))}"
+        for k, v in body.items()
+        if k not in common and not (k == "suppressed" and not v)
+    ]
+    return " ".join([when, broker, kind, *fields])
+
+
+@cli.command()
+@click.argument("kinds", nargs=-1)
+@broker_option()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option(
+    "--count", "-n", type=click.IntRange(min=1), default=None, help="Exit after this many events."
+)
+@connection_options()
+def events(kinds: tuple[str, ...], as_json: bool, count: int | None, **conn: Any) -> None:
+    """Print the network's advisories (only KIND... if given, e.g. LINK_DOWN; STATS: the
+    nodes' periodic counters) one per line, until Ctrl-C (or --count)."""
+    patterns = event_patterns(kinds)
+    done = threading.Event()
+    seen = 0
+    lock = threading.Lock()
+
+    def on_message(msg: Any) -> None:
+        nonlocal seen
+        with lock:
+            if done.is_set():
+                return
+            if as_json:
+                line = json.dumps(
+                    {"topic": msg.topic, **_jsonable(msg.payload)}
+                    if isinstance(msg.payload, dict)
+                    else {"topic": msg.topic, "payload": _jsonable(msg.payload)},
+                    separators=(",", ":"),
+                )
+            else:
+                line = format_event_text(msg.topic, msg.payload)
+            click.echo(line)
+            seen += 1
+            if count is not None and seen >= count:
+                done.set()
+
+    signals = SignalStop(signal.SIGTERM, signal.SIGINT)
+    with connect(**conn) as client:
+        for p in patterns:
+            client.subscribe(p, on_message)
+        click.echo(f"following {', '.join(patterns)} on {client.broker_id}", err=True)
+        while not done.is_set() and not signals.wait(0.2):
+            pass
