@@ -6,7 +6,8 @@ and registers itself on the group :data:`cli` when imported here:
 * :mod:`.node` — ``start``, ``keygen``;
 * :mod:`.pubsub` — ``pub``, ``sub``;
 * :mod:`.inspection` — ``status``, ``routes``, ``peers``, ``replay``;
-* :mod:`.simulate` — ``simulate``.
+* :mod:`.simulate` — ``simulate``;
+* :mod:`.state` — ``set``, ``remove``, ``fetch``, ``topics`` (topics with state).
 
 Every option of ``start`` can also come from an environment variable (``ZBROKER_PORT``, ...)
 and from the TOML config file; precedence is flag > environment > file > default.
@@ -16,7 +17,7 @@ User mistakes (bad topic, unreachable node, bad config) print one line and exit 
 from __future__ import annotations
 
 # imported for their effect: each module registers its commands on `cli`
-from . import inspection, node, pubsub, simulate  # noqa: F401
+from . import inspection, node, pubsub, simulate, state  # noqa: F401
 from .app import DEFAULT_BROKER, cli
 from .signals import SignalStop
 

@@ -3,6 +3,7 @@ what arrives)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -125,9 +126,20 @@ def pub(
     help="Open (or reattach to) the durable subscription NAME: messages published while "
     "away are delivered on return (one PATTERN only).",
 )
+@click.option(
+    "--no-initial",
+    "no_initial",
+    is_flag=True,
+    help="No snapshot of the stateful topics first: live messages only.",
+)
 @connection_options()
 def sub(
-    patterns: tuple[str, ...], count: int | None, as_json: bool, durable: str | None, **conn: Any
+    patterns: tuple[str, ...],
+    count: int | None,
+    as_json: bool,
+    durable: str | None,
+    no_initial: bool,
+    **conn: Any,
 ) -> None:
     """Print messages matching PATTERN(s) until Ctrl-C (or --count)."""
     if durable is not None and len(patterns) != 1:
@@ -141,11 +153,22 @@ def sub(
     lock = threading.Lock()
     fmt = format_message_json if as_json else format_message_text
 
+    marked: set[str] = set()  # patterns whose snapshot-complete marker was printed
+
+    def mark(pattern: str) -> None:
+        # (under the lock) the marker of a snapshot, before that pattern's live messages
+        if pattern not in marked and durable is None and not no_initial:
+            marked.add(pattern)
+            line = {"snapshot": "complete", "pattern": pattern}
+            click.echo(json.dumps(line) if as_json else f"-- snapshot complete: {pattern}")
+
     def on_message(msg: Any) -> None:
         nonlocal seen
         with lock:
             if done.is_set():
                 return
+            if not msg.initial:
+                mark(msg.pattern)
             click.echo(fmt(msg))
             seen += 1
             if count is not None and seen >= count:
@@ -160,7 +183,9 @@ def sub(
     signals = SignalStop(signal.SIGTERM, signal.SIGINT)
     with connect(**conn) as client:
         for p in patterns:
-            client.subscribe(p, on_message, durable=durable)
+            client.subscribe(p, on_message, durable=durable, initial=not no_initial)
+            with lock:
+                mark(p)
         click.echo(f"subscribed to {', '.join(patterns)} on {client.broker_id}", err=True)
         while not done.is_set() and not signals.wait(0.2):
             pass

@@ -33,6 +33,7 @@ from .features.introspection import Introspection
 from .features.persistent import PersistentPublish
 from .features.retention import Retention
 from .features.staging import StagedWrites
+from .features.state import StateFeature
 from .identity import DataDirLock, Identity, open_identity
 from .node import CALL, STOP, Feature, Node, command_client, format_endpoint
 
@@ -55,6 +56,7 @@ def node_features(config: NodeConfig) -> list[Feature]:
         StoreAndForward(),
         Durables(),
         LanDiscovery(),
+        StateFeature(),
     ]
 
 

@@ -43,13 +43,14 @@ from .messages import Message, Subscription
 from .publisher import Publisher
 from .reads import log_range, read_log
 from .sessions import Settings
+from .state import StateMethods
 from .subscriber import Subscriptions
 from .thread import ClientThread
 
 __all__ = ["Client"]
 
 
-class Client:
+class Client(StateMethods):
     """A connection to one node. Thread-safe; callbacks run on the client's own thread."""
 
     def __init__(
@@ -243,8 +244,11 @@ class Client:
         max_bytes: int = 0,
         max_age: float = 0.0,
         overflow: str = "drop-oldest",
+        initial: bool = True,
     ) -> Subscription:
-        """Call ``callback(message)`` for every message matching ``pattern``.
+        """Call ``callback(message)`` for every message matching ``pattern``: first the
+        current value of each stateful topic it matches (``message.initial``; then
+        ``Subscription.snapshot`` is set), then live ones (``initial=False``: only live).
 
         Returns once the node has the subscription; raises InvalidTopic for a bad pattern
         and BrokerUnreachable if the node does not confirm within the timeout.
@@ -274,16 +278,7 @@ class Client:
                 "overflow": overflow,
             }
             return self._durables.subscribe(pattern, callback, durable, credit, bounds)
-        sub = self._subscriptions.add(pattern, callback)
-        try:
-            self._command("sub", pattern).result(self.timeout)
-        except FutureTimeout:
-            sub.unsubscribe()
-            raise BrokerUnreachable(
-                f"node at {self.address} did not confirm subscription {pattern!r} within "
-                f"{self.timeout:g} s"
-            ) from None
-        return sub
+        return self._subscribe_live(pattern, callback, initial=initial)
 
     def detach_durable(self, name: str) -> None:
         """Stop receiving durable subscription ``name`` (same as ``unsubscribe()`` on its
@@ -367,13 +362,16 @@ class Client:
     # -- user thread -> client thread ----------------------------------------------------
 
     def _command(self, name: str, arg: Any) -> Future[Any]:
+        fut: Future[Any] = Future()
+        self._post_command(name, arg, fut)
+        return fut
+
+    def _post_command(self, name: str, arg: Any, fut: Future[Any]) -> None:
         if self._closed:
             raise ClientClosed("client is closed")
-        fut: Future[Any] = Future()
         if not self._thread.is_alive():
             raise ClientClosed("the client's thread has stopped (see the log); close the client")
         self._channel.post((name, arg, fut))
-        return fut
 
     def _post_persistent(self, publish: Any) -> None:
         """A persistent publish to the client thread (its Future is the caller's own)."""

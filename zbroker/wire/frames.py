@@ -119,6 +119,15 @@ STAGE_COMMIT 23   request ``{tokens: [[token, rows], ...], writer?, batch?, grou
 STAGE_ABORT 24    request ``{tokens: [token, ...], group?}``: drop their rows (and the
                   group's); reply ``{discarded}``
 ERROR      15     reply ``{message: str}``
+STATE_SET  50     request ``{topic, payload, fmt, headers}``: set a stateful topic's value
+                  (see :mod:`zbroker.stateful`); reply after the store commit
+                  ``{version, owner}``
+STATE_REMOVE 51   request ``{pattern}``: remove the stateful topics it matches, on every
+                  node; reply ``{removed: int}``
+STATE_FETCH 52    request ``{pattern, snapshot?: bool}``: the current values
+                  on every node; reply ``{values: [value...], gone: [[topic, version,
+                  owner]...]}`` (``gone``: removals, with ``snapshot``); a value is
+                  ``[topic, payload, fmt, headers, version, owner, updated, replica_of]``
 =========  =====  ===========================================================
 
 Links (dialing node's DEALER → other node's ROUTER, ``PORT``; the DEALER's routing id is
@@ -138,6 +147,16 @@ types 16 and up, so the ROUTER tells them from control requests by the first ele
                          incarnation, seq, ts, path: [str], targets: [str] | nil, pseq,
                          producer?: [producer, pseq]], ...]]
     PACK          [26, epoch: int, upto: int]
+    STATE_QUERY   [55, qid: str, kind: str, pattern: str, origin: str]
+    STATE_ANSWER  [56, qid: str, values: [value...], gone: [[topic, version, owner]...],
+                   removed: int, last: bool]
+
+``STATE_QUERY`` asks a node and, through it, every node behind it (each forwards a query
+once, to its other links, and answers with what it and they hold, once they all answered
+or their links went down): ``kind`` ``fetch``, ``snapshot`` (the node first waits until it
+routes ``pattern`` toward ``origin``, so no update after its answer misses the subscriber)
+or ``remove``. A query seen before is answered empty at once (meshes). An answer too large
+for one frame comes in several; the last says ``last``.
 
 ``ADVERT`` carries interest entries (``path`` nil withdraws; ``full`` replaces the
 receiver's table for this link). An entry with a fourth element ``true`` is *sticky*: it is
@@ -241,3 +260,12 @@ I64 = 1 << 63
 TS_MAX = 1e15
 #: (reason, detail) of each element a batch check refused
 Errors = list[tuple[str, str]]
+
+# topics with state (:mod:`zbroker.stateful`): control ops 50-54, link types 55-59
+STATE_SET = 50
+STATE_REMOVE = 51
+STATE_FETCH = 52
+STATE_QUERY = 55
+STATE_ANSWER = 56
+OPS.update({STATE_SET: "STATE_SET", STATE_REMOVE: "STATE_REMOVE", STATE_FETCH: "STATE_FETCH"})
+LINK_TYPES = LINK_TYPES | {STATE_QUERY, STATE_ANSWER}

@@ -1,0 +1,173 @@
+"""Topics with state, the client's side: ``set``, ``remove``, ``fetch``, ``topics`` and
+subscriptions that start with a snapshot (mixed into :class:`~.api.Client`).
+
+A snapshot subscription subscribes first, then asks the node for the current values of
+every stateful topic its pattern matches (``STATE_FETCH`` with ``snapshot``); a
+:class:`~zbroker.stateful.SnapshotGate` holds the live messages until the snapshot is in,
+delivers the values (``Message.initial``), sets ``Subscription.snapshot``, then the live
+messages the snapshot did not cover (by version).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from ..errors import BrokerUnreachable, RequestError, ZBrokerError
+from ..stateful import OWNER, REMOVED, VERSION, SnapshotGate, Value
+from ..topics import validate_pattern, validate_publish_topic
+from ..wire import frames
+from .messages import Message, Subscription, encode_payload, message_from_fields
+
+__all__ = ["InitialMessage", "StateMethods", "value_message"]
+
+log = logging.getLogger("zbroker.client")
+
+
+class InitialMessage(Message):
+    """A stateful topic's current value as a snapshot (or a fetch) gave it."""
+
+    __slots__ = ()
+    initial = True
+
+
+def value_message(pattern: str, v: Value) -> Message:
+    """A state value ``[topic, payload, fmt, headers, version, owner, updated, replica_of]``
+    as a Message flagged ``initial``; its headers carry the version and owner."""
+    headers = dict(v[3]) if v[3] else {}
+    headers[VERSION] = v[4]
+    headers[OWNER] = v[5]
+    msg = message_from_fields(pattern, [v[0], v[1], v[2], headers, v[5], 0, 0, v[6]])
+    msg.__class__ = InitialMessage
+    return msg
+
+
+def _stamp(msg: Message) -> tuple[str, int, str, bool] | None:
+    h = msg.headers
+    version = h.get(VERSION) if h else None
+    if type(version) is not int:
+        return None
+    return msg.topic, version, str(h.get(OWNER, "")), bool(h.get(REMOVED))
+
+
+class StateMethods:
+    """The stateful-topic methods of :class:`~.api.Client`."""
+
+    timeout: float
+    request: Callable[..., dict[str, Any]]
+    _check: Callable[[str, str], None]
+    _command: Callable[[str, Any], Future[Any]]
+    _submit: Callable[[int, dict[str, Any]], Future[Any]]
+    _post_command: Callable[[str, Any, Future[Any]], None]
+    _subscriptions: Any
+
+    def set(self, topic: str, value: Any, headers: dict[str, Any] | None = None) -> int:
+        """Set stateful ``topic``'s value (created if needed; this client's node becomes its
+        owner) and publish it to subscribers. Returns once the node stored it (it survives
+        a crash of the node); returns the value's version."""
+        validate_publish_topic(topic)
+        self._check("publish", topic)
+        payload, fmt = encode_payload(value)
+        body = {"topic": topic, "payload": payload, "fmt": fmt, "headers": headers}
+        return int(self.request(frames.STATE_SET, body)["version"])
+
+    def remove(self, pattern: str) -> int:
+        """Remove every stateful topic ``pattern`` matches, on every node; subscribers get
+        a message flagged ``removed``. Returns how many were removed."""
+        validate_pattern(pattern)
+        self._check("publish", pattern)
+        return int(self.request(frames.STATE_REMOVE, {"pattern": pattern})["removed"])
+
+    def fetch(self, pattern: str) -> list[Message]:
+        """The current value of every stateful topic ``pattern`` matches (on any node),
+        by topic, without subscribing."""
+        validate_pattern(pattern)
+        self._check("subscribe", pattern)
+        values = self.request(frames.STATE_FETCH, {"pattern": pattern})["values"]
+        return [value_message(pattern, v) for v in sorted(values, key=lambda v: str(v[0]))]
+
+    def topics(self, pattern: str = ">") -> list[dict[str, Any]]:
+        """The stateful topics ``pattern`` matches: topic, size (payload bytes), owner
+        (where it lives), version, updated (epoch seconds), replica_of (a primary's, or
+        None)."""
+        validate_pattern(pattern)
+        self._check("subscribe", pattern)
+        values = self.request(frames.STATE_FETCH, {"pattern": pattern})["values"]
+        return [
+            {
+                "topic": v[0],
+                "size": len(v[1]),
+                "owner": v[5],
+                "version": v[4],
+                "updated": v[6],
+                "replica_of": v[7],
+            }
+            for v in sorted(values, key=lambda v: str(v[0]))
+        ]
+
+    def _subscribe_live(
+        self, pattern: str, callback: Callable[[Message], Any], *, initial: bool
+    ) -> Subscription:
+        """A plain subscription: with ``initial``, its snapshot first."""
+        if initial:
+            return self._subscribe_state(pattern, callback)
+        sub: Subscription = self._subscriptions.add(pattern, callback)
+        try:
+            self._command("sub", pattern).result(self.timeout)
+        except FutureTimeout:
+            sub.unsubscribe()
+            raise BrokerUnreachable(
+                f"node did not confirm subscription {pattern!r} within {self.timeout:g} s"
+            ) from None
+        return sub
+
+    def _subscribe_state(self, pattern: str, callback: Callable[[Message], Any]) -> Subscription:
+        """Subscribe, then take the snapshot (see the module docstring). Everything the
+        gate does runs on the client thread: live messages, and the snapshot's answer
+        (its Future has its callback before the client thread can resolve it)."""
+
+        def deliver(msg: Message) -> None:
+            try:
+                callback(msg)
+            except Exception:
+                log.exception("subscriber callback for %r raised", pattern)
+
+        def complete() -> None:
+            sub.snapshot.set()
+
+        gate = SnapshotGate(deliver, lambda v: deliver(value_message(pattern, v)), complete, _stamp)
+
+        def answered(fut: Future[Any]) -> None:
+            error = fut.exception()
+            if error is None:
+                body = fut.result()
+                gate.snapshot(body.get("values", []), body.get("gone", []))
+            elif isinstance(error, RequestError):
+                # a node without topics with state (older): the subscription is live only
+                log.debug("no snapshot for %r: %s", pattern, error)
+                gate.snapshot([], [])
+
+        sub: Subscription = self._subscriptions.add(pattern, gate.live)
+        try:
+            self._command("sub", pattern).result(self.timeout)
+            answer: Future[Any] = Future()
+            answer.add_done_callback(answered)
+            self._post_command(
+                "req", (frames.STATE_FETCH, {"pattern": pattern, "snapshot": True}), answer
+            )
+            answer.result(self.timeout)
+            if not sub.snapshot.wait(self.timeout):
+                raise FutureTimeout
+        except FutureTimeout:
+            sub.unsubscribe()
+            raise BrokerUnreachable(
+                f"node did not confirm subscription {pattern!r} and its snapshot within "
+                f"{self.timeout:g} s"
+            ) from None
+        except ZBrokerError:
+            sub.unsubscribe()
+            raise
+        return sub
