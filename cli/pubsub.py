@@ -153,21 +153,27 @@ def sub(
     lock = threading.Lock()
     fmt = format_message_json if as_json else format_message_text
 
-    marked: set[str] = set()  # patterns whose snapshot-complete marker was printed
+    marked: set[str] = set()  # patterns whose snapshot is complete
+    valued: set[str] = set()  # patterns whose snapshot held values
 
     def mark(pattern: str) -> None:
-        # (under the lock) the marker of a snapshot, before that pattern's live messages
-        if pattern not in marked and durable is None and not no_initial:
+        # (under the lock) the end of a snapshot that held values, before that pattern's
+        # live messages (a snapshot of nothing prints nothing: plain pub/sub is unchanged)
+        if pattern not in marked:
             marked.add(pattern)
-            line = {"snapshot": "complete", "pattern": pattern}
-            click.echo(json.dumps(line) if as_json else f"-- snapshot complete: {pattern}")
+            if pattern in valued and as_json:
+                click.echo(json.dumps({"snapshot": "complete", "pattern": pattern}))
+            elif pattern in valued:
+                click.echo(f"snapshot of {pattern} complete", err=True)
 
     def on_message(msg: Any) -> None:
         nonlocal seen
         with lock:
             if done.is_set():
                 return
-            if not msg.initial:
+            if msg.initial:
+                valued.add(msg.pattern)
+            else:
                 mark(msg.pattern)
             click.echo(fmt(msg))
             seen += 1
