@@ -3,7 +3,6 @@ what arrives)."""
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import threading
@@ -16,6 +15,7 @@ import click
 from .app import broker_option, cli, connect, connection_options
 from .format import format_message_json, format_message_text
 from .signals import SignalStop
+from .state import SnapshotMarks
 
 
 def _parse_headers(values: tuple[str, ...]) -> dict[str, Any] | None:
@@ -153,28 +153,14 @@ def sub(
     lock = threading.Lock()
     fmt = format_message_json if as_json else format_message_text
 
-    marked: set[str] = set()  # patterns whose snapshot is complete
-    valued: set[str] = set()  # patterns whose snapshot held values
-
-    def mark(pattern: str) -> None:
-        # (under the lock) the end of a snapshot that held values, before that pattern's
-        # live messages (a snapshot of nothing prints nothing: plain pub/sub is unchanged)
-        if pattern not in marked:
-            marked.add(pattern)
-            if pattern in valued and as_json:
-                click.echo(json.dumps({"snapshot": "complete", "pattern": pattern}))
-            elif pattern in valued:
-                click.echo(f"snapshot of {pattern} complete", err=True)
+    marks = SnapshotMarks(as_json)
 
     def on_message(msg: Any) -> None:
         nonlocal seen
         with lock:
             if done.is_set():
                 return
-            if msg.initial:
-                valued.add(msg.pattern)
-            else:
-                mark(msg.pattern)
+            marks.saw(msg)
             click.echo(fmt(msg))
             seen += 1
             if count is not None and seen >= count:
@@ -191,7 +177,7 @@ def sub(
         for p in patterns:
             client.subscribe(p, on_message, durable=durable, initial=not no_initial)
             with lock:
-                mark(p)
+                marks.mark(p)
         click.echo(f"subscribed to {', '.join(patterns)} on {client.broker_id}", err=True)
         while not done.is_set() and not signals.wait(0.2):
             pass

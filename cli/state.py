@@ -15,6 +15,34 @@ from .app import broker_option, cli, connect, connection_options
 from .format import format_message_json, format_message_text
 
 
+class SnapshotMarks:
+    """``zbroker sub``'s snapshot-complete marker: after a pattern's snapshot values (if it
+    had any: a snapshot of nothing prints nothing, so plain pub/sub output is unchanged),
+    before its live messages. Called under the command's output lock."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.marked: set[str] = set()  # patterns whose snapshot is complete
+        self.valued: set[str] = set()  # patterns whose snapshot held values
+
+    def saw(self, msg: Any) -> None:
+        """A message is about to be printed."""
+        if msg.initial:
+            self.valued.add(msg.pattern)
+        else:
+            self.mark(msg.pattern)
+
+    def mark(self, pattern: str) -> None:
+        """``pattern``'s snapshot is complete (its subscribe returned, or a live message)."""
+        if pattern in self.marked:
+            return
+        self.marked.add(pattern)
+        if pattern in self.valued and self.as_json:
+            click.echo(json.dumps({"snapshot": "complete", "pattern": pattern}))
+        elif pattern in self.valued:
+            click.echo(f"snapshot of {pattern} complete", err=True)
+
+
 @cli.command("set")
 @click.argument("topic")
 @click.argument("value")

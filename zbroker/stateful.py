@@ -25,10 +25,12 @@ from typing import Any
 __all__ = [
     "OWNER",
     "REMOVED",
+    "SESSION_LOST",
     "VERSION",
     "SnapshotGate",
     "TopicTrie",
     "Value",
+    "covers",
     "newer",
     "next_version",
 ]
@@ -37,6 +39,9 @@ __all__ = [
 VERSION = "zb.version"
 OWNER = "zb.owner"
 REMOVED = "zb.removed"
+#: a replica removed because its primary's session was lost (it comes back, maybe with
+#: the same version, when the primary does): ``zb.removed`` is 2 then
+SESSION_LOST = 2
 
 #: a value as nodes exchange it: [topic, payload, fmt, headers, version, owner, updated,
 #: replica_of]
@@ -51,6 +56,18 @@ def newer(version: int, owner: str, than: tuple[int, str] | None) -> bool:
 def next_version(now_us: int, previous: int) -> int:
     """The version a node stamps on a write: its clock, never below the previous + 1."""
     return max(now_us, previous + 1)
+
+
+def covers(branch: str, pattern: str) -> bool:
+    """Does every topic ``pattern`` matches match ``branch`` too?"""
+    b = branch.split(".")
+    p = pattern.split(".")
+    for i, seg in enumerate(b):
+        if seg == ">":
+            return len(p) > i
+        if i >= len(p) or p[i] == ">" or (seg != "*" and seg != p[i]):
+            return False
+    return len(p) == len(b)
 
 
 def merge(into: dict[str, Value], values: Iterable[Value]) -> None:
@@ -72,6 +89,8 @@ class SnapshotGate:
     what the subscriber has seen of its topic (values, removals): so nothing the snapshot
     covered comes twice, and a losing owner's update (older version) is not delivered; nor
     is a removal of a topic the subscriber saw removed already (two owners removing theirs).
+    A replica removed because its primary's session was lost (``SESSION_LOST``) is told,
+    and forgotten: its value comes again when the primary returns.
     """
 
     def __init__(
@@ -79,7 +98,7 @@ class SnapshotGate:
         deliver: Callable[[Any], None],
         initial: Callable[[Value], Any],
         complete: Callable[[], None],
-        version_of: Callable[[Any], tuple[str, int, str, bool] | None],
+        version_of: Callable[[Any], tuple[str, int, str, int] | None],
     ) -> None:
         self._deliver = deliver
         self._initial = initial
@@ -121,6 +140,15 @@ class SnapshotGate:
         stamp = self._version_of(msg)
         if stamp is not None:
             topic, version, owner, removed = stamp
+            if removed == SESSION_LOST:
+                # told once; what comes when the primary returns is new whatever its version
+                if topic in self._gone:
+                    self.dropped += 1
+                    return
+                self.known.pop(topic, None)
+                self._gone.add(topic)
+                self._deliver(msg)
+                return
             seen = self.known.get(topic)
             if not newer(version, owner, seen):
                 self.dropped += 1

@@ -45,12 +45,15 @@ def value_message(pattern: str, v: Value) -> Message:
     return msg
 
 
-def _stamp(msg: Message) -> tuple[str, int, str, bool] | None:
+def _stamp(msg: Message) -> tuple[str, int, str, int] | None:
     h = msg.headers
     version = h.get(VERSION) if h else None
     if type(version) is not int:
         return None
-    return msg.topic, version, str(h.get(OWNER, "")), bool(h.get(REMOVED))
+    removed = h.get(REMOVED)
+    # True for a removal, SESSION_LOST (2) for a replica whose primary's session was lost
+    flag = removed if type(removed) is int else int(bool(removed))
+    return msg.topic, version, str(h.get(OWNER, "")), flag
 
 
 class StateMethods:

@@ -20,6 +20,7 @@ from ..store import OVERFLOW_POLICIES, RetainRule
 from ..topics import validate_pattern
 from .checks import check_float, check_int, validate_broker_id
 from .link import LINK_KEYS, LinkConfig
+from .replication import check_replicate
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -119,6 +120,7 @@ class NodeConfig:
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ConfigError(f"{src}: link name(s) used twice: {', '.join(sorted(dup))}")
+        check_replicate(links, src)
         self._set("links", links)
 
     def _check_discovery(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import Any
 
 from ...errors import InvalidTopic, ProtocolError
@@ -25,6 +25,7 @@ from ...topics import validate_pattern, validate_publish_topic
 from ...wire import frames
 from ...wire.state import check_answer, check_query, encode_answer, encode_query
 from .queries import Query, QueryBook
+from .replication import Replicas
 from .topics import Publish, StateTopics
 
 __all__ = ["StateFeature"]
@@ -41,6 +42,7 @@ _RESERVED_HEADERS = (VERSION, OWNER, REMOVED)
 
 class StateFeature(Feature):
     name = "state"
+    sink_sources = ("replica",)
 
     def __init__(self) -> None:
         self.book = QueryBook()
@@ -49,12 +51,16 @@ class StateFeature(Feature):
         self._route_wait: list[Query] = []
         self.sets = 0
         self.removals = 0
+        self.answered = 0  # queries from links (each once)
 
     def attach(self, ctx: Context) -> None:
         self._ctx = ctx
         assert ctx.store is not None
         self.table = StateTable(ctx.store.db)
         self.topics = StateTopics(self.table, ctx.broker_id)
+        self.replicas = Replicas(ctx.config.links, self.topics, self._sync, self._publish_here)
+        for branch in self.replicas.branches():
+            ctx.add_interest(branch, "replica")
 
     def ops(self) -> Sequence[Op]:
         return (
@@ -102,7 +108,31 @@ class StateFeature(Feature):
         qid = f"{ctx.broker_id}/{ctx.incarnation}/{next(self._ids)}"
         self.book.seen(qid)
         q = Query(qid, kind, pattern, ctx.broker_id, None, time.monotonic() + QUERY_TIMEOUT, req)
-        self._open(q, None)
+        # a pattern inside a branch this node replicates, in sync: the replicas answer
+        skip = self.replicas.served_here(pattern) if kind != "remove" else set()
+        self._open(q, None, skip=skip)
+
+    def _sync(self, link: Link, branch: str, done: Callable[[Query], None]) -> None:
+        """A replica's sync: a snapshot of ``branch`` over ``link`` only, to ``done``."""
+        ctx = self._ctx
+        qid = f"{ctx.broker_id}/{ctx.incarnation}/{next(self._ids)}"
+        self.book.seen(qid)
+        deadline = time.monotonic() + QUERY_TIMEOUT
+        q = Query(qid, "snapshot", branch, ctx.broker_id, None, deadline, on_done=done)
+        self._open(q, None, only=link)
+
+    def _publish_here(self, updates: list[Publish]) -> None:
+        """Deliver to this node's subscribers only (a replica caught up or removed: the
+        rest of the network has its updates from the primary)."""
+        if not updates:
+            return
+        ctx = self._ctx
+        me, inc, now = ctx.broker_id, ctx.incarnation, time.time()
+        msgs = []
+        for topic, payload, fmt, headers in updates:
+            ctx.counters.seq += 1
+            msgs.append([topic, payload, fmt, headers, me, inc, ctx.counters.seq, now, [me]])
+        ctx.pipeline.take(msgs, [((me,), (), 0)] * len(msgs), persistent=False)
 
     def _publish(self, updates: list[Publish]) -> None:
         if updates:
@@ -110,15 +140,22 @@ class StateFeature(Feature):
 
     # -- the echo ------------------------------------------------------------------------------
 
-    def _open(self, q: Query, came_by: Link | None) -> None:
-        """Forward ``q`` to the other links, do this node's part, answer if done."""
+    def _open(
+        self, q: Query, came_by: Link | None, only: Link | None = None, skip: Set[str] = frozenset()
+    ) -> None:
+        """Forward ``q`` to the other links (``only`` that one; not those in ``skip``), do
+        this node's part, answer if done."""
         self.book.pending[q.qid] = q
         frame = encode_query(q.qid, q.kind, q.pattern, q.origin)
         for link in list(self._ctx.links.by_engine_id.values()):
-            if link is not came_by and link.state is LinkState.UP:
+            if link is came_by or link.state is not LinkState.UP or link.engine_id in skip:
+                continue
+            if only is None or link is only:
                 q.waiting.add(link.engine_id)
                 self._out.append((link, frame))
-        if (
+        if q.on_done is not None:
+            q.local_done = True  # (a replica's sync: the primary's values only)
+        elif (
             q.kind == "snapshot"
             and q.origin != self._ctx.broker_id
             and not self._ctx.engine.has_route(q.pattern, q.origin)
@@ -144,6 +181,9 @@ class StateFeature(Feature):
     def _maybe_done(self, q: Query) -> None:
         if not q.done or self.book.pending.pop(q.qid, None) is None:
             return
+        if q.on_done is not None:
+            q.on_done(q)
+            return
         ctx = self._ctx
         values, gone = q.result()
         if q.reply_to is None:
@@ -164,6 +204,7 @@ class StateFeature(Feature):
         if self.book.seen(qid):
             self._out.append((link, encode_answer(qid, [], [], 0, True)))
             return 1
+        self.answered += 1
         q = Query(qid, kind, pattern, origin, link.engine_id, time.monotonic() + RELAY_TIMEOUT)
         self._open(q, link)
         return 1
@@ -197,9 +238,16 @@ class StateFeature(Feature):
         if self._route_wait:
             self._routes_came()
 
+    def link_up(self, link: Link, now: float) -> None:
+        self.replicas.link_up(link, now)
+
     def link_down(self, link: Link, now: float) -> None:
+        self.replicas.link_down(link, now)
         for q in self.book.link_gone(link.engine_id):
             self._maybe_done(q)
+
+    def sink(self, batch: list[list[Any]]) -> None:
+        self.replicas.sink(batch)
 
     def before_commit(self) -> None:
         self.table.write()
@@ -214,6 +262,7 @@ class StateFeature(Feature):
                     self._ctx.drop("state_" + links.send_error)
 
     def tick(self, now: float) -> None:
+        self.replicas.tick(now)
         if self._route_wait:
             self._routes_came()
         for q in self.book.overdue(now):
@@ -229,10 +278,13 @@ class StateFeature(Feature):
             "sets": self.sets,
             "removals": self.removals,
             "queries_pending": len(book.pending),
+            "queries_answered": self.answered,
             "route_waits": book.route_waits,
             "route_timeouts": book.route_timeouts,
             "queries_expired": book.expired,
         }
+        if self.replicas.by_name:
+            out["replication"] = self.replicas.status()
 
 
 def _frame_budget(link: Link) -> int:

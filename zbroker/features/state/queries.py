@@ -15,6 +15,7 @@ twice). This module is sans-IO: the feature gives it the time and sends its fram
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,9 @@ class Query:
     reply_to: str | None
     deadline: float
     request: Any = None  # the local client request
+    #: a query this node asked for itself (a replica's sync): its answer goes here, and
+    #: this node's own values are not part of it
+    on_done: Callable[[Query], None] | None = None
     waiting: set[str] = field(default_factory=set)  # links forwarded to, not yet answered
     local_done: bool = False
     values: dict[str, Value] = field(default_factory=dict)
