@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
+    "CANCELLED",
     "OWNER",
     "REMOVED",
     "SESSION_LOST",
@@ -42,6 +43,9 @@ REMOVED = "zb.removed"
 #: a replica removed because its primary's session was lost (it comes back, maybe with
 #: the same version, when the primary does): ``zb.removed`` is 2 then
 SESSION_LOST = 2
+
+#: how the node's error for a subscribe or fetch a missing-topic handler cancelled begins
+CANCELLED = "cancelled by a missing-topic handler"
 
 #: a value as nodes exchange it: [topic, payload, fmt, headers, version, owner, updated,
 #: replica_of]

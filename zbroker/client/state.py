@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from ..errors import BrokerUnreachable, RequestError, ZBrokerError
+from ..errors import BrokerUnreachable, RequestError, SubscriptionCancelled, ZBrokerError
 from ..stateful import OWNER, REMOVED, VERSION, SnapshotGate, Value
 from ..topics import validate_pattern, validate_publish_topic
 from ..wire import frames
 from .messages import Message, Subscription, encode_payload, message_from_fields
 
-__all__ = ["InitialMessage", "StateMethods", "value_message"]
+if TYPE_CHECKING:
+    from .thread import ClientThread
+
+__all__ = ["InitialMessage", "MissingTopic", "StateMethods", "value_message"]
 
 log = logging.getLogger("zbroker.client")
 
@@ -56,8 +60,25 @@ def _stamp(msg: Message) -> tuple[str, int, str, int] | None:
     return msg.topic, version, str(h.get(OWNER, "")), flag
 
 
+@dataclass(frozen=True, slots=True)
+class MissingTopic:
+    """A subscribe or fetch of ``pattern`` on node ``node`` matched no stateful topic;
+    ``branch`` is the handler's registered branch."""
+
+    pattern: str
+    node: str
+    branch: str
+
+
+MissingHandler = Callable[[MissingTopic], Any]
+
+
 class StateMethods:
     """The stateful-topic methods of :class:`~.api.Client`."""
+
+    _thread: ClientThread
+    _missing: dict[str, MissingHandler] | None = None
+    _missing_pool: ThreadPoolExecutor | None = None
 
     timeout: float
     request: Callable[..., dict[str, Any]]
@@ -111,6 +132,44 @@ class StateMethods:
             for v in sorted(values, key=lambda v: str(v[0]))
         ]
 
+    def on_missing_topic(self, branch: str, handler: MissingHandler) -> None:
+        """Handle missing topics under ``branch`` (a pattern): when a subscribe or fetch
+        (on this client's node or, through fan-out links, on a secondary) matches no
+        stateful topic, and ``branch`` is the most specific branch with a handler, the node
+        calls ``handler(MissingTopic)`` (on a thread of its own: it may ``set`` the topic)
+        and holds the request until it returns ``"proceed"`` (or True) or ``"cancel"``
+        (or False: ``subscribe``/``fetch`` raise SubscriptionCancelled). A handler that
+        raises proceeds. Registered with the node this client is connected to."""
+        validate_pattern(branch)
+        self._check("subscribe", branch)
+        if self._missing is None:
+            self._missing = {}
+            self._missing_pool = ThreadPoolExecutor(4, thread_name_prefix="zbroker-missing")
+            self._thread.on_missing = self._missing_notice
+        self._missing[branch] = handler
+        self.request(frames.STATE_HANDLER, {"branch": branch})
+
+    def _missing_notice(self, body: dict[str, Any]) -> None:
+        """(client thread) A notice: run its handler on the pool, send the verdict."""
+        handler = (self._missing or {}).get(str(body.get("branch")))
+        pool = self._missing_pool
+        if handler is None or pool is None:
+            return
+        notice = MissingTopic(str(body.get("pattern")), str(body.get("node")), str(body["branch"]))
+
+        def run() -> None:
+            try:
+                answer = handler(notice)
+            except Exception:
+                log.exception("missing-topic handler for %r raised: proceeding", notice.branch)
+                answer = "proceed"
+            verdict = "cancel" if answer is False or answer == "cancel" else "proceed"
+            self._command(
+                "send", (frames.STATE_MISSING, {"id": body.get("id"), "verdict": verdict})
+            )
+
+        pool.submit(run)
+
     def _subscribe_live(
         self, pattern: str, callback: Callable[[Message], Any], *, initial: bool
     ) -> Subscription:
@@ -148,7 +207,7 @@ class StateMethods:
             if error is None:
                 body = fut.result()
                 gate.snapshot(body.get("values", []), body.get("gone", []))
-            elif isinstance(error, RequestError):
+            elif isinstance(error, RequestError) and not isinstance(error, SubscriptionCancelled):
                 # a node without topics with state (older): the subscription is live only
                 log.debug("no snapshot for %r: %s", pattern, error)
                 gate.snapshot([], [])
@@ -161,7 +220,12 @@ class StateMethods:
             self._post_command(
                 "req", (frames.STATE_FETCH, {"pattern": pattern, "snapshot": True}), answer
             )
-            answer.result(self.timeout)
+            try:
+                answer.result(self.timeout)
+            except SubscriptionCancelled:
+                raise
+            except RequestError:
+                pass  # (a node without topics with state: live only, see answered)
             if not sub.snapshot.wait(self.timeout):
                 raise FutureTimeout
         except FutureTimeout:

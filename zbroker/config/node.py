@@ -45,6 +45,8 @@ class NodeConfig:
     hwm: int = DEFAULT_HWM
     group: str = "default"
     links: tuple[LinkConfig, ...] = ()
+    #: seconds a subscribe or fetch waits for missing-topic handlers (then proceeds)
+    missing_topic_timeout: float = 2.0
     #: LAN discovery (mDNS). Off for an embedded Broker unless asked; ``zbroker start``
     #: turns it on unless --no-discovery.
     discovery: bool = False
@@ -121,6 +123,7 @@ class NodeConfig:
         if dup:
             raise ConfigError(f"{src}: link name(s) used twice: {', '.join(sorted(dup))}")
         check_replicate(links, src)
+        check_float(self.missing_topic_timeout, f"{src}: state.missing_topic_timeout", 0.01, 3600)
         self._set("links", links)
 
     def _check_discovery(self) -> None:

@@ -36,6 +36,7 @@ _SCHEMA: dict[str, dict[str, str]] = {
         "overflow": "forward_overflow",
         "sticky_ttl": "sticky_ttl",
     },
+    "state": {"missing_topic_timeout": "missing_topic_timeout"},
 }
 
 

@@ -13,8 +13,11 @@ from .link import encode_link
 
 __all__ = [
     "QUERY_KINDS",
+    "VERDICTS",
     "check_answer",
     "check_gone",
+    "check_missing_ask",
+    "check_missing_reply",
     "check_query",
     "check_value",
     "encode_answer",
@@ -66,6 +69,28 @@ def check_answer(value: list[Any]) -> tuple[str, list[Any], list[Any], int, bool
     for g in value[3]:
         check_gone(g)
     return value[1], value[2], value[3], value[4], value[5]
+
+
+VERDICTS = ("proceed", "cancel", "none")
+
+
+def check_missing_ask(value: list[Any]) -> tuple[str, str, str]:
+    """``[57, mid, pattern, node]``."""
+    if len(value) != 4 or not all(type(v) is str for v in value[1:]):
+        raise ProtocolError("bad_shape", "MISSING_ASK must be [57, mid, pattern, node]")
+    try:
+        validate_pattern(value[2])
+        validate_broker_id(value[3])
+    except Exception as exc:
+        raise ProtocolError("bad_value", f"MISSING_ASK: {exc}") from exc
+    return value[1], value[2], value[3]
+
+
+def check_missing_reply(value: list[Any]) -> tuple[str, str]:
+    """``[58, mid, verdict]``."""
+    if len(value) != 3 or type(value[1]) is not str or value[2] not in VERDICTS:
+        raise ProtocolError("bad_shape", "MISSING_REPLY must be [58, mid, verdict]")
+    return value[1], value[2]
 
 
 def check_value(v: Any) -> None:

@@ -9,6 +9,7 @@ remote parts wait until the subscription's interest reached them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -19,11 +20,12 @@ from ...errors import InvalidTopic, ProtocolError
 from ...links.state import Link, LinkState
 from ...node import Feature, Op, Request
 from ...node.context import Context
-from ...stateful import OWNER, REMOVED, VERSION
+from ...stateful import CANCELLED, OWNER, REMOVED, VERSION
 from ...store.state import StateTable
 from ...topics import validate_pattern, validate_publish_topic
 from ...wire import frames
 from ...wire.state import check_answer, check_query, encode_answer, encode_query
+from .missing import MissingTopics
 from .queries import Query, QueryBook
 from .replication import Replicas
 from .topics import Publish, StateTopics
@@ -61,16 +63,27 @@ class StateFeature(Feature):
         self.replicas = Replicas(ctx.config.links, self.topics, self._sync, self._publish_here)
         for branch in self.replicas.branches():
             ctx.add_interest(branch, "replica")
+        self.missing = MissingTopics(ctx, self.topics, self.replicas, self._queue)
+
+    def _queue(self, link: Link, frame: bytes) -> None:
+        self._out.append((link, frame))
 
     def ops(self) -> Sequence[Op]:
         return (
             Op(frames.STATE_SET, self._set, _publish_subject),
             Op(frames.STATE_REMOVE, self._remove, _pattern_subject("publish")),
             Op(frames.STATE_FETCH, self._fetch, _pattern_subject("subscribe")),
+            Op(frames.STATE_HANDLER, self.missing.register, _branch_subject),
+            Op(frames.STATE_MISSING, self.missing.verdict),
         )
 
     def link_frames(self) -> Mapping[int, Any]:
-        return {frames.STATE_QUERY: self._on_query, frames.STATE_ANSWER: self._on_answer}
+        return {
+            frames.STATE_QUERY: self._on_query,
+            frames.STATE_ANSWER: self._on_answer,
+            frames.MISSING_ASK: self.missing.on_ask,
+            frames.MISSING_REPLY: self.missing.on_reply,
+        }
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -186,6 +199,10 @@ class StateFeature(Feature):
             return
         ctx = self._ctx
         values, gone = q.result()
+        if q.reply_to is None and q.kind != "remove" and not values and not q.checked:
+            if self.missing.relevant(q.pattern):  # (held until the handlers answer)
+                self.missing.ask(q.pattern, ctx.broker_id, functools.partial(self._asked, q))
+                return
         if q.reply_to is None:
             if q.kind == "remove":
                 # after the commit: the tombstones are stored when the client hears it
@@ -198,6 +215,23 @@ class StateFeature(Feature):
         if link is not None:
             for frame in _answer_frames(q.qid, values, gone, q.removed, _frame_budget(link)):
                 self._out.append((link, frame))
+
+    def _asked(self, q: Query, verdict: str) -> None:
+        """The missing-topic handlers answered ``q`` (which matched nothing)."""
+        ctx = self._ctx
+        if verdict == "cancel":
+            ctx.error(q.request, f"{CANCELLED} (subscribe or fetch of {q.pattern!r})")
+            return
+        if verdict == "none":
+            self.missing.counts["unhandled"] += 1
+            log.warning("missing topic %r: no handler reachable: proceeding", q.pattern)
+        # proceed: read again (a handler may have created the topic meanwhile)
+        qid = f"{ctx.broker_id}/{ctx.incarnation}/{next(self._ids)}"
+        self.book.seen(qid)
+        deadline = time.monotonic() + QUERY_TIMEOUT
+        again = Query(qid, q.kind, q.pattern, q.origin, None, deadline, q.request, checked=True)
+        skip = self.replicas.served_here(q.pattern)
+        self._open(again, None, skip=skip)
 
     def _on_query(self, link: Link, value: list[Any]) -> int:
         qid, kind, pattern, origin = check_query(value)
@@ -243,6 +277,7 @@ class StateFeature(Feature):
 
     def link_down(self, link: Link, now: float) -> None:
         self.replicas.link_down(link, now)
+        self.missing.link_down(link)
         for q in self.book.link_gone(link.engine_id):
             self._maybe_done(q)
 
@@ -263,6 +298,7 @@ class StateFeature(Feature):
 
     def tick(self, now: float) -> None:
         self.replicas.tick(now)
+        self.missing.tick(now)
         if self._route_wait:
             self._routes_came()
         for q in self.book.overdue(now):
@@ -282,6 +318,7 @@ class StateFeature(Feature):
             "route_waits": book.route_waits,
             "route_timeouts": book.route_timeouts,
             "queries_expired": book.expired,
+            "missing": self.missing.status(),
         }
         if self.replicas.by_name:
             out["replication"] = self.replicas.status()
@@ -324,6 +361,11 @@ def _check_set(topic: Any, payload: Any, fmt: Any, headers: Any) -> None:
 def _publish_subject(body: dict[str, Any]) -> Iterable[tuple[str, str]]:
     topic = body.get("topic")
     return (("publish", topic),) if isinstance(topic, str) else ()
+
+
+def _branch_subject(body: dict[str, Any]) -> Iterable[tuple[str, str]]:
+    branch = body.get("branch")
+    return (("subscribe", branch),) if isinstance(branch, str) else ()
 
 
 def _pattern_subject(kind: str) -> Any:

@@ -40,6 +40,7 @@ class Query:
     #: a query this node asked for itself (a replica's sync): its answer goes here, and
     #: this node's own values are not part of it
     on_done: Callable[[Query], None] | None = None
+    checked: bool = False  # missing-topic handlers were asked already (its second run)
     waiting: set[str] = field(default_factory=set)  # links forwarded to, not yet answered
     local_done: bool = False
     values: dict[str, Value] = field(default_factory=dict)
