@@ -19,7 +19,7 @@ what arrives live that the snapshot already covers is dropped by version.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 __all__ = [
@@ -207,14 +207,19 @@ class TopicTrie:
 
     def match(self, pattern: str) -> list[str]:
         """Every topic ``pattern`` matches (``*`` one segment, ``>`` one or more)."""
-        out: list[str] = []
+        return list(self.iter_match(pattern))
+
+    def any_match(self, pattern: str) -> bool:
+        return next(self.iter_match(pattern), None) is not None
+
+    def iter_match(self, pattern: str) -> Iterator[str]:
         stack: list[tuple[dict[str, Any], int]] = [(self._root, 0)]
         segs = pattern.split(".")
         while stack:
             node, i = stack.pop()
             if i == len(segs):
                 if _END in node:
-                    out.append(node[_END])
+                    yield node[_END]
                 continue
             seg = segs[i]
             if seg == ">":
@@ -225,11 +230,10 @@ class TopicTrie:
                         if k:
                             below.append(c)
                         else:
-                            out.append(c)
+                            yield c
             elif seg == "*":
                 stack.extend((c, i + 1) for k, c in node.items() if k)
             else:
                 child = node.get(seg)
                 if child is not None:
                     stack.append((child, i + 1))
-        return out

@@ -206,7 +206,12 @@ class StateMethods:
             error = fut.exception()
             if error is None:
                 body = fut.result()
-                gate.snapshot(body.get("values", []), body.get("gone", []))
+                values, gone = body.get("values", []), body.get("gone", [])
+                gate.snapshot(values, gone)
+                if not values and not gone:
+                    # nothing to join: live messages go straight to the callback (no
+                    # call per message added to a plain subscription)
+                    sub.callback = callback
             elif isinstance(error, RequestError) and not isinstance(error, SubscriptionCancelled):
                 # a node without topics with state (older): the subscription is live only
                 log.debug("no snapshot for %r: %s", pattern, error)

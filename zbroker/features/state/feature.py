@@ -171,8 +171,11 @@ class StateFeature(Feature):
         elif (
             q.kind == "snapshot"
             and q.origin != self._ctx.broker_id
+            and self.topics.trie.any_match(q.pattern)
             and not self._ctx.engine.has_route(q.pattern, q.origin)
         ):
+            # (a node holding nothing the pattern matches answers at once: in a tree the
+            # route arrives before the query anyway, links carrying frames in order)
             self.book.route_waits += 1
             self._route_wait.append(q)  # (its part when the route comes, or the deadline)
         else:
