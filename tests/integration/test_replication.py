@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import Collector
 from zbroker import Broker, Client
-from zbroker.config import LinkConfig, NodeConfig
+from zbroker.config import LinkConfig, NodeConfig, load_config
 from zbroker.errors import ConfigError
 
 from .test_durable import FAST_LINK
@@ -88,3 +88,16 @@ def test_replicas_follow_the_primary_and_serve_the_secondary(
     assert "PRICE.4" not in got and got["PRICE.3"] == 33
     assert s.status()["state"]["replicas"] == 20 and s.status()["state"]["owned"] == 0
     assert replication(s)["applied"] == 3 and replication(s)["lag"] is not None
+
+
+def test_the_toml_keys_of_topics_with_state(tmp_path: Path) -> None:
+    cfg = tmp_path / "n.toml"
+    cfg.write_text(
+        '[state]\nmissing_topic_timeout = 0.5\n[[link]]\nname = "fan"\n'
+        'uri = "tcp://127.0.0.1:7100"\nreplicate = ["PRICE.>"]\n'
+    )
+    node = load_config(cfg)
+    assert node.missing_topic_timeout == 0.5 and node.links[0].replicate == ("PRICE.>",)
+    cfg.write_text("[state]\nmissing_topic_timeout = -1\n")
+    with pytest.raises(ConfigError, match=r"state\.missing_topic_timeout"):
+        load_config(cfg)
