@@ -350,7 +350,12 @@ def _answer_frames(
 
 
 def _check_set(topic: Any, payload: Any, fmt: Any, headers: Any) -> None:
-    if type(topic) is not str or type(payload) is not bytes or fmt not in frames.FMTS:
+    if (
+        type(topic) is not str
+        or type(payload) is not bytes
+        or type(fmt) is not int
+        or fmt not in frames.FMTS
+    ):
         raise ProtocolError("bad_type", "STATE_SET needs topic, payload bytes and fmt")
     if headers is not None and (
         type(headers) is not dict or not all(type(k) is str for k in headers)
