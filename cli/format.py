@@ -54,9 +54,18 @@ def format_message_json(msg: Message, log_seq: int | None = None) -> str:
             "headers": _jsonable(msg.headers),
             "payload": _jsonable(payload),
             "payload_encoding": encoding,
+            **_state_fields(msg),
         },
         separators=(",", ":"),
     )
+
+
+def _state_fields(msg: Message) -> dict[str, Any]:
+    """A stateful topic's version, and whether it is a snapshot value or a removal."""
+    version = getattr(msg, "version", None)
+    if version is None:
+        return {}
+    return {"version": version, "initial": msg.initial, "removed": msg.removed}
 
 
 def format_message_text(msg: Message) -> str:

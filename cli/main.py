@@ -8,7 +8,8 @@ and registers itself on the group :data:`cli` when imported here:
 * :mod:`.inspection` — ``status``, ``routes``, ``peers``, ``replay``;
 * :mod:`.simulate` — ``simulate``;
 * :mod:`.queues` — ``queues``;
-* :mod:`.events` — ``events``.
+* :mod:`.events` — ``events``;
+* :mod:`.state` — ``set``, ``remove``, ``fetch``, ``topics`` (topics with state).
 
 Every option of ``start`` can also come from an environment variable (``ZBROKER_PORT``, ...)
 and from the TOML config file; precedence is flag > environment > file > default.
@@ -18,7 +19,7 @@ User mistakes (bad topic, unreachable node, bad config) print one line and exit 
 from __future__ import annotations
 
 # imported for their effect: each module registers its commands on `cli`
-from . import events, inspection, node, pubsub, queues, simulate  # noqa: F401
+from . import events, inspection, node, pubsub, queues, simulate, state  # noqa: F401
 from .app import DEFAULT_BROKER, cli
 from .signals import SignalStop
 

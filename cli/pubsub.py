@@ -18,6 +18,7 @@ import click
 from .app import broker_option, cli, connect, connection_options
 from .format import format_message_json, format_message_text
 from .signals import SignalStop
+from .state import SnapshotMarks
 
 
 def _parse_headers(values: tuple[str, ...]) -> dict[str, Any] | None:
@@ -190,6 +191,12 @@ def _check_sub_options(
     help="Join queue group NAME: each message goes to one member of the group, "
     "network-wide (not with --durable).",
 )
+@click.option(
+    "--no-initial",
+    "no_initial",
+    is_flag=True,
+    help="No snapshot of the stateful topics first: live messages only.",
+)
 @connection_options()
 def sub(
     patterns: tuple[str, ...],
@@ -199,6 +206,7 @@ def sub(
     selector: str | None,
     shared: bool,
     queue: str | None,
+    no_initial: bool,
     **conn: Any,
 ) -> None:
     """Print messages matching PATTERN(s) until Ctrl-C (or --count)."""
@@ -208,11 +216,14 @@ def sub(
     lock = threading.Lock()
     fmt = format_message_json if as_json else format_message_text
 
+    marks = SnapshotMarks(as_json)
+
     def on_message(msg: Any) -> None:
         nonlocal seen
         with lock:
             if done.is_set():
                 return
+            marks.saw(msg)
             click.echo(fmt(msg))
             seen += 1
             if count is not None and seen >= count:
@@ -229,9 +240,12 @@ def sub(
     with connect(**conn) as client:
         for p in patterns:
             handle = client.subscribe(
-                p, on_message, durable=durable, selector=selector, queue=queue, shared=shared
-            )
+                p, on_message, durable=durable, selector=selector, queue=queue, shared=shared,
+                initial=not no_initial,
+            )  # fmt: skip
             handle.on_gap = functools.partial(_print_gap, lock, as_json, p)
+            with lock:
+                marks.mark(p)
         click.echo(f"subscribed to {', '.join(patterns)} on {client.broker_id}", err=True)
         while not done.is_set() and not signals.wait(0.2):
             pass

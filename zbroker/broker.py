@@ -37,6 +37,7 @@ from .features.persistent import PersistentPublish
 from .features.queues import QueueGroups
 from .features.retention import Retention
 from .features.staging import StagedWrites
+from .features.state import StateFeature
 from .identity import DataDirLock, Identity, open_identity
 from .node import CALL, STOP, Feature, Node, command_client, format_endpoint
 from .node.reload import reload_security
@@ -64,6 +65,7 @@ def node_features(config: NodeConfig) -> list[Feature]:
         GapNotices(),
         *([Monitor(config.monitor)] if config.monitor.on else []),  # off by default
         *([Advisories()] if config.advisories.enabled else []),
+        StateFeature(),
     ]
 
 

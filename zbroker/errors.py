@@ -11,7 +11,8 @@
      ├── BrokerUnreachable      no node answered within the timeout
      ├── PublishTimeout         the node did not accept a message within the timeout
      ├── RequestError           the node answered a control request with an error
- ├── SelectorError          a message selector is not valid (where, and what was expected)
+     │    └── SubscriptionCancelled  a missing-topic handler cancelled a subscribe/fetch
+     ├── SelectorError          a message selector is not valid (where, and what was expected)
      └── ClientClosed           the client was used after close()
 
 Lower-layer errors (``zmq.ZMQError``, ``OSError``, ``msgpack`` exceptions) are mapped to
@@ -68,6 +69,10 @@ class PublishTimeout(ZBrokerError):
 
 class RequestError(ZBrokerError):
     """The node refused or failed a control request; the message is the node's reason."""
+
+
+class SubscriptionCancelled(RequestError):
+    """A missing-topic handler answered ``cancel`` to this subscribe or fetch."""
 
 
 class ClientClosed(ZBrokerError):

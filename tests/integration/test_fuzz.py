@@ -73,8 +73,11 @@ from zbroker.config import validate_broker_id
 from zbroker.const import LINK_FRAME_SLACK, PROTOCOL_VERSION
 from zbroker.errors import ConfigError, InvalidTopic, ProtocolError
 from zbroker.features.staging import Staging, StagingError
+from zbroker.stateful import OWNER, REMOVED, VERSION
 from zbroker.store import RetainRule
 from zbroker.topics import validate_pattern, validate_publish_topic, validate_topic
+from zbroker.wire import frames as wire_frames
+from zbroker.wire import state as wire_state
 from zbroker.wire.frames import GAP
 from zbroker.wire.gaps import check_gap
 
@@ -202,9 +205,27 @@ def _publish_request_outcome(body: dict[str, Any]) -> str | None:
     return None
 
 
+def _state_set_outcome(body: dict[str, Any]) -> str | None:
+    """A STATE_SET's checks, in the node's order: types, the node's own headers (version,
+    owner, removed), the topic."""
+    if type(body.get("topic")) is not str:
+        return "bad_type"
+    headers = body.get("headers")
+    reason = _publish_request_outcome({**body, "topic": "FZ.ok"})
+    if reason is None and headers and any(k in headers for k in (VERSION, OWNER, REMOVED)):
+        return "bad_value"
+    return reason or _publish_request_outcome(body)
+
+
 # every op of the protocol is a request a client may send, except the two the node sends
 _REQUEST_OPS = frozenset(wire.OPS) - {wire.DELIVER, wire.QDELIVER, wire.ERROR}
 _STAGING_OPS = frozenset({wire.STAGE, wire.STAGE_COMMIT, wire.STAGE_ABORT})
+_STATE_LINK_CHECKS: dict[int, Callable[[list[Any]], Any]] = {
+    wire.STATE_QUERY: wire_state.check_query,
+    wire.STATE_ANSWER: wire_state.check_answer,
+    wire_frames.MISSING_ASK: wire_state.check_missing_ask,
+    wire_frames.MISSING_REPLY: wire_state.check_missing_reply,
+}
 
 
 class StagingOracle:
@@ -389,6 +410,12 @@ def _link_frame_outcome(value: list[Any], bad: Counter[str]) -> None:
         except ProtocolError as exc:
             bad[exc.reason] += 1
         return
+    if op in _STATE_LINK_CHECKS:  # topics with state (zbroker.wire.state)
+        try:
+            _STATE_LINK_CHECKS[op](value)
+        except ProtocolError as exc:
+            bad[exc.reason] += 1
+        return
     if op == wire.LINK_REFUSE:  # malformed (a well-formed one is never sent on the link)
         bad["bad_shape"] += 1
         return
@@ -426,6 +453,11 @@ def control_outcome(
         return bad, 0
     if op == wire.PUBLISH:
         reason = _publish_request_outcome(value[2])
+        if reason is None:
+            return bad, 1
+        bad[reason] += 1
+    elif op == wire.STATE_SET:
+        reason = _state_set_outcome(value[2])
         if reason is None:
             return bad, 1
         bad[reason] += 1

@@ -43,13 +43,14 @@ from .publisher import Publisher
 from .queues import QueueMembers, check_consumer_options
 from .reads import iterate, log_range, read_log
 from .sessions import Settings
+from .state import StateMethods
 from .subscriber import Subscriptions
 from .thread import ClientThread
 
 __all__ = ["Client"]
 
 
-class Client:
+class Client(StateMethods):
     """A connection to one node. Thread-safe; callbacks run on the client's own thread."""
 
     def __init__(
@@ -248,8 +249,11 @@ class Client:
         max_bytes: int = 0,
         max_age: float = 0.0,
         overflow: str = "drop-oldest",
+        initial: bool = True,
     ) -> Subscription:
-        """Call ``callback(message)`` for every message matching ``pattern``.
+        """Call ``callback(message)`` for every message matching ``pattern``: first the
+        current value of each stateful topic it matches (``message.initial``; then
+        ``Subscription.snapshot`` is set), then live ones (``initial=False``: only live).
 
         Returns once the node has the subscription; raises InvalidTopic for a bad pattern
         and BrokerUnreachable if the node does not confirm within the timeout.
@@ -284,16 +288,7 @@ class Client:
             bounds: dict[str, Any] = {"max_msgs": max_msgs, "max_bytes": max_bytes}
             bounds |= {"max_age": max_age, "overflow": overflow, "shared": shared}
             return self._durables.subscribe(pattern, callback, durable, credit, bounds)
-        sub, name = self._subscriptions.add(pattern, callback, selector)
-        try:
-            self._command("sub", name).result(self.timeout)
-        except FutureTimeout:
-            sub.unsubscribe()
-            raise BrokerUnreachable(
-                f"node at {self.address} did not confirm subscription {pattern!r} within "
-                f"{self.timeout:g} s"
-            ) from None
-        return sub
+        return self._subscribe_live(pattern, callback, initial=initial, selector=selector)
 
     def detach_durable(self, name: str) -> None:
         """Detach durable ``name`` (as ``unsubscribe()`` on its handle; safe from its own
@@ -368,8 +363,11 @@ class Client:
 
     def _command(self, name: str, arg: Any) -> Future[Any]:
         fut: Future[Any] = Future()
-        self._post_persistent((name, arg, fut), command=True)
+        self._post_command(name, arg, fut)
         return fut
+
+    def _post_command(self, name: str, arg: Any, fut: Future[Any]) -> None:
+        self._post_persistent((name, arg, fut), command=True)
 
     def _post_persistent(self, publish: Any, *, command: bool = False) -> None:
         """A persistent publish (or with ``command`` any command) to the client thread."""

@@ -13,7 +13,14 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from ..errors import BrokerUnreachable, PayloadError, PermissionDenied, RequestError
+from ..errors import (
+    BrokerUnreachable,
+    PayloadError,
+    PermissionDenied,
+    RequestError,
+    SubscriptionCancelled,
+)
+from ..stateful import CANCELLED
 from ..wire import ERROR, encode_control
 from .sessions import Session
 
@@ -105,6 +112,8 @@ class Requests:
 def _error(body: dict[str, Any]) -> RequestError:
     text = str(body.get("message", "request failed"))
     error = PermissionDenied if text.startswith("permission denied") else RequestError
+    if text.startswith(CANCELLED):
+        error = SubscriptionCancelled
     return error(text)
 
 

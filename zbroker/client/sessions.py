@@ -233,7 +233,7 @@ class Sessions:
             except ProtocolError as exc:
                 log.warning("bad control reply from node: %s", exc)
                 continue
-            if req_id == 0 and op != wire.DELIVER and op != wire.QDELIVER:
+            if req_id == 0 and op not in (wire.DELIVER, wire.QDELIVER, wire.STATE_MISSING):
                 self._on_node(session, op, body, now)
                 continue
             self._events.control_frame(session, op, req_id, body)

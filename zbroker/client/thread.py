@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -70,6 +71,8 @@ class ClientThread:
         self._queues = queues
         #: the primary node's HELLO reply (``Client.hello``)
         self.hello: dict[str, Any] = {}
+        #: missing-topic notices go here (set by Client.on_missing_topic)
+        self.on_missing: Callable[[dict[str, Any]], None] | None = None
         self.ready: Future[dict[str, Any]] = Future()
         self.subscriber = Subscriber(ctx, hwm, callbacks)
         self._persistent = persistent = publisher.persistent
@@ -234,7 +237,10 @@ class ClientThread:
         self._queues.rejoin(session)
 
     def control_frame(self, session: Session, op: int, req_id: int, body: Any) -> None:
-        if req_id == 0:  # (the only ones Sessions passes on: a durable or queue delivery)
+        if req_id == 0 and op == wire.STATE_MISSING:
+            if self.on_missing is not None:
+                self.on_missing(body)  # (a missing-topic notice: Client.on_missing_topic)
+        elif req_id == 0:  # (the others Sessions passes on: a durable or queue delivery)
             (self._queues.deliver if op == wire.QDELIVER else self._durables.deliver)(body)
         else:
             self._requests.reply(op, req_id, body)

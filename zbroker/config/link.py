@@ -43,6 +43,8 @@ class LinkConfig:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     static: tuple[str, ...] = ()
+    #: fan-out: branches of the peer's stateful topics this node keeps replicas of
+    replicate: tuple[str, ...] = ()
     heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
     reconnect_initial_delay: float = DEFAULT_RECONNECT_INITIAL
@@ -75,7 +77,7 @@ class LinkConfig:
 
     def _check_filters(self, where: str) -> None:
         """include/exclude/static: pattern lists, and every static pattern can cross."""
-        for name in ("include", "exclude", "static"):
+        for name in ("include", "exclude", "static", "replicate"):
             object.__setattr__(self, name, check_patterns(getattr(self, name), f"{where}: {name}"))
         for pattern in self.static if self.include else ():
             if not any(patterns_overlap(pattern, inc) for inc in self.include):

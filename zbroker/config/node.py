@@ -23,6 +23,7 @@ from .checks import check_float, check_int, check_patterns, validate_broker_id
 from .link import LINK_KEYS, LinkConfig
 from .monitor import MonitorConfig
 from .queues import QueueRule, check_queue_rules
+from .replication import check_replicate
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -47,6 +48,8 @@ class NodeConfig:
     hwm: int = DEFAULT_HWM
     group: str = "default"
     links: tuple[LinkConfig, ...] = ()
+    #: seconds a subscribe or fetch waits for missing-topic handlers (then proceeds)
+    missing_topic_timeout: float = 2.0
     #: LAN discovery (mDNS). Off for an embedded Broker unless asked; ``zbroker start``
     #: turns it on unless --no-discovery.
     discovery: bool = False
@@ -141,6 +144,8 @@ class NodeConfig:
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ConfigError(f"{src}: link name(s) used twice: {', '.join(sorted(dup))}")
+        check_replicate(links, src)
+        check_float(self.missing_topic_timeout, f"{src}: state.missing_topic_timeout", 0.01, 3600)
         self._set("links", links)
 
     def _check_discovery(self) -> None:

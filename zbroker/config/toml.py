@@ -40,6 +40,7 @@ _SCHEMA: dict[str, dict[str, str]] = {
         "sticky_ttl": "sticky_ttl",
     },
     "routing": {"local": "local_branches"},
+    "state": {"missing_topic_timeout": "missing_topic_timeout"},
 }
 
 

@@ -154,6 +154,10 @@ class RoutingEngine:
         """The sticky entries held from ``link_id`` (to restore a ghost after a restart)."""
         return self._table.sticky_entries(link_id)
 
+    def has_route(self, pattern: str, origin: str) -> bool:
+        """Does this node route messages on ``pattern`` toward ``origin`` (a best entry)?"""
+        return (pattern, origin) in self._table.best
+
     def entry_count(self) -> int:
         """Interest entries held (every link's, not only the best)."""
         return self._table.entry_count()

@@ -143,6 +143,20 @@ QDELIVER   33     node to client, req_id 0: ``{member, n, msgs: [[topic, payload
                   headers, origin, incarnation, seq, ts], ...]}``: the member's deliveries
                   numbered ``n - len(msgs) + 1 .. n`` (1, 2, ... per membership); at most
                   ``credit`` unacknowledged at a time
+STATE_SET  50     request ``{topic, payload, fmt, headers}``: set a stateful topic's value
+                  (see :mod:`zbroker.stateful`); reply after the store commit
+                  ``{version, owner}``
+STATE_REMOVE 51   request ``{pattern}``: remove the stateful topics it matches, on every
+                  node; reply ``{removed: int}``
+STATE_FETCH 52    request ``{pattern, snapshot?: bool}``: the current values
+                  on every node; reply ``{values: [value...], gone: [[topic, version,
+                  owner]...]}`` (``gone``: removals, with ``snapshot``); a value is
+                  ``[topic, payload, fmt, headers, version, owner, updated, replica_of]``
+STATE_HANDLER 53  request ``{branch, remove?: bool}``: this connection handles missing
+                  topics under ``branch``; reply ``{}``
+STATE_MISSING 54  node to client, req_id 0: ``{id, pattern, node, branch}`` (a subscribe or
+                  fetch of ``pattern`` on ``node`` matched no stateful topic); client to
+                  node, one-way: ``{id, verdict: "proceed" | "cancel"}``
 =========  =====  ===========================================================
 
 Links (dialing node's DEALER → other node's ROUTER, ``PORT``; the DEALER's routing id is
@@ -172,6 +186,24 @@ types 16 and up, so the ROUTER tells them from control requests by the first ele
 :mod:`zbroker.routing.groups`): a MSGS entry whose last field is ``[target, group key]``;
 every node forwards it toward ``target`` alone. ``QCAP`` floods the capacity behind each
 group key per origin (a newer ``stamp`` replaces an older one).
+
+    STATE_QUERY   [55, qid: str, kind: str, pattern: str, origin: str]
+    STATE_ANSWER  [56, qid: str, values: [value...], gone: [[topic, version, owner]...],
+                   removed: int, last: bool]
+    MISSING_ASK   [57, mid: str, pattern: str, node: str]
+    MISSING_REPLY [58, mid: str, verdict: "proceed" | "cancel" | "none"]
+
+``STATE_QUERY`` asks a node and, through it, every node behind it (each forwards a query
+once, to its other links, and answers with what it and they hold, once they all answered
+or their links went down): ``kind`` ``fetch``, ``snapshot`` (the node first waits until it
+routes ``pattern`` toward ``origin``, so no update after its answer misses the subscriber)
+or ``remove``. A query seen before is answered empty at once (meshes). An answer too large
+for one frame comes in several; the last says ``last``.
+
+``MISSING_ASK`` goes from a secondary to its primary (a link with ``replicate``): a
+subscribe or fetch on ``node`` matched no stateful topic; the primary asks its most
+specific handler (and its own primaries) unless it has a topic ``pattern`` matches, and
+answers the verdict (``none``: no handler anywhere).
 
 ``ADVERT`` carries interest entries (``path`` nil withdraws; ``full`` replaces the
 receiver's table for this link). An entry with a fourth element ``true`` is *sticky*: it is
@@ -302,3 +334,24 @@ I64 = 1 << 63
 TS_MAX = 1e15
 #: (reason, detail) of each element a batch check refused
 Errors = list[tuple[str, str]]
+
+# topics with state (:mod:`zbroker.stateful`): control ops 50-54, link types 55-59
+STATE_SET = 50
+STATE_REMOVE = 51
+STATE_FETCH = 52
+STATE_HANDLER = 53
+STATE_MISSING = 54
+STATE_QUERY = 55
+STATE_ANSWER = 56
+MISSING_ASK = 57
+MISSING_REPLY = 58
+OPS.update(
+    {
+        STATE_SET: "STATE_SET",
+        STATE_REMOVE: "STATE_REMOVE",
+        STATE_FETCH: "STATE_FETCH",
+        STATE_HANDLER: "STATE_HANDLER",
+        STATE_MISSING: "STATE_MISSING",
+    }
+)
+LINK_TYPES = LINK_TYPES | {STATE_QUERY, STATE_ANSWER, MISSING_ASK, MISSING_REPLY}

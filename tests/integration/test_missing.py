@@ -1,0 +1,162 @@
+"""Missing-topic notifications on in-thread nodes: proceed (the handler creates the
+topic), cancel, timeout, the most specific handler, several handlers, no handler
+reachable, across fan-out links (two tiers), and a link dropping mid-flight."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.helpers import Collector
+from zbroker import Broker, Client
+from zbroker.client.state import MissingTopic
+from zbroker.config import LinkConfig
+from zbroker.errors import SubscriptionCancelled
+
+from .test_durable import FAST_LINK
+
+WAIT = 30.0
+BrokerFactory = Callable[..., Broker]
+ClientFactory = Callable[..., Client]
+
+
+class Handler:
+    """Records its notices; creates the topic and proceeds, or cancels, or waits."""
+
+    def __init__(self, client: Client, answer: str = "proceed", delay: float = 0.0) -> None:
+        self.client, self.answer, self.delay = client, answer, delay
+        self.notices: list[MissingTopic] = []
+        self.release = threading.Event()
+
+    def __call__(self, notice: MissingTopic) -> str:
+        self.notices.append(notice)
+        if self.delay:
+            self.release.wait(self.delay)
+        if self.answer == "proceed":
+            self.client.set(notice.pattern, "made by " + notice.branch)
+        return self.answer
+
+
+def missing(node: Broker) -> dict[str, Any]:
+    m: dict[str, Any] = node.status()["state"]["missing"]
+    return m
+
+
+def wait_for(cond: Callable[[], bool], what: Callable[[], Any]) -> None:
+    deadline = time.monotonic() + WAIT
+    while not cond():
+        assert time.monotonic() < deadline, what()
+        time.sleep(0.05)
+
+
+def fan(broker_factory: BrokerFactory, tiers: int = 1, **options: Any) -> list[Broker]:
+    """P, then secondaries each replicating PRICE.> from the one before."""
+    nodes = [broker_factory(broker_id="P", **options)]
+    for i in range(tiers):
+        link = LinkConfig(name="fan", uri=nodes[-1].endpoint, replicate=("PRICE.>",), **FAST_LINK)
+        nodes.append(broker_factory(broker_id=f"S{i + 1}", links=(link,), **options))
+    for node in nodes[1:]:
+        wait_for(
+            lambda n=node: n.status()["replication"]["fan"]["state"] == "in sync",
+            lambda n=node: n.status()["replication"],
+        )
+    return nodes
+
+
+def test_proceed_cancel_and_the_most_specific_handler(
+    broker: Broker, client_factory: ClientFactory
+) -> None:
+    general = Handler(client_factory(broker.endpoint))
+    euro = Handler(client_factory(broker.endpoint), answer="cancel")
+    client_factory(broker.endpoint).on_missing_topic("PRICE.>", general)
+    client_factory(broker.endpoint).on_missing_topic("PRICE.EUR.>", euro)
+    c = client_factory(broker.endpoint)
+    inbox = Collector()
+    c.subscribe("PRICE.USD", inbox)
+    # held until the handler answered: it created the topic, which comes once
+    assert [(m.topic, m.payload) for m in inbox.snapshot()] == [("PRICE.USD", "made by PRICE.>")]
+    time.sleep(0.3)
+    assert len(inbox) == 1
+    with pytest.raises(SubscriptionCancelled):
+        c.subscribe("PRICE.EUR.X", inbox)
+    with pytest.raises(SubscriptionCancelled):
+        c.fetch("PRICE.EUR.>")
+    assert [n.pattern for n in euro.notices] == ["PRICE.EUR.X", "PRICE.EUR.>"]
+    assert [(n.pattern, n.node) for n in general.notices] == [("PRICE.USD", broker.broker_id)]
+    assert [m.payload for m in c.fetch("PRICE.USD")] == ["made by PRICE.>"]  # exists now
+    assert c.fetch("NEWS.>") == []  # no handler for it: nothing asked
+    st = missing(broker)
+    assert (st["notified"], st["cancelled"], st["unhandled"]) == (3, 2, 0)
+    c.publish("PRICE.EUR.X", b"plain")  # the cancelled subscription is not active
+    time.sleep(0.3)
+    assert len(inbox) == 1
+
+
+def test_a_handler_that_does_not_answer_in_time_counts_as_proceed(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    node = broker_factory(missing_topic_timeout=0.3)
+    slow = Handler(client_factory(node.endpoint), answer="cancel", delay=5.0)
+    client_factory(node.endpoint).on_missing_topic(">", slow)
+    t0 = time.monotonic()
+    assert client_factory(node.endpoint).fetch("SLOW.x") == []
+    assert time.monotonic() - t0 < 3.0
+    slow.release.set()
+    assert missing(node)["timeouts"] == 1
+
+
+def test_notifications_travel_to_the_primaries_two_tiers(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    p, _, s2 = fan(broker_factory, tiers=2)
+    at_p = Handler(client_factory(p.endpoint))
+    client_factory(p.endpoint).on_missing_topic("PRICE.>", at_p)
+    inbox = Collector()
+    client_factory(s2.endpoint).subscribe("PRICE.NEW", inbox)
+    assert [(n.pattern, n.node) for n in at_p.notices] == [("PRICE.NEW", "S2")]
+    # created on P by the handler: replicated to S1 and S2, delivered once
+    assert inbox.wait_for(1)
+    time.sleep(0.3)
+    assert [(m.topic, m.payload) for m in inbox.snapshot()] == [("PRICE.NEW", "made by PRICE.>")]
+    wait_for(lambda: s2.status()["replication"]["fan"]["topics"] == 1, s2.status)
+    # a handler on the secondary too: both are asked, any cancel cancels
+    on_s2 = Handler(client_factory(s2.endpoint), answer="cancel")
+    client_factory(s2.endpoint).on_missing_topic("PRICE.>", on_s2)
+    with pytest.raises(SubscriptionCancelled):
+        client_factory(s2.endpoint).fetch("PRICE.OTHER")
+    assert [n.pattern for n in at_p.notices] == ["PRICE.NEW", "PRICE.OTHER"]
+    assert [n.pattern for n in on_s2.notices] == ["PRICE.OTHER"]
+
+
+def test_no_handler_reachable_proceeds_counted(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    _, s = fan(broker_factory)
+    assert client_factory(s.endpoint).fetch("PRICE.NONE") == []
+    assert missing(s)["unhandled"] == 1
+
+
+def test_a_link_dropping_mid_flight_proceeds_counted(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    p, s = fan(broker_factory)
+    stuck = Handler(Client(p.endpoint), answer="cancel", delay=WAIT)
+    handler_client = Client(p.endpoint)
+    handler_client.on_missing_topic("PRICE.>", stuck)
+    result: list[Any] = []
+    asker = threading.Thread(
+        target=lambda: result.append(client_factory(s.endpoint).fetch("PRICE.LOST"))
+    )
+    asker.start()
+    wait_for(lambda: len(stuck.notices) == 1, lambda: stuck.notices)
+    p.stop()  # the primary goes: S's link drops while P's handler is asked
+    asker.join(WAIT)
+    stuck.release.set()
+    handler_client.close()
+    stuck.client.close()
+    assert result == [[]]
+    assert missing(s)["link_lost"] == 1

@@ -1,0 +1,128 @@
+"""The frames of topics with state: STATE_QUERY and STATE_ANSWER (link), and the checks
+of the values they and the STATE_* requests carry. Layouts are in :mod:`.frames`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import InvalidTopic, ProtocolError
+from ..names import validate_broker_id
+from ..topics import validate_pattern, validate_topic
+from .frames import FMTS, I64, STATE_ANSWER, STATE_QUERY
+from .link import encode_link
+
+__all__ = [
+    "QUERY_KINDS",
+    "VERDICTS",
+    "check_answer",
+    "check_gone",
+    "check_missing_ask",
+    "check_missing_reply",
+    "check_query",
+    "check_value",
+    "encode_answer",
+    "encode_query",
+]
+
+QUERY_KINDS = ("fetch", "snapshot", "remove")
+
+
+def encode_query(qid: str, kind: str, pattern: str, origin: str) -> bytes:
+    return encode_link(STATE_QUERY, qid, kind, pattern, origin)
+
+
+def encode_answer(qid: str, values: list[Any], gone: list[Any], removed: int, last: bool) -> bytes:
+    return encode_link(STATE_ANSWER, qid, values, gone, removed, last)
+
+
+def check_query(value: list[Any]) -> tuple[str, str, str, str]:
+    """``[55, qid, kind, pattern, origin]`` -> (qid, kind, pattern, origin)."""
+    if len(value) != 5 or not all(type(v) is str for v in value[1:]):
+        raise ProtocolError("bad_shape", "STATE_QUERY must be [55, qid, kind, pattern, origin]")
+    _, qid, kind, pattern, origin = value
+    if kind not in QUERY_KINDS or not 0 < len(qid) <= 200:
+        raise ProtocolError("bad_value", f"STATE_QUERY kind {kind!r} or qid unknown")
+    try:
+        validate_pattern(pattern)
+        validate_broker_id(origin)
+    except Exception as exc:
+        raise ProtocolError("bad_value", f"STATE_QUERY: {exc}") from exc
+    return qid, kind, pattern, origin
+
+
+def check_answer(value: list[Any]) -> tuple[str, list[Any], list[Any], int, bool]:
+    """``[56, qid, values, gone, removed, last]``, every value and removal checked."""
+    if (
+        len(value) != 6
+        or type(value[1]) is not str
+        or type(value[2]) is not list
+        or type(value[3]) is not list
+        or type(value[4]) is not int
+        or not 0 <= value[4] < I64
+        or type(value[5]) is not bool
+    ):
+        raise ProtocolError(
+            "bad_shape", "STATE_ANSWER must be [56, qid, values, gone, removed, last]"
+        )
+    for v in value[2]:
+        check_value(v)
+    for g in value[3]:
+        check_gone(g)
+    return value[1], value[2], value[3], value[4], value[5]
+
+
+VERDICTS = ("proceed", "cancel", "none")
+
+
+def check_missing_ask(value: list[Any]) -> tuple[str, str, str]:
+    """``[57, mid, pattern, node]``."""
+    if len(value) != 4 or not all(type(v) is str for v in value[1:]):
+        raise ProtocolError("bad_shape", "MISSING_ASK must be [57, mid, pattern, node]")
+    try:
+        validate_pattern(value[2])
+        validate_broker_id(value[3])
+    except Exception as exc:
+        raise ProtocolError("bad_value", f"MISSING_ASK: {exc}") from exc
+    return value[1], value[2], value[3]
+
+
+def check_missing_reply(value: list[Any]) -> tuple[str, str]:
+    """``[58, mid, verdict]``."""
+    if len(value) != 3 or type(value[1]) is not str or value[2] not in VERDICTS:
+        raise ProtocolError("bad_shape", "MISSING_REPLY must be [58, mid, verdict]")
+    return value[1], value[2]
+
+
+def check_value(v: Any) -> None:
+    """``[topic, payload, fmt, headers, version, owner, updated, replica_of]``."""
+    if (
+        type(v) is not list
+        or len(v) != 8
+        or type(v[0]) is not str
+        or type(v[1]) is not bytes
+        or v[2] not in FMTS
+        or not (v[3] is None or (type(v[3]) is dict and all(type(k) is str for k in v[3])))
+        or type(v[4]) is not int
+        or not 0 <= v[4] < I64
+        or type(v[5]) is not str
+        or type(v[6]) not in (int, float)
+        or not (v[7] is None or type(v[7]) is str)
+    ):
+        raise ProtocolError("bad_value", "a state value has wrong fields")
+    try:
+        validate_topic(v[0])
+    except InvalidTopic as exc:
+        raise ProtocolError("bad_value", f"state value: {exc}") from exc
+
+
+def check_gone(g: Any) -> None:
+    """``[topic, version, owner]`` of a removal."""
+    if (
+        type(g) is not list
+        or len(g) != 3
+        or type(g[0]) is not str
+        or type(g[1]) is not int
+        or not 0 <= g[1] < I64
+        or type(g[2]) is not str
+    ):
+        raise ProtocolError("bad_value", "a state removal has wrong fields")
