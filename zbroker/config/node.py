@@ -78,6 +78,8 @@ class NodeConfig:
     #: ``[routing] local``: patterns whose topics never leave this node, and whose
     #: interest is never advertised (zbroker/routing/branches.py)
     local_branches: tuple[str, ...] = ()
+    #: ``[[host]] pattern``: branches this node hosts (zbroker/routing/hosts.py)
+    host_branches: tuple[str, ...] = ()
     #: where the values came from, for error messages ("file.toml", "keyword", ...)
     source: str = field(default="keyword", compare=False)
 
@@ -94,6 +96,9 @@ class NodeConfig:
         self._set("monitor", monitor)
         self._set(
             "local_branches", check_patterns(self.local_branches, f"{self.source}: routing.local")
+        )
+        self._set(
+            "host_branches", check_patterns(self.host_branches, f"{self.source}: host.pattern")
         )
 
     def _set(self, name: str, value: Any) -> None:

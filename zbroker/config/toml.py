@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..store import RetainRule
+from .hosts import hosts_from_toml
 from .link import LINK_KEYS, LinkConfig
 from .monitor import MonitorConfig
 from .node import NodeConfig
@@ -60,11 +61,14 @@ def config_from_mapping(data: dict[str, Any], source: str) -> NodeConfig:
         if table == "monitor":
             kwargs["monitor"] = MonitorConfig.from_toml(value, source)
             continue
+        if table == "host":
+            kwargs["host_branches"] = hosts_from_toml(value, source)
+            continue
         keys = _SCHEMA.get(table)
         if keys is None:
             raise ConfigError(
                 f"{source}: unknown table [{table}] (known: "
-                f"{', '.join(f'[{t}]' for t in _SCHEMA)}, [monitor], [[link]])"
+                f"{', '.join(f'[{t}]' for t in _SCHEMA)}, [monitor], [[link]], [[host]])"
             )
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: {table} must be a table, not {type(value).__name__}")

@@ -82,6 +82,7 @@ advertisements in step with the selection.
 
 from __future__ import annotations
 
+from . import hosts as hosting
 from . import propagation, selection
 from .branches import covers
 from .events import (
@@ -116,6 +117,7 @@ class RoutingEngine:
         *,
         cache_size: int | None = None,
         local_branches: tuple[str, ...] = (),
+        host_branches: tuple[str, ...] = (),
     ) -> None:
         self.broker_id = broker_id
         self._table = table = InterestTable(broker_id, cache_size=cache_size)
@@ -129,6 +131,11 @@ class RoutingEngine:
         )
         self.route = router.route
         self.local_matches = router.local_matches
+        #: branches this node hosts (rule 8, :mod:`~zbroker.routing.hosts`)
+        self.host_branches = tuple(host_branches)
+        for branch in self.host_branches:
+            table.hosts.local.add(hosting.host_key(branch))
+            self._recompute((hosting.host_key(branch), broker_id))
 
     # -- inspection -------------------------------------------------------------------------
 
@@ -139,6 +146,11 @@ class RoutingEngine:
     def interest(self) -> list[dict[str, object]]:
         """The best entry of every key: pattern, origin, path, next-hop link (None = local)."""
         return self._table.interest()
+
+    def hosts_for(self, topic: str) -> dict[str, tuple[int, str | None, frozenset[str]]]:
+        """The live hosts of the hosted branches ``topic`` is in (rule 8): per host, its
+        distance, the next-hop link (None: ourselves) and the nodes on the way to it."""
+        return self._table.hosts.for_topic(topic) or {}
 
     def ghosts(self) -> list[str]:
         """Links that are down but whose sticky entries are kept (rule 6)."""
@@ -277,4 +289,16 @@ class RoutingEngine:
             # rule 3, for every link at once: the advertised path is the same for all
             path = (*best[1], self.broker_id)
             sticky, selectors = table.is_sticky(key, best), table.selectors_of(key, best)
-            propagation.advertise(self.links, key, best, path, sticky, selectors)
+            allowed = table.hosts.allowed(key[0]) if table.hosts.branches else None
+            propagation.advertise(self.links, key, best, path, sticky, selectors, allowed)
+        branch = hosting.branch_of(key[0])
+        if branch is not None and table.hosts.update(branch, key[1], best):
+            self._hosts_changed(branch)
+
+    def _hosts_changed(self, branch: str) -> None:
+        """Rule 8: a host of ``branch`` came, went or moved: the plans of its topics and
+        the links its interest goes over follow."""
+        self._router.evict(branch)
+        for pattern, origin in [k for k in self._table.best if hosting.branch_of(k[0]) is None]:
+            if self._table.hosts.touching(branch, (pattern,)):
+                self._recompute((pattern, origin), force=True)

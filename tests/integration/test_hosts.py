@@ -1,0 +1,95 @@
+"""Topic-host routing on real nodes: in-thread Brokers in a triangle whose host carries a
+hosted branch that the direct link would otherwise take, and the config sources
+(``[[host]]``, ``zbroker start --host-topic``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from zbroker.cli.node import start, start_config
+
+from tests.helpers import Collector
+from zbroker import Broker, Client
+from zbroker.config import LinkConfig, NodeConfig, load_config
+from zbroker.errors import ConfigError
+from zbroker.routing.hosts import HOST_PREFIX
+
+WAIT = 20.0
+N = 200
+SPECIAL = {"config_file", "peers", "interfaces"}  # start()'s own parameters
+
+
+def routes(client: Client) -> set[tuple[str, str]]:
+    return {(r["pattern"], r["origin"]) for r in client.routes()}
+
+
+def msgs_out(broker: Broker) -> dict[str, int]:
+    return {ln["name"]: ln["msgs_out"] for ln in broker.status()["links"]}
+
+
+def test_a_hosted_branch_goes_through_its_host_and_interest_only_toward_it(
+    broker_factory: Callable[..., Broker],
+    client_factory: Callable[..., Client],
+    free_port: Callable[[], int],
+    wait_until: Callable[..., bool],
+) -> None:
+    # A - B direct, and A - H - B: ORD.> is hosted on H, other topics go straight
+    hport, bport = free_port(), free_port()
+    h = broker_factory(broker_id="H", port=hport, host_branches=("ORD.>",))
+    b = broker_factory(
+        broker_id="B", port=bport, links=(LinkConfig(name="bh", uri=f"tcp://127.0.0.1:{hport}"),)
+    )
+    a = broker_factory(
+        broker_id="A",
+        links=(
+            LinkConfig(name="ab", uri=f"tcp://127.0.0.1:{bport}"),
+            LinkConfig(name="ah", uri=f"tcp://127.0.0.1:{hport}"),
+        ),
+    )
+    ca, cb, ch = (client_factory(x.endpoint) for x in (a, b, h))
+    at_b = Collector()
+    cb.subscribe("ORD.>", at_b)
+    cb.subscribe("LOG.>", at_b)
+    host = (HOST_PREFIX + "ORD.>", "H")
+    assert wait_until(lambda: {host, ("ORD.>", "B")} <= routes(ch), WAIT)
+    assert wait_until(lambda: {host, ("LOG.>", "B")} <= routes(ca), WAIT)
+    # B's interest in the hosted branch went to the host only: A never holds it
+    assert ("ORD.>", "B") not in routes(ca)
+    assert h.status()["interest"]["host_branches"] == ["ORD.>"]
+    for i in range(N):
+        ca.publish("ORD.k", i)
+        ca.publish("LOG.k", i)
+    assert at_b.wait_for(2 * N, WAIT)
+    assert at_b.topics() == {"ORD.k": N, "LOG.k": N}  # each exactly once
+    assert at_b.payloads("ORD.k") == list(range(N))  # one way: in order
+    out = msgs_out(a)
+    assert out["ah"] == N and out["ab"] == N  # hosted through H, the rest straight to B
+    assert sum(msgs_out(h).values()) == N
+
+
+def test_host_from_toml_and_the_command_line(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text('[[host]]\npattern = "ORDERS.>"\n\n[[host]]\npattern = "PAY.*"\n')
+    assert load_config(path).host_branches == ("ORDERS.>", "PAY.*")
+    path.write_text('[[host]]\npattern = "bad..x"\n')
+    with pytest.raises(ConfigError, match=r"node.toml: host.pattern: .*bad\.\.x"):
+        load_config(path)
+    path.write_text('[[host]]\npatern = "X"\n')
+    with pytest.raises(ConfigError, match=r"\[\[host\]\] #1: unknown key\(s\) patern"):
+        load_config(path)
+    path.write_text("[[host]]\n")
+    with pytest.raises(ConfigError, match="missing key 'pattern'"):
+        load_config(path)
+    path.write_text('host = "X"\n')
+    with pytest.raises(ConfigError, match=r"written as \[\[host\]\] tables"):
+        load_config(path)
+    assert NodeConfig(host_branches=["A.>"]).host_branches == ("A.>",)
+    args = ("--host-topic", "ORDERS.>", "--host-topic", "X.*", "--no-discovery")
+    path.write_text('[[host]]\npattern = "F.>"\n')
+    for argv, want in ((args, ("ORDERS.>", "X.*")), (("--no-discovery",), ("F.>",))):
+        ctx = start.make_context("start", [*argv, "--config", str(path)])
+        flags = {k: v for k, v in ctx.params.items() if k not in SPECIAL}
+        with ctx:
+            assert start_config(ctx, path, (), (), flags).host_branches == want
