@@ -124,6 +124,12 @@ class Network:
             if broker_id in (link.dialer, link.acceptor) and link.up:
                 self._bring_up(link)
 
+    def host(self, broker_id: str, branch: str) -> None:
+        """The node hosts ``branch`` from now on (topic-host routing)."""
+        node = self.nodes[broker_id]
+        node.engine.add_host(branch)
+        self._schedule_flush(node)
+
     def remove_node(self, broker_id: str) -> None:
         """The node dies: every link to it goes down; its subscriptions vanish with it."""
         node = self.nodes[broker_id]

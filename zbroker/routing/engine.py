@@ -134,8 +134,14 @@ class RoutingEngine:
         #: branches this node hosts (rule 8, :mod:`~zbroker.routing.hosts`)
         self.host_branches = tuple(host_branches)
         for branch in self.host_branches:
-            table.hosts.local.add(hosting.host_key(branch))
-            self._recompute((hosting.host_key(branch), broker_id))
+            self.add_host(branch)
+
+    def add_host(self, branch: str) -> None:
+        """Host ``branch`` from now on (rule 8); advertised at the next :meth:`flush`."""
+        if branch not in self.host_branches:
+            self.host_branches = (*self.host_branches, branch)
+        self._table.hosts.local.add(hosting.host_key(branch))
+        self._recompute((hosting.host_key(branch), self.broker_id))
 
     # -- inspection -------------------------------------------------------------------------
 

@@ -134,13 +134,18 @@ class HostTable:
                 out.update(hosts)
         return out
 
+    def covered(self, pattern: str) -> bool:
+        """Does a branch with a live host cover ``pattern``? (Its interest goes toward the
+        hosts only.)"""
+        return any(pattern_covers(b, pattern) for b in self.branches)
+
     def allowed(self, pattern: str) -> set[str] | None:
         """The links interest in ``pattern`` may be advertised over: None for all (no
         branch with a live host covers it), else the next hops toward the live hosts of
         every branch it overlaps (not ourselves: a host keeps the interest it receives)."""
         branches = self.branches
-        if not any(pattern_covers(b, pattern) for b in branches):
-            return None
+        if pattern.startswith(HOST_PREFIX) or not self.covered(pattern):
+            return None  # (hosts themselves are advertised everywhere)
         links: set[str] = set()
         for branch, hosts in branches.items():
             if patterns_overlap(branch, pattern):
@@ -178,7 +183,7 @@ def route(
     for o in wanted:
         if plan.next_hop[o] != link_id:
             p = router.best_path(topic, o)
-            if on_path.isdisjoint(p) and way.isdisjoint(p):
+            if p is not None and on_path.isdisjoint(p) and way.isdisjoint(p):
                 served.append(o)
     extra: tuple[Send, ...] = ()
     if router.may_send(router.links[link_id], topic, path, len(path) + 1):

@@ -118,10 +118,15 @@ class Router:
             plan.hosts = self._table.hosts.for_topic(topic)
         return plan
 
-    def best_path(self, topic: str, origin: str) -> Path:
-        """The path of the best entry of ``origin`` that ``topic`` matches (rule 8)."""
-        paths = [self._best[k][1] for k in self._remote.match(topic) if k[1] == origin]
-        return min(paths, key=len) if paths else ()
+    def best_path(self, topic: str, origin: str) -> Path | None:
+        """The path of the best entry of ``origin`` that ``topic`` matches among those a
+        hosted branch covers (their advertisements went toward a host, rule 8); None if
+        there is none."""
+        covered = self._table.hosts.covered
+        paths = [
+            self._best[k][1] for k in self._remote.match(topic) if k[1] == origin and covered(k[0])
+        ]
+        return min(paths, key=len) if paths else None
 
     def invalidate(self) -> None:
         """Forget every plan and route: a link came, went or changed."""
