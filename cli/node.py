@@ -144,6 +144,14 @@ from .signals import SignalStop
     "and advertise their interest in it only toward its hosts (repeatable; replaces "
     "[[host]]).",
 )
+@click.option(
+    "--flood",
+    "flood_branches",
+    multiple=True,
+    metavar="PATTERN",
+    help="Flood this branch: its publications go to every node and interest in it is "
+    "never advertised (repeatable; replaces [[flood]]).",
+)
 @click.pass_context
 def start(
     ctx: click.Context,

@@ -33,8 +33,20 @@ from .format import format_simulation
     metavar="PATTERN=NODE[,NODE...]",
     help="With --compare: these nodes host the branch PATTERN (repeatable).",
 )
+@click.option(
+    "--flood",
+    "flood",
+    multiple=True,
+    metavar="PATTERN",
+    help="With --compare: also run with this branch flooded on every node (repeatable).",
+)
 def simulate(
-    topology: Path, as_json: bool, svg_file: Path | None, compare: bool, hosts: tuple[str, ...]
+    topology: Path,
+    as_json: bool,
+    svg_file: Path | None,
+    compare: bool,
+    hosts: tuple[str, ...],
+    flood: tuple[str, ...],
 ) -> None:
     """Simulate a network from a TOPOLOGY.toml file and print its figures.
 
@@ -45,10 +57,10 @@ def simulate(
     from zbroker.sim import Network
     from zbroker.simulate import load_topology, run_simulation
 
-    if compare or hosts:
+    if compare or hosts or flood:
         from zbroker.simulate_modes import compare_modes, format_modes, parse_hosts
 
-        result = compare_modes(load_topology(topology), parse_hosts(hosts))
+        result = compare_modes(load_topology(topology), parse_hosts(hosts), flood)
         click.echo(json.dumps(result, indent=2) if as_json else format_modes(result))
         return
 

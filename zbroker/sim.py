@@ -124,10 +124,10 @@ class Network:
             if broker_id in (link.dialer, link.acceptor) and link.up:
                 self._bring_up(link)
 
-    def host(self, broker_id: str, branch: str) -> None:
-        """The node hosts ``branch`` from now on (topic-host routing)."""
+    def host(self, broker_id: str, branch: str, *, flood: bool = False) -> None:
+        """The node hosts (``flood``: floods) ``branch`` from now on."""
         node = self.nodes[broker_id]
-        node.engine.add_host(branch)
+        (node.engine.add_flood if flood else node.engine.add_host)(branch)
         self._schedule_flush(node)
 
     def remove_node(self, broker_id: str) -> None:

@@ -19,7 +19,7 @@ from .topics import validate_pattern
 
 __all__ = ["MODES", "compare_modes", "format_modes", "parse_hosts"]
 
-MODES = ("direct", "hosted")
+MODES = ("direct", "hosted", "flood")
 
 
 def parse_hosts(specs: tuple[str, ...], nodes: set[str] | None = None) -> dict[str, list[str]]:
@@ -42,9 +42,15 @@ def parse_hosts(specs: tuple[str, ...], nodes: set[str] | None = None) -> dict[s
     return out
 
 
-def _run(topology: dict[str, Any], hosts: dict[str, list[str]], hosting: bool) -> dict[str, Any]:
+def _run(
+    topology: dict[str, Any],
+    hosts: dict[str, list[str]],
+    hosting: bool,
+    flood: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """One mode: ``hosting`` False runs the same network without hosts (direct routing);
-    the nodes named in ``hosts`` are left out of the non-host figures either way."""
+    the nodes named in ``hosts`` are left out of the non-host figures either way;
+    ``flood``: branches every node floods."""
     t0 = time.perf_counter()
     net, subs, pubs = _build(topology)
     for branch, ids in hosts.items():
@@ -53,6 +59,9 @@ def _run(topology: dict[str, Any], hosts: dict[str, list[str]], hosting: bool) -
                 raise ConfigError(f"--host {branch}={n}: no node {n!r} in the topology")
             if hosting:
                 net.host(n, branch)
+    for n in net.nodes:
+        for branch in flood:
+            net.host(n, branch, flood=True)
     net.run()
     for node_id, pattern in subs:
         net.subscribe(node_id, pattern)
@@ -93,14 +102,24 @@ def _run(topology: dict[str, Any], hosts: dict[str, list[str]], hosting: bool) -
     }
 
 
-def compare_modes(topology: dict[str, Any], hosts: dict[str, list[str]]) -> dict[str, Any]:
-    """The figures of each mode, and the ratio direct / hosted of the entries held on the
-    nodes that are not hosts."""
+def compare_modes(
+    topology: dict[str, Any], hosts: dict[str, list[str]], flood: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The figures of each mode (direct; hosted; with ``flood``, those branches flooded
+    on every node), and the ratio direct / hosted of the entries held on the nodes that
+    are not hosts."""
     if not hosts:
         raise ConfigError("--compare needs at least one --host PATTERN=NODE[,NODE...]")
-    out: dict[str, Any] = {"hosts": hosts}
+    for branch in flood:
+        try:
+            validate_pattern(branch)
+        except ValueError as exc:
+            raise ConfigError(f"--flood {branch!r}: {exc}") from exc
+    out: dict[str, Any] = {"hosts": hosts, "flooded": list(flood)}
     out["direct"] = _run(topology, hosts, False)
     out["hosted"] = _run(topology, hosts, True)
+    if flood:
+        out["flood"] = _run(topology, hosts, False, flood)
     hosted = out["hosted"]["entries_non_host_total"]
     out["non_host_entries_ratio"] = (
         round(out["direct"]["entries_non_host_total"] / hosted, 2) if hosted else None
@@ -111,11 +130,14 @@ def compare_modes(topology: dict[str, Any], hosts: dict[str, list[str]]) -> dict
 def format_modes(result: dict[str, Any]) -> str:
     """The figures of :func:`compare_modes`, one row each, one column per mode."""
     hosts = "; ".join(f"{b} on {', '.join(ids)}" for b, ids in result["hosts"].items())
-    lines = [f"hosted branches: {hosts}", f"{'':30}{'direct':>16}{'hosted':>16}"]
+    modes = [m for m in MODES if isinstance(result.get(m), dict)]
+    lines = [f"hosted branches: {hosts}"]
+    if result.get("flooded"):
+        lines.append(f"flooded branches (flood column): {', '.join(result['flooded'])}")
+    lines.append(f"{'':30}" + "".join(f"{m:>16}" for m in modes))
     for key in result["direct"]:
-        a, b = result["direct"][key], result["hosted"][key]
-        fa = f"{a:,.2f}" if isinstance(a, float) else f"{a:,}"
-        fb = f"{b:,.2f}" if isinstance(b, float) else f"{b:,}"
-        lines.append(f"{key.replace('_', ' '):30}{fa:>16}{fb:>16}")
+        cells = [result[m][key] for m in modes]
+        row = "".join(f"{c:>16,.2f}" if isinstance(c, float) else f"{c:>16,}" for c in cells)
+        lines.append(f"{key.replace('_', ' '):30}{row}")
     lines.append(f"non-host entries, direct / hosted: {result['non_host_entries_ratio']}")
     return "\n".join(lines)

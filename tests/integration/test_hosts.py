@@ -93,3 +93,55 @@ def test_host_from_toml_and_the_command_line(tmp_path: Path) -> None:
         flags = {k: v for k, v in ctx.params.items() if k not in SPECIAL}
         with ctx:
             assert start_config(ctx, path, (), (), flags).host_branches == want
+
+
+def test_flood_from_toml_and_the_command_line(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text('[[flood]]\npattern = "LOG.>"\n\n[[host]]\npattern = "ORD.>"\n')
+    cfg = load_config(path)
+    assert (cfg.flood_branches, cfg.host_branches) == (("LOG.>",), ("ORD.>",))
+    path.write_text('[[flood]]\npattern = "bad..x"\n')
+    with pytest.raises(ConfigError, match=r"node.toml: flood.pattern: .*bad\.\.x"):
+        load_config(path)
+    path.write_text("[[flood]]\nflood = true\n")
+    with pytest.raises(ConfigError, match=r"\[\[flood\]\] #1: unknown key\(s\) flood"):
+        load_config(path)
+    ctx = start.make_context("start", ["--flood", "LOG.>", "--no-discovery"])
+    flags = {k: v for k, v in ctx.params.items() if k not in SPECIAL}
+    with ctx:
+        assert start_config(ctx, None, (), (), flags).flood_branches == ("LOG.>",)
+
+
+def test_a_flooded_branch_reaches_a_node_that_never_advertised_interest(
+    broker_factory: Callable[..., Broker],
+    client_factory: Callable[..., Client],
+    free_port: Callable[[], int],
+    wait_until: Callable[..., bool],
+) -> None:
+    # A - B - C, LOG.> flooded on every node: C's subscriber gets A's messages once,
+    # and nobody holds C's interest
+    bport, cport = free_port(), free_port()
+    c = broker_factory(broker_id="C", port=cport, flood_branches=("LOG.>",))
+    b = broker_factory(
+        broker_id="B",
+        port=bport,
+        links=(LinkConfig(name="bc", uri=f"tcp://127.0.0.1:{cport}"),),
+        flood_branches=("LOG.>",),
+    )
+    a = broker_factory(
+        broker_id="A",
+        links=(LinkConfig(name="ab", uri=f"tcp://127.0.0.1:{bport}"),),
+        flood_branches=("LOG.>",),
+    )
+    ca, cc = client_factory(a.endpoint), client_factory(c.endpoint)
+    at_c = Collector()
+    cc.subscribe("LOG.>", at_c)
+    cc.subscribe("ORD.>", at_c)
+    assert wait_until(lambda: ("ORD.>", "C") in routes(ca), WAIT)
+    assert ("LOG.>", "C") not in routes(ca)
+    assert c.status()["interest"]["flood_branches"] == ["LOG.>"]
+    for i in range(N):
+        ca.publish("LOG.k", i)
+    assert at_c.wait_for(N, WAIT)
+    assert at_c.payloads("LOG.k") == list(range(N))  # once each, in order
+    assert msgs_out(a) == {"ab": N} and msgs_out(b)["bc"] == N

@@ -1,11 +1,15 @@
-"""``[[host]]`` tables: the branches of the topic tree this node hosts (topic-host routing,
-:mod:`zbroker.routing.hosts`).
+"""``[[host]]`` and ``[[flood]]`` tables: the branches of the topic tree this node hosts
+(topic-host routing, :mod:`zbroker.routing.hosts`) and those it floods
+(:mod:`zbroker.routing.flood`).
 
     [[host]]
     pattern = "ORDERS.>"
 
-Each table names one branch (a valid pattern); the command line's ``--host-topic PATTERN``
-replaces the list.
+    [[flood]]
+    pattern = "LOG.>"
+
+Each table names one branch (a valid pattern); the command line's ``--host-topic
+PATTERN`` and ``--flood PATTERN`` replace the lists.
 """
 
 from __future__ import annotations
@@ -17,13 +21,14 @@ from ..errors import ConfigError
 __all__ = ["hosts_from_toml"]
 
 
-def hosts_from_toml(value: Any, source: str) -> tuple[str, ...]:
-    """The patterns of the ``[[host]]`` tables (checked by the NodeConfig)."""
+def hosts_from_toml(value: Any, source: str, table: str = "host") -> tuple[str, ...]:
+    """The patterns of the ``[[host]]`` (or ``[[flood]]``) tables (checked by the
+    NodeConfig)."""
     if not isinstance(value, list):
-        raise ConfigError(f"{source}: hosted branches are written as [[host]] tables")
+        raise ConfigError(f"{source}: {table} branches are written as [[{table}]] tables")
     out = []
     for i, item in enumerate(value):
-        where = f"{source}: [[host]] #{i + 1}"
+        where = f"{source}: [[{table}]] #{i + 1}"
         if not isinstance(item, dict):
             raise ConfigError(f"{where} is not a table")
         unknown = set(item) - {"pattern"}

@@ -80,6 +80,8 @@ class NodeConfig:
     local_branches: tuple[str, ...] = ()
     #: ``[[host]] pattern``: branches this node hosts (zbroker/routing/hosts.py)
     host_branches: tuple[str, ...] = ()
+    #: ``[[flood]] pattern``: branches sent to every node unasked (zbroker/routing/flood.py)
+    flood_branches: tuple[str, ...] = ()
     #: where the values came from, for error messages ("file.toml", "keyword", ...)
     source: str = field(default="keyword", compare=False)
 
@@ -99,6 +101,9 @@ class NodeConfig:
         )
         self._set(
             "host_branches", check_patterns(self.host_branches, f"{self.source}: host.pattern")
+        )
+        self._set(
+            "flood_branches", check_patterns(self.flood_branches, f"{self.source}: flood.pattern")
         )
 
     def _set(self, name: str, value: Any) -> None:

@@ -61,14 +61,14 @@ def config_from_mapping(data: dict[str, Any], source: str) -> NodeConfig:
         if table == "monitor":
             kwargs["monitor"] = MonitorConfig.from_toml(value, source)
             continue
-        if table == "host":
-            kwargs["host_branches"] = hosts_from_toml(value, source)
+        if table in ("host", "flood"):
+            kwargs[f"{table}_branches"] = hosts_from_toml(value, source, table)
             continue
         keys = _SCHEMA.get(table)
         if keys is None:
             raise ConfigError(
                 f"{source}: unknown table [{table}] (known: "
-                f"{', '.join(f'[{t}]' for t in _SCHEMA)}, [monitor], [[link]], [[host]])"
+                f"{', '.join(f'[{t}]' for t in _SCHEMA)}, [monitor], [[link]], [[host]], [[flood]])"
             )
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: {table} must be a table, not {type(value).__name__}")

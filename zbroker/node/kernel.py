@@ -91,6 +91,7 @@ class Node:
             identity.broker_id,
             local_branches=config.local_branches,
             host_branches=config.host_branches,
+            flood_branches=config.flood_branches,
         )
         self.counters = Counters()
         self.interest = LocalInterest(self.engine)

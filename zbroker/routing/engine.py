@@ -118,11 +118,14 @@ class RoutingEngine:
         cache_size: int | None = None,
         local_branches: tuple[str, ...] = (),
         host_branches: tuple[str, ...] = (),
+        flood_branches: tuple[str, ...] = (),
     ) -> None:
         self.broker_id = broker_id
         self._table = table = InterestTable(broker_id, cache_size=cache_size)
         #: patterns whose topics never leave this node (:mod:`~zbroker.routing.branches`)
         self.local_branches = table.local_branches = tuple(local_branches)
+        #: branches every node gets every message of, unasked (:mod:`~.flood`)
+        self.flood_branches = table.flood = tuple(flood_branches)
         self.links = table.links
         self.rejected = table.rejected  # advertisement entries rejected, by reason
         self.adverts_sent = 0
@@ -289,8 +292,12 @@ class RoutingEngine:
         # only the plans of the topics this pattern matches depend on this key
         self._router.evict(key[0])
         table.set_best(key, old, best)
-        if best is None or (table.local_branches and covers(table.local_branches, key[0])):
-            propagation.withdraw(self.links, key)  # (a local branch: never advertised)
+        if (
+            best is None
+            or (table.local_branches and covers(table.local_branches, key[0]))
+            or (table.flood and covers(table.flood, key[0]))
+        ):
+            propagation.withdraw(self.links, key)  # (a local or flooded branch: never)
         else:
             # rule 3, for every link at once: the advertised path is the same for all
             path = (*best[1], self.broker_id)
@@ -300,6 +307,16 @@ class RoutingEngine:
         branch = hosting.branch_of(key[0])
         if branch is not None and table.hosts.update(branch, key[1], best):
             self._hosts_changed(branch)
+
+    def add_flood(self, branch: str) -> None:
+        """Flood ``branch`` from now on: its interest is withdrawn, its topics flooded."""
+        table = self._table
+        if branch in table.flood:
+            return
+        self.flood_branches = table.flood = (*table.flood, branch)
+        self._router.invalidate()
+        for key in [k for k in table.best if covers((branch,), k[0])]:
+            self._recompute(key, force=True)
 
     def _hosts_changed(self, branch: str) -> None:
         """Rule 8: a host of ``branch`` came, went or moved: the plans of its topics and

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 
 from ..const import RESERVED_PREFIX
 from ..topics import match, patterns_overlap
+from . import flood
 from .events import Path
 from .filters import pattern_covers
 
@@ -164,6 +165,8 @@ def route(
     a copy from a host follows its targets; a publication, or a copy on its way to a
     host, is served here if we are a host (or none is known), else claims what leaves
     the way and goes on to one host."""
+    if plan.flood or targets == flood.FLOOD_TARGETS:
+        return flood.route(router, plan.local, topic, path)
     me = router.broker_id
     marked = targets is not None and bool(targets) and targets[0].startswith(MARK)
     if targets is not None and not marked:

@@ -80,6 +80,8 @@ def offer_table(link: EngineLink, table: InterestTable) -> None:
                 continue  # hosted interest goes toward the hosts only (rule 8)
         if table.local_branches and covers(table.local_branches, key[0]):
             continue  # a local branch: never advertised, whatever the filters say
+        if table.flood and covers(table.flood, key[0]):
+            continue  # a flooded branch: nobody needs the interest
         link.pending[key] = (new_path, table.is_sticky(key, best), table.selectors_of(key, best))
 
 

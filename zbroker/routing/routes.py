@@ -16,6 +16,7 @@ from ..sublist import TopicIndex
 from . import hosts as hosting
 from .branches import holds
 from .events import Path
+from .flood import FLOOD
 from .loops import path_holds, ttl_spent
 from .selection import Conditions, Selective, conditions
 from .table import EngineLink, InterestTable
@@ -32,7 +33,7 @@ Route = tuple[frozenset[str], list[Send]]  # (local patterns, sends)
 class Plan:
     """Everything about one literal topic that does not depend on a message's path."""
 
-    __slots__ = ("cond", "counts", "hosts", "local", "next_hop", "routes", "static")
+    __slots__ = ("cond", "counts", "flood", "hosts", "local", "next_hop", "routes", "static")
 
     def __init__(
         self,
@@ -47,6 +48,7 @@ class Plan:
         self.static = static  # link ids whose static patterns match
         self.cond: Conditions = {}  # selected origins and their selectors (rule 7)
         self.hosts: dict[str, hosting.HostRoute] | None = None  # a hosted topic (rule 8)
+        self.flood = False  # a topic of a flooded branch (flood.py)
         # the keys of the cached routes computed from this plan: evicted with it
         self.routes: list[tuple[str, Path, tuple[str, ...] | None]] = []
 
@@ -116,6 +118,8 @@ class Router:
             plan.cond = conditions(selected, unconditional)
         if self._table.hosts.branches:
             plan.hosts = self._table.hosts.for_topic(topic)
+        if self._table.flood and holds(self._table.flood, topic):
+            plan.flood = True
         return plan
 
     def best_path(self, topic: str, origin: str) -> Path | None:
@@ -173,8 +177,12 @@ class Router:
         publish, or a copy pushed by a static pattern). Each send is ``(link, targets of
         that branch or None, copies)``; the caller appends our ID to the path.
         """
-        if plan.hosts is not None or (targets and targets[0][:1] == hosting.MARK):
-            return hosting.route(self, plan, topic, path, targets)  # a hosted topic
+        if (
+            plan.hosts is not None
+            or plan.flood
+            or (targets and targets[0][:1] in (hosting.MARK, FLOOD))
+        ):
+            return hosting.route(self, plan, topic, path, targets)  # hosted or flooded
         me = self.broker_id
         if targets is None:
             wanted = [o for o in plan.next_hop if o not in path]

@@ -97,6 +97,7 @@ class InterestTable:
         self.local_sticky: set[str] = set()
         self.local_selectors: dict[str, frozenset[str]] = {}  # rule 7
         self.local_branches: tuple[str, ...] = ()  # topics that never leave (branches.py)
+        self.flood: tuple[str, ...] = ()  # flooded branches (flood.py)
         self.hosts = HostTable(broker_id)  # hosted branches and their live hosts (hosts.py)
         self.remote: Sublist[Key] = Sublist(**kw)  # keys of remote best entries
         self.best: dict[Key, Best] = {}
