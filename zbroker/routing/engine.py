@@ -57,6 +57,14 @@ Rules (each loop rule is a named function in :mod:`zbroker.routing.loops`):
    behind a link, and sends nothing over a link no selector behind it accepts; the tree
    of rule 4 is only pruned, so exactly-once and loop freedom are untouched.
 
+8. **Topic hosts and flooded branches** (:mod:`~zbroker.routing.hosts`,
+   :mod:`~zbroker.routing.flood`): a host advertises itself as the interest
+   ``($ZB.HOST.<branch>, host)``; interest a hosted branch covers goes only toward the
+   live hosts; a publication of a hosted topic goes to one host, the nodes on its way
+   claiming the targets that hang off it. A flooded branch's interest is never
+   advertised and its publications go over every link. Both only choose among the sends
+   of rules 4 and 5 (paths and dedupe unchanged).
+
 Propagation policy (link kind x event -> action):
 
 ==================  =================================  ================================
