@@ -135,6 +135,23 @@ from .signals import SignalStop
     help="A local branch: topics matching PATTERN never leave this node, and interest in "
     "them is never advertised (repeatable; replaces [routing] local).",
 )
+@click.option(
+    "--host-topic",
+    "host_branches",
+    multiple=True,
+    metavar="PATTERN",
+    help="Host this branch (topic-host routing): other nodes send its publications here "
+    "and advertise their interest in it only toward its hosts (repeatable; replaces "
+    "[[host]]).",
+)
+@click.option(
+    "--flood",
+    "flood_branches",
+    multiple=True,
+    metavar="PATTERN",
+    help="Flood this branch: its publications go to every node and interest in it is "
+    "never advertised (repeatable; replaces [[flood]]).",
+)
 @click.pass_context
 def start(
     ctx: click.Context,

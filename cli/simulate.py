@@ -20,7 +20,34 @@ from .format import format_simulation
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also draw the network, with the messages each link carried, to this SVG file.",
 )
-def simulate(topology: Path, as_json: bool, svg_file: Path | None) -> None:
+@click.option(
+    "--compare",
+    is_flag=True,
+    help="Run the topology under direct and topic-host routing (hosts from --host) and "
+    "print the figures of each side by side.",
+)
+@click.option(
+    "--host",
+    "hosts",
+    multiple=True,
+    metavar="PATTERN=NODE[,NODE...]",
+    help="With --compare: these nodes host the branch PATTERN (repeatable).",
+)
+@click.option(
+    "--flood",
+    "flood",
+    multiple=True,
+    metavar="PATTERN",
+    help="With --compare: also run with this branch flooded on every node (repeatable).",
+)
+def simulate(
+    topology: Path,
+    as_json: bool,
+    svg_file: Path | None,
+    compare: bool,
+    hosts: tuple[str, ...],
+    flood: tuple[str, ...],
+) -> None:
     """Simulate a network from a TOPOLOGY.toml file and print its figures.
 
     Convergence time, advertisement frames, messages per link per publish, hops per
@@ -29,6 +56,13 @@ def simulate(topology: Path, as_json: bool, svg_file: Path | None) -> None:
     """
     from zbroker.sim import Network
     from zbroker.simulate import load_topology, run_simulation
+
+    if compare or hosts or flood:
+        from zbroker.simulate_modes import compare_modes, format_modes, parse_hosts
+
+        result = compare_modes(load_topology(topology), parse_hosts(hosts), flood)
+        click.echo(json.dumps(result, indent=2) if as_json else format_modes(result))
+        return
 
     seen: list[Network] = []
     report = run_simulation(load_topology(topology), seen.append if svg_file else None)

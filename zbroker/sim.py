@@ -49,10 +49,16 @@ __all__ = ["Delivery", "Network", "SimLink", "SimStats"]
 
 
 class _SimNode:
-    def __init__(self, broker_id: str, incarnation: int, local: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        broker_id: str,
+        incarnation: int,
+        local: tuple[str, ...] = (),
+        hosts: tuple[str, ...] = (),
+    ) -> None:
         self.id = broker_id
         self.incarnation = incarnation
-        self.engine = RoutingEngine(broker_id, local_branches=local)
+        self.engine = RoutingEngine(broker_id, local_branches=local, host_branches=hosts)
         self.dedupe = DedupeWindow()
         self.seq = 0
         self.subs: dict[int, str] = {}  # subscriber id -> pattern
@@ -101,16 +107,28 @@ class Network:
 
     # -- topology -------------------------------------------------------------------------
 
-    def add_node(self, broker_id: str, local_branches: tuple[str, ...] = ()) -> None:
-        """Add a node (``local_branches``: patterns whose topics never leave it)."""
+    def add_node(
+        self,
+        broker_id: str,
+        local_branches: tuple[str, ...] = (),
+        host_branches: tuple[str, ...] = (),
+    ) -> None:
+        """Add a node (``local_branches``: patterns whose topics never leave it;
+        ``host_branches``: the branches it hosts)."""
         if broker_id in self.nodes and self.nodes[broker_id].alive:
             raise ValueError(f"node {broker_id} exists")
         self._incarnations[broker_id] += 1
         inc = self._incarnations[broker_id]
-        self.nodes[broker_id] = _SimNode(broker_id, inc, local_branches)
+        self.nodes[broker_id] = _SimNode(broker_id, inc, local_branches, host_branches)
         for link in self.links.values():
             if broker_id in (link.dialer, link.acceptor) and link.up:
                 self._bring_up(link)
+
+    def host(self, broker_id: str, branch: str, *, flood: bool = False) -> None:
+        """The node hosts (``flood``: floods) ``branch`` from now on."""
+        node = self.nodes[broker_id]
+        (node.engine.add_flood if flood else node.engine.add_host)(branch)
+        self._schedule_flush(node)
 
     def remove_node(self, broker_id: str) -> None:
         """The node dies: every link to it goes down; its subscriptions vanish with it."""

@@ -73,6 +73,7 @@ from zbroker.config import validate_broker_id
 from zbroker.const import LINK_FRAME_SLACK, PROTOCOL_VERSION
 from zbroker.errors import ConfigError, InvalidTopic, ProtocolError
 from zbroker.features.staging import Staging, StagingError
+from zbroker.selectors import SelectorError, selector
 from zbroker.stateful import OWNER, REMOVED, VERSION
 from zbroker.store import RetainRule
 from zbroker.topics import validate_pattern, validate_publish_topic, validate_topic
@@ -482,9 +483,16 @@ def subscription_outcome(msg: bytes) -> str | None:
     if not key.endswith(b"\0"):
         return "bad_subscription"
     try:
-        validate_pattern(key[:-1].decode("utf-8"))
+        name = key[:-1].decode("utf-8")
+        pattern, sep, text = name.partition(wire.SELECTOR_SEP)
+        validate_pattern(pattern)
     except (UnicodeDecodeError, InvalidTopic):
         return "bad_pattern"
+    if sep:  # a subscription with a selector: its text must parse
+        try:
+            selector(text)
+        except SelectorError:
+            return "bad_selector"
     return None
 
 

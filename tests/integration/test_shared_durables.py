@@ -119,7 +119,11 @@ def test_exclusive_durable_is_not_taken_over(broker: Broker, client_factory: Cli
         two.subscribe("bill.>", Collector(), durable="solo")
     with pytest.raises(RequestError, match="held by an exclusive consumer"):
         two.subscribe("bill.>", Collector(), durable="solo", shared=True)
-    sub.unsubscribe()
+    sub.unsubscribe()  # (a one-way detach on another connection: wait for the node to have it)
+    deadline = time.monotonic() + WAIT
+    while any(d["attached"] for d in broker.status()["durables"] if d["name"] == "solo"):
+        assert time.monotonic() < deadline, broker.status()["durables"]
+        time.sleep(0.02)
     assert two.subscribe("bill.>", Collector(), durable="solo", shared=True).active
     with pytest.raises(RequestError, match="shared by 1 consumer"):
         one.subscribe("bill.>", Collector(), durable="solo")

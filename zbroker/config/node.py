@@ -88,6 +88,10 @@ class NodeConfig:
     #: ``[advisories]``: events on $ZB.ADVISORY topics and STATS (an AdvisoryConfig or
     #: the table's keys as a dict)
     advisories: AdvisoryConfig = field(default_factory=AdvisoryConfig)
+    #: ``[[host]] pattern``: branches this node hosts (zbroker/routing/hosts.py)
+    host_branches: tuple[str, ...] = ()
+    #: ``[[flood]] pattern``: branches sent to every node unasked (zbroker/routing/flood.py)
+    flood_branches: tuple[str, ...] = ()
     #: where the values came from, for error messages ("file.toml", "keyword", ...)
     source: str = field(default="keyword", compare=False)
 
@@ -107,6 +111,12 @@ class NodeConfig:
         )
         self._set("queues", check_queue_rules(self.queues, f"{self.source}"))
         self._set("advisories", AdvisoryConfig.from_mapping(self.advisories, self.source))
+        self._set(
+            "host_branches", check_patterns(self.host_branches, f"{self.source}: host.pattern")
+        )
+        self._set(
+            "flood_branches", check_patterns(self.flood_branches, f"{self.source}: flood.pattern")
+        )
 
     def _set(self, name: str, value: Any) -> None:
         """Store a normalized value (a tuple for a list, a Path for a str) in the frozen

@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..store import RetainRule
 from .advisories import AdvisoryConfig
+from .hosts import hosts_from_toml
 from .link import LINK_KEYS, LinkConfig
 from .monitor import MonitorConfig
 from .node import NodeConfig
@@ -69,12 +70,15 @@ def config_from_mapping(data: dict[str, Any], source: str) -> NodeConfig:
         if table == "advisories":
             kwargs["advisories"] = AdvisoryConfig.from_mapping(value, source)
             continue
+        if table in ("host", "flood"):
+            kwargs[f"{table}_branches"] = hosts_from_toml(value, source, table)
+            continue
         keys = _SCHEMA.get(table)
         if keys is None:
             raise ConfigError(
                 f"{source}: unknown table [{table}] (known: "
                 f"{', '.join(f'[{t}]' for t in _SCHEMA)}, [monitor], [advisories], [[queue]], "
-                "[[link]])"
+                "[[link]], [[host]], [[flood]])"
             )
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: {table} must be a table, not {type(value).__name__}")

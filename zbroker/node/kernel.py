@@ -87,7 +87,12 @@ class Node:
         self.zmq_context = ctx
         self._command_endpoint = command_endpoint
         self.features = list(features)
-        self.engine = RoutingEngine(identity.broker_id, local_branches=config.local_branches)
+        self.engine = RoutingEngine(
+            identity.broker_id,
+            local_branches=config.local_branches,
+            host_branches=config.host_branches,
+            flood_branches=config.flood_branches,
+        )
         self.counters = Counters()
         self.interest = LocalInterest(self.engine, self.emit)
         self.poller = Poller()

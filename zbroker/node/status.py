@@ -51,6 +51,8 @@ def node_status(node: Node) -> dict[str, Any]:
             "entries": node.engine.entry_count(),
             "rejected": dict(sorted(node.engine.rejected.items())),
             "local_branches": list(node.engine.local_branches),  # never leave this node
+            "host_branches": list(node.engine.host_branches),  # hosted here (rule 8)
+            "flood_branches": list(node.engine.flood_branches),  # sent everywhere
         },
     }
     for f in node.features:

@@ -7,20 +7,31 @@ in the set until the gap below them fills. When the set outgrows ``window`` the 
 to the oldest pending seq: the gap is declared lost, which is what at-most-once means for
 non-persistent traffic (persistent traffic keeps its dedupe state with the store).
 
+The first seq heard of an origin sets the floor. Seqs below it are mostly messages that
+predate our interest, but not all: a publisher's messages of a hosted branch go through a
+host (:mod:`zbroker.routing.hosts`) while its others go straight, so the first to arrive
+need not be the earliest. Up to ``FIRST_SLACK`` seqs just below the first one are
+therefore taken once each (remembered in a set of their own, created only then).
+
 Sans-IO: no clock, no thread; the caller decides when to :meth:`forget` old origins.
 """
 
 from __future__ import annotations
 
-__all__ = ["DedupeWindow"]
+__all__ = ["FIRST_SLACK", "DedupeWindow"]
+
+#: seqs below an origin's first one still taken (once each): they arrived late by another way
+FIRST_SLACK = 256
 
 
 class _Origin:
-    __slots__ = ("above", "floor")
+    __slots__ = ("above", "below", "first", "floor")
 
     def __init__(self, floor: int) -> None:
         self.floor = floor
         self.above: set[int] = set()
+        self.first = floor  # the first seq heard
+        self.below: set[int] | None = None  # seqs below it taken since (FIRST_SLACK)
 
 
 class DedupeWindow:
@@ -47,6 +58,13 @@ class DedupeWindow:
             return False
         floor = state.floor
         if seq <= floor:
+            if state.first - FIRST_SLACK <= seq < state.first:
+                below = state.below
+                if below is None:
+                    below = state.below = set()
+                if seq not in below:
+                    below.add(seq)  # arrived late by another way: new to us
+                    return False
             self.duplicates += 1
             return True
         if seq == floor + 1:

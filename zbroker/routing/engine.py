@@ -57,6 +57,14 @@ Rules (each loop rule is a named function in :mod:`zbroker.routing.loops`):
    behind a link, and sends nothing over a link no selector behind it accepts; the tree
    of rule 4 is only pruned, so exactly-once and loop freedom are untouched.
 
+8. **Topic hosts and flooded branches** (:mod:`~zbroker.routing.hosts`,
+   :mod:`~zbroker.routing.flood`): a host advertises itself as the interest
+   ``($ZB.HOST.<branch>, host)``; interest a hosted branch covers goes only toward the
+   live hosts; a publication of a hosted topic goes to one host, the nodes on its way
+   claiming the targets that hang off it. A flooded branch's interest is never
+   advertised and its publications go over every link. Both only choose among the sends
+   of rules 4 and 5 (paths and dedupe unchanged).
+
 Propagation policy (link kind x event -> action):
 
 ==================  =================================  ================================
@@ -84,6 +92,7 @@ advertisements in step with the selection.
 
 from __future__ import annotations
 
+from . import hosts as hosting
 from . import propagation, selection
 from .branches import covers
 from .events import (
@@ -119,11 +128,15 @@ class RoutingEngine:
         *,
         cache_size: int | None = None,
         local_branches: tuple[str, ...] = (),
+        host_branches: tuple[str, ...] = (),
+        flood_branches: tuple[str, ...] = (),
     ) -> None:
         self.broker_id = broker_id
         self._table = table = InterestTable(broker_id, cache_size=cache_size)
         #: patterns whose topics never leave this node (:mod:`~zbroker.routing.branches`)
         self.local_branches = table.local_branches = tuple(local_branches)
+        #: branches every node gets every message of, unasked (:mod:`~.flood`)
+        self.flood_branches = table.flood = tuple(flood_branches)
         self.links = table.links
         self.rejected = table.rejected  # advertisement entries rejected, by reason
         self.adverts_sent = 0
@@ -134,6 +147,17 @@ class RoutingEngine:
         self.local_matches = router.local_matches
         #: queue groups: which origins hold members of which group key, and the pick
         self.groups = GroupTable(table)
+        #: branches this node hosts (rule 8, :mod:`~zbroker.routing.hosts`)
+        self.host_branches = tuple(host_branches)
+        for branch in self.host_branches:
+            self.add_host(branch)
+
+    def add_host(self, branch: str) -> None:
+        """Host ``branch`` from now on (rule 8); advertised at the next :meth:`flush`."""
+        if branch not in self.host_branches:
+            self.host_branches = (*self.host_branches, branch)
+        self._table.hosts.local.add(hosting.host_key(branch))
+        self._recompute((hosting.host_key(branch), self.broker_id))
 
     # -- inspection -------------------------------------------------------------------------
 
@@ -145,6 +169,11 @@ class RoutingEngine:
         """The best entry of every key: pattern, origin, path, next-hop link (None = local);
         a queue group's entries also name the group and the capacity behind them."""
         return self.groups.annotate(self._table.interest())
+
+    def hosts_for(self, topic: str) -> dict[str, tuple[int, str | None, frozenset[str]]]:
+        """The live hosts of the hosted branches ``topic`` is in (rule 8): per host, its
+        distance, the next-hop link (None: ourselves) and the nodes on the way to it."""
+        return self._table.hosts.for_topic(topic) or {}
 
     def ghosts(self) -> list[str]:
         """Links that are down but whose sticky entries are kept (rule 6)."""
@@ -286,10 +315,36 @@ class RoutingEngine:
         table.set_best(key, old, best)
         if key[0].startswith(GROUP_PREFIX):
             self.groups.changed(key, best is not None)
-        if best is None or (table.local_branches and covers(table.local_branches, key[0])):
-            propagation.withdraw(self.links, key)  # (a local branch: never advertised)
+        if (
+            best is None
+            or (table.local_branches and covers(table.local_branches, key[0]))
+            or (table.flood and covers(table.flood, key[0]))
+        ):
+            propagation.withdraw(self.links, key)  # (a local or flooded branch: never)
         else:
             # rule 3, for every link at once: the advertised path is the same for all
             path = (*best[1], self.broker_id)
             sticky, selectors = table.is_sticky(key, best), table.selectors_of(key, best)
-            propagation.advertise(self.links, key, best, path, sticky, selectors)
+            allowed = table.hosts.allowed(key[0]) if table.hosts.branches else None
+            propagation.advertise(self.links, key, best, path, sticky, selectors, allowed)
+        branch = hosting.branch_of(key[0])
+        if branch is not None and table.hosts.update(branch, key[1], best):
+            self._hosts_changed(branch)
+
+    def add_flood(self, branch: str) -> None:
+        """Flood ``branch`` from now on: its interest is withdrawn, its topics flooded."""
+        table = self._table
+        if branch in table.flood:
+            return
+        self.flood_branches = table.flood = (*table.flood, branch)
+        self._router.invalidate()
+        for key in [k for k in table.best if covers((branch,), k[0])]:
+            self._recompute(key, force=True)
+
+    def _hosts_changed(self, branch: str) -> None:
+        """Rule 8: a host of ``branch`` came, went or moved: the plans of its topics and
+        the links its interest goes over follow."""
+        self._router.evict(branch)
+        for pattern, origin in [k for k in self._table.best if hosting.branch_of(k[0]) is None]:
+            if self._table.hosts.touching(branch, (pattern,)):
+                self._recompute((pattern, origin), force=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .branches import covers
 from .events import Entry, Key, Path, SendAdvert
+from .hosts import filter_pattern
 from .loops import path_holds, ttl_spent
 from .table import Best, EngineLink, InterestTable
 
@@ -26,11 +27,13 @@ def advertise(
     path: Path,
     sticky: bool,
     selectors: frozenset[str] | None = None,
+    allowed: set[str] | None = None,
 ) -> None:
     """Queue the new best entry of ``key`` (``path``: its path with our ID appended) for
-    every link at once: the advertised path is the same for all."""
+    every link at once: the advertised path is the same for all. ``allowed``: the only
+    links it may go over (interest in a hosted branch goes toward the hosts, rule 8)."""
     via = best[0]
-    pattern = key[0]
+    pattern = filter_pattern(key[0])
     adv = (path, sticky, selectors)
     hops = len(path)
     for link in links.values():
@@ -42,6 +45,7 @@ def advertise(
             and not path_holds(path, link.peer)
             and not ttl_spent(hops, link.options.ttl)
             and link.filter.allows_pattern(pattern)
+            and (allowed is None or link.id in allowed)
         ):
             link.pending[key] = adv
         elif key in link.adj_out or key in link.pending:
@@ -60,6 +64,7 @@ def offer_table(link: EngineLink, table: InterestTable) -> None:
     if not link.up or not link.can_receive:
         return  # a ghost, or the peer cannot send to us
     me = table.broker_id
+    hosts = table.hosts
     for key, best in table.best.items():
         via, path = best
         if via == link.id:
@@ -67,10 +72,16 @@ def offer_table(link: EngineLink, table: InterestTable) -> None:
         new_path = (*path, me)
         if path_holds(new_path, link.peer) or ttl_spent(len(new_path), link.options.ttl):
             continue
-        if not link.filter.allows_pattern(key[0]):
+        if not link.filter.allows_pattern(filter_pattern(key[0])):
             continue
+        if hosts.branches:
+            allowed = hosts.allowed(key[0])
+            if allowed is not None and link.id not in allowed:
+                continue  # hosted interest goes toward the hosts only (rule 8)
         if table.local_branches and covers(table.local_branches, key[0]):
             continue  # a local branch: never advertised, whatever the filters say
+        if table.flood and covers(table.flood, key[0]):
+            continue  # a flooded branch: nobody needs the interest
         link.pending[key] = (new_path, table.is_sticky(key, best), table.selectors_of(key, best))
 
 

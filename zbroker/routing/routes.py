@@ -13,8 +13,10 @@ going clears both caches (:meth:`Router.invalidate`), and so does reaching the s
 from __future__ import annotations
 
 from ..sublist import TopicIndex
+from . import hosts as hosting
 from .branches import holds
 from .events import Path
+from .flood import FLOOD
 from .loops import path_holds, ttl_spent
 from .selection import Conditions, Selective, conditions
 from .table import EngineLink, InterestTable
@@ -31,7 +33,7 @@ Route = tuple[frozenset[str], list[Send]]  # (local patterns, sends)
 class Plan:
     """Everything about one literal topic that does not depend on a message's path."""
 
-    __slots__ = ("cond", "counts", "local", "next_hop", "routes", "static")
+    __slots__ = ("cond", "counts", "flood", "hosts", "local", "next_hop", "routes", "static")
 
     def __init__(
         self,
@@ -45,6 +47,8 @@ class Plan:
         self.counts = counts  # link id -> origin -> matching keys (for conduit off)
         self.static = static  # link ids whose static patterns match
         self.cond: Conditions = {}  # selected origins and their selectors (rule 7)
+        self.hosts: dict[str, hosting.HostRoute] | None = None  # a hosted topic (rule 8)
+        self.flood = False  # a topic of a flooded branch (flood.py)
         # the keys of the cached routes computed from this plan: evicted with it
         self.routes: list[tuple[str, Path, tuple[str, ...] | None]] = []
 
@@ -112,7 +116,21 @@ class Router:
         plan = Plan(self._local.match(topic), {o: r[2] for o, r in ranks.items()}, counts, static)
         if selected:
             plan.cond = conditions(selected, unconditional)
+        if self._table.hosts.branches:
+            plan.hosts = self._table.hosts.for_topic(topic)
+        if self._table.flood and holds(self._table.flood, topic):
+            plan.flood = True
         return plan
+
+    def best_path(self, topic: str, origin: str) -> Path | None:
+        """The path of the best entry of ``origin`` that ``topic`` matches among those a
+        hosted branch covers (their advertisements went toward a host, rule 8); None if
+        there is none."""
+        covered = self._table.hosts.covered
+        paths = [
+            self._best[k][1] for k in self._remote.match(topic) if k[1] == origin and covered(k[0])
+        ]
+        return min(paths, key=len) if paths else None
 
     def invalidate(self) -> None:
         """Forget every plan and route: a link came, went or changed."""
@@ -159,12 +177,26 @@ class Router:
         publish, or a copy pushed by a static pattern). Each send is ``(link, targets of
         that branch or None, copies)``; the caller appends our ID to the path.
         """
-        hops = len(path) + 1
+        if (
+            plan.hosts is not None
+            or plan.flood
+            or (targets and targets[0][:1] in (hosting.MARK, FLOOD))
+        ):
+            return hosting.route(self, plan, topic, path, targets)  # hosted or flooded
         me = self.broker_id
         if targets is None:
             wanted = [o for o in plan.next_hop if o not in path]
         else:
             wanted = [o for o in targets if o != me and o in plan.next_hop]
+        return self.deliver(plan, topic, path, wanted)
+
+    def deliver(
+        self, plan: Plan, topic: str, path: Path, wanted: list[str], extra: tuple[Send, ...] = ()
+    ) -> Route:
+        """The sends toward the origins ``wanted``, one copy per next-hop link (conduit),
+        with the static pushes and the ``extra`` sends; selected targets make it a
+        :class:`Selective`."""
+        hops = len(path) + 1
         groups: dict[str, list[str]] = {}
         links = self.links
         for origin in wanted:
@@ -192,11 +224,17 @@ class Router:
             link = links[link_id]
             if self._may_send(link, topic, path, hops):
                 sends.append((link_id, None, 1))
+        sends.extend(extra)
         if plan.cond:
             cond = {o: plan.cond[o] for o in wanted if o in plan.cond}
             if cond:  # rule 7: the pipeline picks the sends per message
                 return plan.local, Selective(sends, cond)
         return plan.local, sends
+
+    @staticmethod
+    def may_send(link: EngineLink, topic: str, path: Path, hops: int) -> bool:
+        """May a copy of ``topic`` that crossed ``path`` go over ``link`` (rule 5)?"""
+        return Router._may_send(link, topic, path, hops)
 
     @staticmethod
     def _may_send(link: EngineLink, topic: str, path: Path, hops: int) -> bool:

@@ -12,6 +12,7 @@ from ..sublist import Sublist
 from .branches import covers
 from .events import Adv, AdvertIn, Key, LinkOptions, LinkUp, Path
 from .filters import LinkFilter
+from .hosts import HostTable
 from .loops import path_holds, ttl_spent
 
 __all__ = ["Best", "EngineLink", "InterestTable"]
@@ -96,6 +97,8 @@ class InterestTable:
         self.local_sticky: set[str] = set()
         self.local_selectors: dict[str, frozenset[str]] = {}  # rule 7
         self.local_branches: tuple[str, ...] = ()  # topics that never leave (branches.py)
+        self.flood: tuple[str, ...] = ()  # flooded branches (flood.py)
+        self.hosts = HostTable(broker_id)  # hosted branches and their live hosts (hosts.py)
         self.remote: Sublist[Key] = Sublist(**kw)  # keys of remote best entries
         self.best: dict[Key, Best] = {}
         self.links: dict[str, EngineLink] = {}
@@ -165,7 +168,7 @@ class InterestTable:
         pattern, origin = key
         best: Best | None = None
         if origin == self.broker_id:
-            if pattern in self.local_patterns:
+            if pattern in self.local_patterns or pattern in self.hosts.local:
                 best = (None, ())
         else:
             rank: tuple[bool, int, str, str] | None = None
