@@ -610,17 +610,39 @@ def print_table(results: dict[str, Any], systems: list[str]) -> None:
         )
 
 
+def _roles(cpu: dict[str, float]) -> dict[str, float]:
+    """A run's CPU us/msg by role: publisher, the nodes together, subscriber, total."""
+    nodes = sum(v for k, v in cpu.items() if k not in ("pub", "sub", "total"))
+    return {"pub": cpu["pub"], "nodes": nodes, "sub": cpu["sub"], "total": cpu["total"]}
+
+
 def print_profile(results: dict[str, Any], systems: list[str]) -> None:
-    """CPU us per delivered message, per process, 3-node chain flood runs (median)."""
-    print("\nCPU us per delivered message, per process (chain flood runs, median over rounds):")
+    """CPU us per delivered message, per process, 3-node chain flood runs (median), and
+    zbroker's over each peer's by role: where zbroker spends more."""
+    print(
+        "\nCPU us per delivered message, per process (chain flood runs, median over rounds;"
+        " /proc utime+stime, 10 ms ticks):"
+    )
+    cols = [s for s in SYSTEMS if s in systems]
     for key in ("chain-100", "chain-1024"):
-        for s in (s for s in SYSTEMS if s in systems):
+        for s in cols:
             runs = results[s][key]
-            procs = list(runs[0]["cpu_us_per_msg"])
             parts = [
-                f"{p} {statistics.median(r['cpu_us_per_msg'][p] for r in runs):.1f}" for p in procs
+                f"{p} {statistics.median(r['cpu_us_per_msg'][p] for r in runs):.1f}"
+                for p in runs[0]["cpu_us_per_msg"]
             ]
             print(f"  {key:10} {s:7} " + ", ".join(parts))
+        if "zbroker" not in cols:
+            continue
+        zb = [_roles(r["cpu_us_per_msg"]) for r in results["zbroker"][key]]
+        for peer in (p for p in cols if p != "zbroker"):
+            other = [_roles(r["cpu_us_per_msg"]) for r in results[peer][key]]
+            parts = []
+            for role in ("pub", "nodes", "sub", "total"):
+                a = statistics.median(r[role] for r in zb)
+                b = statistics.median(r[role] for r in other)
+                parts.append(f"{role} {_ratio(a, b)}")
+            print(f"  {key:10} zbroker/{peer} CPU: " + ", ".join(parts))
 
 
 def main(argv: list[str] | None = None) -> int:
