@@ -92,6 +92,7 @@ def format_status(status: dict[str, Any]) -> str:
         *_subscription_rows(status.get("subscriptions", {})),
         *_interest_rows(status.get("interest")),
         *_staging_rows(status.get("staging")),
+        *_advisory_rows(status.get("advisories")),
     ]
     width = max(len(k) for k, _ in rows)
     text = "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
@@ -128,6 +129,8 @@ def _counter_rows(c: dict[str, Any]) -> Rows:
         ("delivered", str(c.get("delivered", 0))),
         ("bad input", str(c.get("bad_input", 0))),
     ]
+    if "unrouted" in c:  # client publishes no subscriber anywhere wanted
+        rows.append(("no subscriber", str(c["unrouted"])))
     for reason, n in c.get("dropped", {}).items():
         rows.append((f"dropped: {reason}", str(n)))
     return rows
@@ -148,6 +151,14 @@ def _security_rows(sec: dict[str, Any]) -> Rows:
     for kind, n in sec.get("refused", {}).items():
         rows.append((f"refused: {kind}", str(n)))
     return rows
+
+
+def _advisory_rows(adv: dict[str, Any] | None) -> Rows:
+    """Advisories published, and those the rate limit held back (when the feature runs)."""
+    if not adv:
+        return []
+    held = sum(adv.get("suppressed", {}).values())
+    return [("advisories", f"{adv.get('emitted', 0)} published, {held} suppressed")]
 
 
 def _subscription_rows(subs: dict[str, Any]) -> Rows:

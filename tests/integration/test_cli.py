@@ -119,6 +119,20 @@ def test_status_text_lists_a_few_patterns_and_counts_the_rest(
     assert len(js["subscriptions"]["patterns"]) == n
 
 
+def test_status_text_shows_unrouted_publishes_and_advisories(
+    broker: Broker, client_factory: ClientFactory, wait_until: Callable[..., bool]
+) -> None:
+    """Two fields the text left to --json: client publishes nobody anywhere wanted, and
+    the advisories published or held back."""
+    client = client_factory(broker.endpoint)
+    for i in range(3):
+        client.publish("NOBODY.X", b"%d" % i)
+    assert wait_until(lambda: broker.status()["counters"]["unrouted"] == 3, 10)
+    out = invoke("status", "--broker", broker.endpoint).stdout
+    assert re.search(r"^no subscriber\s+3$", out, re.M), out
+    assert re.search(r"^advisories\s+\d+ published, 0 suppressed$", out, re.M), out
+
+
 def test_status_json(broker: Broker) -> None:
     result = invoke("status", "--broker", broker.endpoint, "--json")
     assert result.exit_code == 0, result.output
