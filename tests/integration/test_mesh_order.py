@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.fault_mesh import increasing_runs
 from tests.integration.test_forward_faults import (
     LINK,
     NODE,
@@ -35,25 +36,6 @@ from zbroker import Client
 pytestmark = pytest.mark.slow
 
 N = 1200
-
-
-def increasing_runs(order: list[int]) -> int:
-    """The fewest increasing subsequences that cover ``order`` (patience sorting: the
-    length of its longest decreasing subsequence)."""
-    piles: list[int] = []  # the last element of each pile, decreasing
-    for x in order:
-        lo, hi = 0, len(piles)
-        while lo < hi:  # the first pile whose top is below x
-            mid = (lo + hi) // 2
-            if piles[mid] < x:
-                hi = mid
-            else:
-                lo = mid + 1
-        if lo == len(piles):
-            piles.append(x)
-        else:
-            piles[lo] = x
-    return len(piles)
 
 
 def test_increasing_runs() -> None:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import shutil
 import signal
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from tests.helpers import Collector
 from tests.integration.test_security import Keys, _link_state, _secure_pair, _wait_link_up
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
@@ -27,22 +27,6 @@ HOST = "127.0.0.1"
 @pytest.fixture
 def keys(tmp_path: Any) -> Keys:
     return Keys(tmp_path / "keys")
-
-
-class Got:
-    """Payloads a callback received, thread-safe."""
-
-    def __init__(self) -> None:
-        self.items: list[bytes] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, msg: Any) -> None:
-        with self._lock:
-            self.items.append(msg.payload)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self.items)
 
 
 def _write_clients(keys: Keys, alice_sub: str, bob: bool = True) -> None:
@@ -63,7 +47,7 @@ def test_narrowed_permissions_end_a_held_subscription_at_once(
     b = broker_factory(broker_id="b", **keys.options("b"))
     server_key = keys.node_public("b")
     alice = client_factory(b.endpoint, keys=keys.client("alice"), server_key=server_key)
-    wide, narrow = Got(), Got()
+    wide, narrow = Collector(), Collector()
     alice.subscribe("X.>", wide)
     alice.subscribe("X.A", narrow)
     for i in range(10):
@@ -82,8 +66,8 @@ def test_narrowed_permissions_end_a_held_subscription_at_once(
         alice.publish("X.A", b"after%d" % i)
     assert wait_until(lambda: len(narrow) == 30, 10), len(narrow)
     time.sleep(0.3)
-    assert wide.items == [b"before%d" % i for i in range(10)]
-    assert narrow.items[10:] == [b"after%d" % i for i in range(20)]
+    assert wide.payloads() == [b"before%d" % i for i in range(10)]
+    assert narrow.payloads()[10:] == [b"after%d" % i for i in range(20)]
     st = b.status()["security"]
     assert st["reloads"] == 1
     assert st["refused"].get("subscribe", 0) >= 1  # X.> sent again, refused
@@ -99,10 +83,10 @@ def test_a_removed_client_key_may_do_nothing_more(
     b = broker_factory(broker_id="b", **keys.options("b"))
     server_key = keys.node_public("b")
     bob = client_factory(b.endpoint, keys=keys.client("bob"), server_key=server_key)
-    got = Got()
+    got = Collector()
     bob.subscribe("Y.Z", got)
     bob.publish("Y.Z", b"one")
-    assert wait_until(lambda: got.items == [b"one"], 10)
+    assert wait_until(lambda: got.payloads() == [b"one"], 10)
 
     _write_clients(keys, '"X.>"', bob=False)
     result = b.reload_security()
@@ -114,7 +98,7 @@ def test_a_removed_client_key_may_do_nothing_more(
         bob.publish("Y.Z", b"late%d" % i)  # the old connection: refused one by one
     assert wait_until(lambda: b.status()["security"]["refused"].get("publish") == 5, 10)
     assert b.status()["counters"]["received"] == 1
-    assert got.items == [b"one"]
+    assert got.payloads() == [b"one"]
     # and a new connection with that key is not let in
     with pytest.raises(BrokerUnreachable):
         Client(b.endpoint, keys=keys.client("bob"), server_key=server_key, timeout=1)
@@ -131,10 +115,10 @@ def test_a_bad_file_keeps_the_rules_in_force(
     with pytest.raises(ConfigError, match="not valid TOML"):
         b.reload_security()
     alice = client_factory(b.endpoint, keys=keys.client("alice"), server_key=keys.node_public("b"))
-    got = Got()
+    got = Collector()
     alice.subscribe("X.>", got)
     alice.publish("X.A", b"still")
-    assert wait_until(lambda: got.items == [b"still"], 10)
+    assert wait_until(lambda: got.payloads() == [b"still"], 10)
     assert b.status()["security"]["reloads"] == 0
 
 
