@@ -184,3 +184,23 @@ def test_zbroker_start_reloads_on_sighup(
         Client(endpoint, keys=keys.client("bob"), server_key=server_key, timeout=1)
     with Client(endpoint, keys=keys.client("alice"), server_key=server_key, timeout=5) as alice:
         assert alice.status()["security"]["reloads"] == 1
+
+
+def test_a_reload_keeps_a_permitted_subscription_with_a_selector(
+    broker_factory: Callable[..., Broker],
+    client_factory: Callable[..., Client],
+    keys: Keys,
+    wait_until: Callable[..., bool],
+) -> None:
+    """A held subscription is judged by its pattern, not by its name with the selector."""
+    _write_clients(keys, '"X.A"')
+    b = broker_factory(broker_id="b", **keys.options("b"))
+    alice = client_factory(b.endpoint, keys=keys.client("alice"), server_key=keys.node_public("b"))
+    got = Collector()
+    alice.subscribe("X.A", got, selector="region = 'EU'")
+    assert b.reload_security()["connections_ended"] == 0
+    alice.publish("X.A", b"eu", headers={"region": "EU"})
+    alice.publish("X.A", b"us", headers={"region": "US"})
+    assert got.wait_for(1)
+    time.sleep(0.3)
+    assert got.payloads() == [b"eu"]

@@ -31,7 +31,7 @@ from ..wire.gaps import gap_notice
 from .counters import Counters
 from .events import NodeEvent, SlowSubscriber
 from .interest import LocalInterest
-from .selected import Selected
+from .selected import Selected, split_name
 
 __all__ = ["Delivery", "raw_send"]
 
@@ -88,12 +88,12 @@ class Delivery:
             return None
         try:
             name = key[:-1].decode("utf-8")
-            pattern, sep, _ = name.partition(wire.SELECTOR_SEP)
+            pattern, text = split_name(name)
             validate_pattern(pattern)
         except (UnicodeDecodeError, InvalidTopic) as exc:
             bad("subscriber", "bad_pattern", str(exc))
             return None
-        if sep and not self.selected.valid(name):
+        if text is not None and not self.selected.valid(name):
             return None  # (counted: bad_selector)
         return msg[0] == 1, key, name
 
@@ -147,7 +147,7 @@ class Delivery:
         told = 0
         for pattern, pfx in self.prefix.items():
             # a selected subscription's name is its pattern, the separator, its selector
-            if allows(pattern.partition(wire.SELECTOR_SEP)[0]):
+            if allows(split_name(pattern)[0]):
                 frame = gap_notice(pfx, info, U64.pack(self._pseq[pattern]))
                 try:
                     self.sock.send(frame, zmq.NOBLOCK)

@@ -140,13 +140,14 @@ class Pipeline:
         sink_out, unrouted, unrouted_topic = self._sink_out, 0, ""
         selected, select = self._delivery.selected.by_pattern, self._delivery.selected.names
         groups = self.group_hook if engine.groups.active else None
+        carry = groups is not None or interest.has_sinks  # (else no 8-field list is made)
         for frame, value in zip(frames, values, strict=True):
             if value is None:
                 continue
             topic, payload, fmt, headers = value
             seq += 1
             ts = now()
-            m = [topic, payload, fmt, headers, origin, inc, seq, ts]
+            m: Any = [topic, payload, fmt, headers, origin, inc, seq, ts] if carry else None
             grouped = groups is not None and groups(m)
             if engine.links:
                 patterns, sends = route(topic, (), None)

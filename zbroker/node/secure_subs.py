@@ -34,6 +34,7 @@ import zmq
 from .. import wire
 from ..security import CONN_PROPERTY, Security
 from .delivery import Delivery
+from .selected import split_name
 
 __all__ = ["SecureSubscriptions"]
 
@@ -113,7 +114,7 @@ class SecureSubscriptions:
         sec.drain_deliver()  # closed descriptors first: never end a newcomer on a reused one
         ended = 0
         for serial, conn in list(self._conns.items()):
-            if all(sec.may_subscribe(conn.user, p) for p in conn.held):
+            if all(sec.may_subscribe(conn.user, split_name(p)[0]) for p in conn.held):
                 continue
             self._closed_upto[conn.fd] = max(self._closed_upto.get(conn.fd, 0), serial)
             self._leave(serial)  # its frames still queued are ignored from now on
@@ -157,7 +158,7 @@ class SecureSubscriptions:
 
     def _subscribe(self, conn: _Conn, user: str, key: bytes, pattern: str) -> None:
         sec = self._security
-        base = pattern.partition(wire.SELECTOR_SEP)[0]  # (a name with a selector)
+        base = split_name(pattern)[0]  # (a name with a selector)
         if not sec.may_subscribe(user, base):
             why = sec.refuse("subscribe to", user, base)
             if len(conn.refused) < MAX_REFUSALS:
