@@ -315,11 +315,7 @@ class RoutingEngine:
         table.set_best(key, old, best)
         if key[0].startswith(GROUP_PREFIX):
             self.groups.changed(key, best is not None)
-        if (
-            best is None
-            or (table.local_branches and covers(table.local_branches, key[0]))
-            or (table.flood and covers(table.flood, key[0]))
-        ):
+        if best is None or table.unadvertised(key[0]):
             propagation.withdraw(self.links, key)  # (a local or flooded branch: never)
         else:
             # rule 3, for every link at once: the advertised path is the same for all

@@ -11,7 +11,6 @@ to a ghost.
 
 from __future__ import annotations
 
-from .branches import covers
 from .events import Entry, Key, Path, SendAdvert
 from .hosts import filter_pattern
 from .loops import path_holds, ttl_spent
@@ -78,10 +77,8 @@ def offer_table(link: EngineLink, table: InterestTable) -> None:
             allowed = hosts.allowed(key[0])
             if allowed is not None and link.id not in allowed:
                 continue  # hosted interest goes toward the hosts only (rule 8)
-        if table.local_branches and covers(table.local_branches, key[0]):
-            continue  # a local branch: never advertised, whatever the filters say
-        if table.flood and covers(table.flood, key[0]):
-            continue  # a flooded branch: nobody needs the interest
+        if table.unadvertised(key[0]):
+            continue  # a local or flooded branch: never advertised, whatever the filters say
         link.pending[key] = (new_path, table.is_sticky(key, best), table.selectors_of(key, best))
 
 

@@ -208,7 +208,7 @@ class Router:
         sends: list[Send] = []
         for link_id, origins in groups.items():
             link = links[link_id]
-            if not self._may_send(link, topic, path, hops):
+            if not self.may_send(link, topic, path, hops):
                 continue
             copies = 1
             if not link.options.conduit:
@@ -222,7 +222,7 @@ class Router:
                 sends = [(li, None if li == link_id else t, c) for li, t, c in sends]
                 continue
             link = links[link_id]
-            if self._may_send(link, topic, path, hops):
+            if self.may_send(link, topic, path, hops):
                 sends.append((link_id, None, 1))
         sends.extend(extra)
         if plan.cond:
@@ -233,11 +233,6 @@ class Router:
 
     @staticmethod
     def may_send(link: EngineLink, topic: str, path: Path, hops: int) -> bool:
-        """May a copy of ``topic`` that crossed ``path`` go over ``link`` (rule 5)?"""
-        return Router._may_send(link, topic, path, hops)
-
-    @staticmethod
-    def _may_send(link: EngineLink, topic: str, path: Path, hops: int) -> bool:
         return (
             link.can_send
             and not path_holds(path, link.peer)

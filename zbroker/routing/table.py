@@ -206,6 +206,14 @@ class InterestTable:
             elif best is None:
                 self.remote.remove(key[0], key)
 
+    def unadvertised(self, pattern: str) -> bool:
+        """Is interest in ``pattern`` never advertised (a local or a flooded branch covers
+        it)? One test for what is advertised and what is withdrawn."""
+        return bool(
+            (self.local_branches and covers(self.local_branches, pattern))
+            or (self.flood and covers(self.flood, pattern))
+        )
+
     def is_sticky(self, key: Key, best: Best) -> bool:
         if best[0] is None:
             return key[0] in self.local_sticky
