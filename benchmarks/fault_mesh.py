@@ -151,6 +151,8 @@ class PersistentPublisher(threading.Thread):
                             continue
                         self.confirmed.add(i)
                         break
+                    else:
+                        raise RuntimeError(f"message {i} not confirmed after 20 tries")
         except BaseException as exc:
             self.error = exc
 
@@ -313,6 +315,13 @@ def run(
         "P2": PersistentPublisher("P2", f"{mesh.ep('N3')},{mesh.ep('N4')}", n, rate),
     }
     live = Live(mesh, rate * 5)
+
+    def live_routed() -> bool:  # N5's live interest has reached the live publisher's node
+        with Client(mesh.ep("N2"), timeout=5.0) as c:
+            return any(r["pattern"] == "L.>" and r["origin"] == "N5" for r in c.routes())
+
+    if not wait(live_routed, WAIT):
+        raise RuntimeError("the live subscriber's interest did not reach N2")
     live.thread.start()
     for pub in pubs.values():
         pub.start()
@@ -352,6 +361,8 @@ def run(
             for reason, k in c.status()["counters"]["dropped"].items():
                 report.counted_drops[reason] = report.counted_drops.get(reason, 0) + k
     live.sub_client.close()
+    if not live.received:
+        report.problems.append(f"the live subscriber got nothing of {live.sent} sent")
     if live.sent > live.received and not live.gaps:
         report.problems.append(f"{live.sent - live.received} live messages lost, nobody told")
     return report

@@ -33,6 +33,6 @@ def test_a_mesh_under_random_faults_loses_and_doubles_nothing(
     )  # fmt: skip
     print(report)
     assert report.problems == []
-    assert len(report.faults) == 3
-    assert all(n > 0 for n in report.confirmed.values())
-    assert set(report.delivered) == {"d4", "d5"}
+    assert report.confirmed == {"P1": 1000, "P2": 1000}  # 25 s at 40 msg/s each
+    assert report.delivered == {"d4": 2000, "d5": 2000}
+    assert report.live_sent > 0 and report.live_received > 0

@@ -138,12 +138,10 @@ def test_a_dying_link_counts_its_loss_and_tells_subscribers_downstream(
         assert watch[name].sub.gaps == 1
     lines = [json.loads(line) for line in cli_sub.stdout_text().splitlines()]
     gaps = [line for line in lines if "gap" in line]
-    assert gaps == [
-        {
-            "pattern": "G.>",
-            "gap": {"node": "C", "link": "to-B", "peer": "B", "reason": gaps[0]["gap"]["reason"]},
-        }
-    ], gaps[:3]
+    assert len(gaps) == 1, gaps
+    said = gaps[0]["gap"]
+    assert gaps[0]["pattern"] == "G.>" and said.pop("reason")  # (why it died: said, not empty)
+    assert said == {"node": "C", "link": "to-B", "peer": "B"}
     assert len(lines) > 200
     st = a.status()
     sent = st["counters"]["forwarded"]  # A's only link was to B

@@ -176,6 +176,7 @@ def test_zbroker_start_reloads_on_sighup(
     keys.clients.write_text("[alice\n")  # broken: refused, the node keeps its rules
     node.popen.send_signal(signal.SIGHUP)
     assert node.wait_stderr("reload refused, the previous rules stay", 10), node.stderr_text()
+    Client(endpoint, keys=keys.client("bob"), server_key=server_key, timeout=5).close()  # kept
     _write_clients(keys, '"X.>"', bob=False)
     node.popen.send_signal(signal.SIGHUP)
     assert node.wait_stderr("security reloaded", 10), node.stderr_text()

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import wait_until
 from tests.helpers import Collector
 from zbroker import Broker, Client
 from zbroker.errors import ConfigError, RequestError
@@ -120,10 +121,10 @@ def test_exclusive_durable_is_not_taken_over(broker: Broker, client_factory: Cli
     with pytest.raises(RequestError, match="held by an exclusive consumer"):
         two.subscribe("bill.>", Collector(), durable="solo", shared=True)
     sub.unsubscribe()  # (a one-way detach on another connection: wait for the node to have it)
-    deadline = time.monotonic() + WAIT
-    while any(d["attached"] for d in broker.status()["durables"] if d["name"] == "solo"):
-        assert time.monotonic() < deadline, broker.status()["durables"]
-        time.sleep(0.02)
+    assert wait_until(
+        lambda: not any(d["attached"] for d in broker.status()["durables"] if d["name"] == "solo"),
+        WAIT,
+    ), broker.status()["durables"]
     assert two.subscribe("bill.>", Collector(), durable="solo", shared=True).active
     with pytest.raises(RequestError, match="shared by 1 consumer"):
         one.subscribe("bill.>", Collector(), durable="solo")

@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 from zbroker.cli.main import cli
 
+from tests.conftest import wait_until
 from tests.helpers import Collector
 from tests.monitor.helpers import FAST_MONITOR, get, get_json, monitor_url, sample, scrape
 from zbroker import Broker, Client, NodeConfig
@@ -131,12 +132,7 @@ def _without(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 
 
 def _wait(cond: Callable[[], bool], timeout: float = WAIT) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
+    return wait_until(cond, timeout, 0.05)
 
 
 def test_counters_only_grow_through_a_link_flap(
