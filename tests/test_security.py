@@ -47,6 +47,10 @@ from zbroker.security import (
         ("*.B", "*.C", False),
         ("A.*.C", "A.*.C", True),
         ("A.*.C", "A.*.>", False),
+        # a leading wildcard matches no $ZB topic, so it permits no $ZB pattern
+        (">", "$ZB.ADVISORY.>", False),
+        ("*.>", "$ZB.SYS.a.STATS", False),
+        ("$ZB.>", "$ZB.ADVISORY.>", True),
     ],
 )
 def test_covers(allowed: str, pattern: str, expected: bool) -> None:

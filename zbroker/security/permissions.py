@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..const import RESERVED_PREFIX
 from ..errors import ConfigError, InvalidTopic
 from ..names import validate_broker_id
 from ..topics import match, validate_pattern
@@ -93,9 +94,13 @@ def load_clients(source: Path | dict[str, Any], base: Path | None = None) -> dic
 
 
 def covers(allowed: str, pattern: str) -> bool:
-    """True if every topic matching ``pattern`` also matches ``allowed`` (both valid)."""
+    """True if every topic matching ``pattern`` also matches ``allowed`` (both valid).
+    A leading wildcard matches no ``$ZB`` topic (:func:`zbroker.topics.match`), so it
+    permits no ``$ZB`` pattern: those are permitted by name (``$ZB.ADVISORY.>``)."""
     a = allowed.split(".")
     p = pattern.split(".")
+    if p[0] == RESERVED_PREFIX and a[0] in ("*", ">"):
+        return False
     for i, seg in enumerate(a):
         if seg == ">":
             return len(p) > i
