@@ -5,7 +5,9 @@ window keeps a *floor* (every seq at or below it has been seen) and the set of s
 above it. In-order traffic only moves the floor (O(1), no set); out-of-order arrivals wait
 in the set until the gap below them fills. When the set outgrows ``window`` the floor jumps
 to the oldest pending seq: the gap is declared lost, which is what at-most-once means for
-non-persistent traffic (persistent traffic keeps its dedupe state with the store).
+non-persistent traffic (persistent traffic has its own dedupe, in memory:
+``features.forward.PersistentDedupe``; an idempotent publish is also recognised from the
+store).
 
 The first seq heard of an origin sets the floor. Seqs below it are mostly messages that
 predate our interest, but not all: a publisher's messages of a hosted branch go through a
