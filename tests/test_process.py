@@ -27,10 +27,13 @@ def test_tune_gc_freezes_what_exists_and_raises_the_young_threshold(restore_gc: 
     tune_gc()
     assert gc.get_threshold() == (DEFAULT_GC_YOUNG_THRESHOLD, older, oldest)
     # everything tracked at the call is out of the collector's view (modules, classes...)
-    assert gc.get_freeze_count() > 1000
+    frozen = gc.get_freeze_count()
+    assert frozen > 1000
     status = gc_status()
     assert status["threshold"] == [DEFAULT_GC_YOUNG_THRESHOLD, older, oldest]
-    assert status["frozen"] == gc.get_freeze_count()
+    # a frozen object freed meanwhile (another test's thread ending) lowers the count, so
+    # the status is bracketed by the counts read before and after it, never equal-compared
+    assert frozen >= status["frozen"] >= gc.get_freeze_count() > 1000
     assert status["enabled"] is True
 
 
