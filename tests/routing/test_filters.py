@@ -218,3 +218,26 @@ def test_property_allows_pattern_is_never_too_strict(
     f = LinkFilter(tuple(include), tuple(exclude))
     if any(match(pattern, t) and f.allows_topic(t) for t in ALL_TOPICS):
         assert f.allows_pattern(pattern) is True
+
+
+def test_a_leading_wildcard_filter_neither_stops_nor_lets_in_zb_traffic_by_itself() -> None:
+    """The `$ZB` rule holds for both halves of a filter alike: a wildcard-led pattern
+    matches no `$ZB` topic, so an exclude of '>' does not stop advisories (topic or
+    interest) and an include of '>' does not let them in; naming `$ZB` does both."""
+    wild_out = LinkFilter(exclude=(">",))
+    assert wild_out.allows_topic("$ZB.ADVISORY.A.LINK_UP") is True
+    assert wild_out.allows_pattern("$ZB.ADVISORY.>") is True  # was refused: interest cut
+    assert wild_out.allows_pattern("ORDERS.>") is False
+    wild_in = LinkFilter(include=(">",))
+    assert wild_in.allows_topic("$ZB.ADVISORY.A.LINK_UP") is False
+    assert wild_in.allows_pattern("$ZB.ADVISORY.>") is False
+    named_out = LinkFilter(exclude=("$ZB.>",))
+    assert named_out.allows_topic("$ZB.ADVISORY.A.LINK_UP") is False
+    assert named_out.allows_pattern("$ZB.ADVISORY.>") is False
+
+
+def test_pattern_covers_keeps_the_zb_rule() -> None:
+    assert pattern_covers(">", "$ZB.ADVISORY.>") is False
+    assert pattern_covers("*.ADVISORY.>", "$ZB.ADVISORY.>") is False
+    assert pattern_covers("$ZB.>", "$ZB.ADVISORY.>") is True
+    assert pattern_covers(">", "ORDERS.>") is True

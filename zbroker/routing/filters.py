@@ -9,15 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..const import RESERVED_PREFIX
 from ..topics import match, patterns_overlap
 
 __all__ = ["LinkFilter", "pattern_covers"]
 
 
 def pattern_covers(a: str, b: str) -> bool:
-    """True if every topic matching pattern ``b`` also matches pattern ``a``."""
+    """True if every topic matching pattern ``b`` also matches pattern ``a``. A pattern
+    starting with a wildcard covers nothing under ``$ZB`` (it matches none of its topics)."""
     pa = a.split(".")
     pb = b.split(".")
+    if pb[0] == RESERVED_PREFIX and pa[0] in ("*", ">"):
+        return False
     for i, sa in enumerate(pa):
         if sa == ">":
             return i < len(pb)
