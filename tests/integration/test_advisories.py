@@ -22,7 +22,7 @@ import pytest
 import zmq
 
 from tests.helpers import Collector
-from zbroker import Broker, Client, wire
+from zbroker import Broker, Client, Gap, wire
 from zbroker.config import AdvisoryConfig, LinkConfig, RetainRule
 from zbroker.errors import RequestError
 from zbroker.node.events import InterestAdded, InterestRemoved, PeerFound, PeerLost
@@ -142,6 +142,9 @@ def test_link_down_and_up_reach_another_node(
     watcher.subscribe("$ZB.ADVISORY.b.LINK_DOWN", seen)
     watcher.subscribe("$ZB.ADVISORY.b.LINK_UP", seen)
     assert wait_until(lambda: heard(b, "$ZB.ADVISORY.b.LINK_UP"), WAIT)
+    gaps: list[Gap] = []  # a clean stop (c says goodbye) loses nothing: no gap notice
+    on_b = client_factory(b.endpoint).subscribe("G.>", lambda m: None)
+    on_b.on_gap = gaps.append
     c.stop()
     assert seen.wait_until(lambda ms: "LINK_DOWN" in [m.payload["kind"] for m in ms], WAIT)
     c2 = broker_factory(**c_opts)
@@ -153,7 +156,8 @@ def test_link_down_and_up_reach_another_node(
     down, up = seen.snapshot()
     assert down.topic == "$ZB.ADVISORY.b.LINK_DOWN" and down.id.origin == "b"
     assert down.payload["link"] == "bc" and down.payload["peer"] == "c"
-    assert isinstance(down.payload["reason"], str) and down.payload["reason"]
+    assert down.payload["reason"].startswith("peer said goodbye")
+    assert down.payload["clean"] is True and gaps == []
     assert up.payload["link"] == "bc" and up.payload["peer"] == "c"
     assert up.payload["seq"] == down.payload["seq"] + 1
     st = b.status()["advisories"]

@@ -41,8 +41,6 @@ log = logging.getLogger("zbroker.node")
 
 #: notices remembered by (node, n), so one that comes back over another path stops
 SEEN_MAX = 4096
-#: the reasons a link goes down that lose nothing in flight (the peer said goodbye)
-_CLEAN = "peer said goodbye"
 
 
 class GapNotices(Feature):
@@ -69,7 +67,7 @@ class GapNotices(Feature):
         for ev in events:
             if isinstance(ev, LinkWentDown):
                 link = self._going.pop((ev.link, ev.peer), None)
-                if link is not None and not ev.reason.startswith(_CLEAN):
+                if link is not None and not ev.clean:
                     self._link_died(ev, link)
         self._going.clear()
 

@@ -44,7 +44,7 @@ class LinkHooks(Protocol):
     def link_msgs(self, link: Link, batch: list[Any]) -> None: ...
     def link_frame(self, link: Link, value: list[Any]) -> int | None: ...
     def link_up(self, link: Link, now: float) -> None: ...
-    def link_down(self, link: Link, reason: str, was_up: bool, now: float) -> None: ...
+    def link_down(self, link: Link, reason: str, was_up: bool, now: float, clean: bool) -> None: ...
     def advert_in(self, link: Link) -> None: ...
     def handshake_refused(self, link: str, reason: str) -> None: ...
 
@@ -191,7 +191,7 @@ class LinkTable:
                 value[1].get("reason", "") if len(value) > 1 and isinstance(value[1], dict) else ""
             )
             said = f"peer said goodbye ({reason})" if reason else "peer said goodbye"
-            self.down(link, said, now)
+            self.down(link, said, now, clean=True)
         elif op == wire.LINK_REFUSE:
             info = wire.check_link_map(value)
             self.down(link, f"peer dropped the link: {info.get('reason', '?')}", now)
@@ -247,7 +247,8 @@ class LinkTable:
             link.peer_incarnation,
         )
 
-    def down(self, link: Link, reason: str, now: float) -> None:
+    def down(self, link: Link, reason: str, now: float, *, clean: bool = False) -> None:
+        """Take ``link`` down for ``reason``; ``clean``: the peer said goodbye."""
         was_up = link.state is LinkState.UP
         if was_up:
             self.counters.links_down += 1
@@ -285,7 +286,7 @@ class LinkTable:
                 log.error("link %s: giving up after %d attempts", link.name, link.attempts)
         else:
             self.accepted.pop(link.ident, None)
-        self.hooks.link_down(link, reason, was_up, now)
+        self.hooks.link_down(link, reason, was_up, now, clean)
 
     def unique(
         self, newcomer: str, peer: str, instance: str, inc: int, repeats: Repeats, now: float

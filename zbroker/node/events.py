@@ -48,6 +48,8 @@ class LinkWentDown(NodeEvent):
     link: str
     peer: str
     reason: str
+    #: the peer said goodbye (BYE): nothing it was sent was lost in a dead connection
+    clean: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

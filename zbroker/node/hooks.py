@@ -54,11 +54,13 @@ class KernelHooks:
             f.link_up(link, now)
         self._node.events.append(LinkWentUp(link=link.name, peer=link.peer))
 
-    def link_down(self, link: Link, reason: str, was_up: bool, now: float) -> None:
+    def link_down(self, link: Link, reason: str, was_up: bool, now: float, clean: bool) -> None:
         for f in self._downs:
             f.link_down(link, now)
         if was_up:
-            self._node.events.append(LinkWentDown(link=link.name, peer=link.peer, reason=reason))
+            self._node.events.append(
+                LinkWentDown(link=link.name, peer=link.peer, reason=reason, clean=clean)
+            )
 
     def handshake_refused(self, link: str, reason: str) -> None:
         self._node.emit(HandshakeRefused(link=link, reason=reason))
