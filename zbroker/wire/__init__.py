@@ -106,7 +106,6 @@ from .publish import (
 )
 from .queues import (
     check_qmsgs,
-    check_qmsgs_entry,
     decode_qcap,
     decode_qmsgs,
     encode_qcap,
@@ -171,7 +170,6 @@ __all__ = [
     "check_producer",
     "check_publishes",
     "check_qmsgs",
-    "check_qmsgs_entry",
     "decode_advert",
     "decode_advert_entries",
     "decode_advert_sticky",

@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import ProtocolError
 from .codec import packb
 from .frames import QCAP, QMSGS, Errors
-from .link import check_link_msg, check_msgs
+from .link import check_msgs
 
 #: (group key, origin, stamp, members, free credit)
 CapEntry = tuple[str, str, int, int, int]
@@ -25,19 +25,10 @@ def encode_qmsgs(entries: list[list[Any]]) -> bytes:
 
 
 def decode_qmsgs(value: list[Any]) -> list[Any]:
-    """The entries of a QMSGS frame (each checked with :func:`check_qmsgs_entry`)."""
+    """The entries of a QMSGS frame (checked with :func:`check_qmsgs`)."""
     if len(value) != 2 or type(value[1]) is not list:
         raise ProtocolError("bad_shape", "QMSGS must be [34, entries]")
     return value[1]
-
-
-def check_qmsgs_entry(m: Any, topics: set[str]) -> tuple[str, str]:
-    """Type-check one QMSGS entry; return (target, group key). Raises ProtocolError."""
-    check_link_msg(m, topics)
-    dest = m[9]
-    if type(dest) is not list or len(dest) != 2 or not all(type(s) is str for s in dest):
-        raise ProtocolError("bad_type", "QMSGS entry must end with [target, group key]")
-    return dest[0], dest[1]
 
 
 def check_qmsgs(
