@@ -147,9 +147,9 @@ def test_consumer_sigkilled_mid_stream(
         "sub", "bill.>", "--durable", "billing", "--shared", "--json", "-b", broker.endpoint
     )
     assert doomed.wait_stderr("subscribed to", WAIT), doomed.stderr_text()
-    survivor = Collector()
+    survivor, survivor_window = Collector(), 50
     client_factory(broker.endpoint).subscribe(
-        "bill.>", survivor, durable="billing", shared=True, credit=50
+        "bill.>", survivor, durable="billing", shared=True, credit=survivor_window
     )
     pub = client_factory(broker.endpoint)
     total = 2000
@@ -157,7 +157,13 @@ def test_consumer_sigkilled_mid_stream(
         pub.publish("bill.x", i, persistent=True, confirm=i % 200 == 199)
         if i == 600:
             assert wait_until(lambda: len(doomed.stdout_text().splitlines()) > 50, WAIT)
-            doomed.send_signal(signal.SIGKILL)
+            # stopped first: it keeps its connection and acknowledges nothing more, so
+            # the node fills its credit window (100), which the kill then leaves unacknowledged
+            doomed.send_signal(signal.SIGSTOP)
+    assert wait_until(
+        lambda: durable_row(broker, "billing")["in_flight"] > survivor_window, WAIT
+    ), durable_row(broker, "billing")
+    doomed.send_signal(signal.SIGKILL)
     assert doomed.wait(10.0) == -signal.SIGKILL
     killed = [json.loads(x)["payload"] for x in doomed.stdout_text().splitlines() if x]
     assert wait_until(lambda: set(killed) | set(survivor.payloads()) == set(range(total)), WAIT)
@@ -168,4 +174,6 @@ def test_consumer_sigkilled_mid_stream(
     twice = set(killed) & set(seen)
     flagged = {m.payload for m in survivor.snapshot() if m.redelivered}
     assert twice <= flagged  # what both processed came flagged the second time
+    # what the killed one held went to the survivor, flagged, and the node counted it
+    assert flagged and durable_row(broker, "billing")["redelivered"] == len(flagged)
     assert durable_row(broker, "billing")["consumers"] == 1
