@@ -123,6 +123,26 @@ def wait_until(cond: Callable[[], bool], timeout: float = 15.0, interval: float 
 
 # -- subprocesses ---------------------------------------------------------------------------
 
+#: Runs a test's command so that it dies with the test run: PR_SET_PDEATHSIG (kept across
+#: exec) sends it SIGKILL when the pytest thread that started it ends, so a pytest killed
+#: from outside leaves no ``zbroker`` behind (its finalizers, which stop each by PID, do
+#: not run then). A launcher, not ``preexec_fn``: that is unsafe in a process with threads.
+_DIE_WITH_PARENT = """
+import ctypes, os, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(1, signal.SIGKILL) != 0:  # PR_SET_PDEATHSIG
+    sys.exit(f"prctl(PR_SET_PDEATHSIG) failed: errno {ctypes.get_errno()}")
+if os.getppid() != int(sys.argv[1]):  # the parent died before the prctl
+    sys.exit(1)
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+
+def _dying_with_us(args: Sequence[str]) -> list[str]:
+    if not sys.platform.startswith("linux"):
+        return list(args)
+    return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *args]
+
 
 class Proc:
     """A subprocess with its stdout and stderr read line by line on background threads."""
@@ -137,7 +157,7 @@ class Proc:
     ) -> None:
         self.args = list(args)
         self.popen = subprocess.Popen(
-            self.args,
+            _dying_with_us(self.args),
             stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
