@@ -36,6 +36,7 @@ from collections.abc import Iterable
 
 from ..sublist import Sublist
 from .events import Key, Path
+from .keys import GROUP_PREFIX, group_key, split_key
 from .loops import path_holds, ttl_spent
 from .table import InterestTable
 
@@ -49,28 +50,10 @@ __all__ = [
     "split_key",
 ]
 
-GROUP_PREFIX = "$ZB.Q."
 POLICIES = ("local_first", "round_robin", "weighted")
 DEFAULT_POLICY = "local_first"
 #: (stamp, members, free credit) of one origin's members of one group key
 Capacity = tuple[int, int, int]
-
-
-def group_key(group: str, pattern: str) -> str:
-    """The interest pattern that stands for members of ``group`` on ``pattern``. A group
-    name (a broker-ID-like name) may hold dots; as one segment they become ``:``, which
-    no group name holds."""
-    return GROUP_PREFIX + group.replace(".", ":") + "." + pattern
-
-
-def split_key(key: str) -> tuple[str, str] | None:
-    """(group, pattern) of a group key; None for any other pattern."""
-    if not key.startswith(GROUP_PREFIX):
-        return None
-    group, _, pattern = key[len(GROUP_PREFIX) :].partition(".")
-    if not group or not pattern:
-        return None
-    return group.replace(":", "."), pattern
 
 
 class GroupTable:

@@ -12,7 +12,7 @@ to a ghost.
 from __future__ import annotations
 
 from .events import Entry, Key, Path, SendAdvert
-from .hosts import filter_pattern
+from .keys import judged_pattern
 from .loops import path_holds, ttl_spent
 from .table import Best, EngineLink, InterestTable
 
@@ -32,7 +32,7 @@ def advertise(
     every link at once: the advertised path is the same for all. ``allowed``: the only
     links it may go over (interest in a hosted branch goes toward the hosts, rule 8)."""
     via = best[0]
-    pattern = filter_pattern(key[0])
+    pattern = judged_pattern(key[0])
     adv = (path, sticky, selectors)
     hops = len(path)
     for link in links.values():
@@ -71,7 +71,7 @@ def offer_table(link: EngineLink, table: InterestTable) -> None:
         new_path = (*path, me)
         if path_holds(new_path, link.peer) or ttl_spent(len(new_path), link.options.ttl):
             continue
-        if not link.filter.allows_pattern(filter_pattern(key[0])):
+        if not link.filter.allows_pattern(judged_pattern(key[0])):
             continue
         if hosts.branches:
             allowed = hosts.allowed(key[0])

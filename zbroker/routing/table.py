@@ -13,6 +13,7 @@ from .branches import covers
 from .events import Adv, AdvertIn, Key, LinkOptions, LinkUp, Path
 from .filters import LinkFilter
 from .hosts import HostTable
+from .keys import split_key
 from .loops import path_holds, ttl_spent
 
 __all__ = ["Best", "EngineLink", "InterestTable"]
@@ -208,7 +209,11 @@ class InterestTable:
 
     def unadvertised(self, pattern: str) -> bool:
         """Is interest in ``pattern`` never advertised (a local or a flooded branch covers
-        it)? One test for what is advertised and what is withdrawn."""
+        it)? One test for what is advertised and what is withdrawn. A queue group's key
+        is judged by its pattern (:mod:`.keys`)."""
+        parts = split_key(pattern)
+        if parts is not None:
+            pattern = parts[1]
         return bool(
             (self.local_branches and covers(self.local_branches, pattern))
             or (self.flood and covers(self.flood, pattern))
