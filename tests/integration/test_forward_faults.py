@@ -161,13 +161,15 @@ class Seen:
         self.lock = threading.Lock()
 
     def drain(self, proc: Any) -> None:
-        while True:
-            line = proc.readline(0.05)
-            if line is None:
-                return
+        """Take the lines that have arrived (waiting up to 50 ms for the first): returns
+        while the stream still flows, so a test polling progress acts mid-stream (waiting
+        for a pause instead put every fault after the last message)."""
+        line = proc.readline(0.05)
+        while line is not None:
             e = json.loads(line)
             with self.lock:
                 self.events.append((e["p"], e["r"]))
+            line = proc.readline(0)
 
     def has(self, p: int) -> bool:
         with self.lock:
