@@ -9,8 +9,10 @@ and n100, prints the mode table, then the ratios direct / hosted side by side: i
 entries (all nodes, and the nodes that are not hosts), the memory of the interest tables
 (a deep size of each node's table; see :mod:`zbroker.simulate_modes`), and convergence
 after the subscriptions are placed (virtual time, simulator events, rounds of
-advertisement, wall-clock seconds). Everything but the wall-clock seconds is deterministic
-for a topology and seed; the wall-clock figures depend on the machine and its load.
+advertisement, wall-clock seconds). Entries, events, rounds, virtual time, frames and hops
+are deterministic for a topology and seed; the table bytes move by a few hundredths of a
+percent between runs (randomized string hashing); the wall-clock figures depend on the
+machine and its load.
 """
 
 from __future__ import annotations

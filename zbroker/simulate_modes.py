@@ -13,9 +13,11 @@ the one before — and the wall-clock seconds the simulator took), and the memor
 nodes' interest tables, measured as a deep size: ``sys.getsizeof`` of every object
 reachable from a node's table (:class:`~zbroker.routing.table.InterestTable`), each
 counted once per node, summed over the nodes. A deep size is exact for the tables and
-deterministic for one Python build, and costs no tracing while the simulation runs
-(tracemalloc slowed the 200-node direct run severalfold); it does not count the
-allocator's own overhead.
+costs no tracing while the simulation runs (tracemalloc slowed the 200-node direct run
+severalfold); it does not count the allocator's own overhead. It moves by a few hundredths
+of a percent between processes: string hashing is randomized per process, and the order
+in which sets are iterated changes the order of table updates, hence how dicts grew.
+Everything else but the wall-clock seconds is deterministic for a topology and seed.
 """
 
 from __future__ import annotations
