@@ -141,8 +141,6 @@ def _check_sub_options(
     a usage error names what is wrong before anything connects."""
     if durable is not None and len(patterns) != 1:
         raise click.UsageError("--durable takes exactly one PATTERN")
-    if durable is not None and selector is not None:
-        raise click.UsageError("--selector cannot be used with --durable")
     if durable is not None and queue is not None:
         raise click.UsageError("--queue and --durable exclude each other")
     if shared and durable is None:
@@ -177,7 +175,7 @@ def _check_sub_options(
     default=None,
     metavar="EXPR",
     help="Only messages whose headers EXPR accepts, e.g. \"region = 'EU' AND qty > 100\" "
-    "(the JMS SQL-92 subset; not with --durable).",
+    "(the JMS SQL-92 subset; with --durable, only those are stored).",
 )
 @click.option(
     "--shared",

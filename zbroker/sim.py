@@ -66,6 +66,7 @@ class _SimNode:
         self.refs: Counter[str] = Counter()
         self.alive = True
         self.flush_pending = False
+        self.adv_depth = 0  # the deepest advertisement received since the last flush
 
 
 def _selected(node: _SimNode, pattern: str) -> frozenset[str] | None:
@@ -254,6 +255,7 @@ class Network:
             self.now = t
             fn()
             n += 1
+        self.stats.events += n
         if until is not None:
             self.now = max(self.now, until)
         return self.now
@@ -290,14 +292,16 @@ class Network:
         heapq.heappush(self._queue, (self.now + self.batch_window, next(self._tie), flush))
 
     def _flush(self, node: _SimNode) -> None:
+        depth, node.adv_depth = node.adv_depth + 1, 0  # (the rounds of SimStats)
         for action in node.engine.flush():
-            link = self.links[action.link]
-            self.stats.advert_frames += 1
-            self._send(link, node.id, ("adv", action.full, action.entries, action.selectors))
+            self.stats.advert(depth)
+            frame = ("adv", action.full, action.entries, action.selectors, depth)
+            self._send(self.links[action.link], node.id, frame)
 
     def _receive(self, node: _SimNode, link: SimLink, frame: tuple[Any, ...]) -> None:
         if frame[0] == "adv":
             self.stats.last_advert_at = self.now
+            node.adv_depth = max(node.adv_depth, frame[4])
             ev = AdvertIn(link=link.name, full=frame[1], entries=frame[2], selectors=frame[3])
             node.engine.handle(ev)
             self._schedule_flush(node)

@@ -46,5 +46,17 @@ class SimStats:
     duplicates_dropped: int = 0
     loops_dropped: int = 0
     last_advert_at: float = 0.0
+    #: events the event loop processed (frames arriving, flushes), over every run()
+    events: int = 0
+    #: the longest chain of advertisement frames, each sent because of the one before it
+    #: (a node's flush after adverts of depth k sends depth k + 1): the rounds of interest
+    #: propagation; reset it to measure one phase
+    advert_rounds: int = 0
     # (msg_id, link name, direction "A>B") -> frames
     crossings: Counter[tuple[MsgId, str, str]] = field(default_factory=Counter)
+
+    def advert(self, depth: int) -> None:
+        """An advertisement frame of ``depth`` (its round) is sent."""
+        self.advert_frames += 1
+        if depth > self.advert_rounds:
+            self.advert_rounds = depth

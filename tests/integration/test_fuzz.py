@@ -696,6 +696,10 @@ class FrameGen:
                 "credit": rng.randint(1, 50),
                 "max_msgs": rng.choice((0, 10, 100)),
             }
+            if rng.random() < 0.3:  # valid, invalid, or not a string at all
+                body["selector"] = rng.choice(("qty > 1", "qty >> 1", "", self.text()))
+            elif rng.random() < 0.05:
+                body["selector"] = self.value()
         elif op == wire.DURABLE_ACK:
             body = {"name": name, "upto": rng.randrange(0, 100)}
         elif op in (wire.DURABLE_CLOSE, wire.DURABLE_DELETE):

@@ -19,7 +19,7 @@ from typing import Any
 
 import zmq
 
-from .. import wire
+from .. import selectors, wire
 from ..const import (
     DEFAULT_BROKER,
     DEFAULT_CLIENT_HEARTBEAT_INTERVAL,
@@ -272,7 +272,8 @@ class Client(StateMethods):
         fails to its publisher; other messages are not queued, counted). ``unsubscribe()``
         detaches; :meth:`delete_durable` deletes it and its stored messages.
         ``selector="region = 'EU' AND qty > 100"``: only messages whose headers it accepts
-        (:mod:`zbroker.selectors`; a bad one raises SelectorError); not with ``durable``.
+        (:mod:`zbroker.selectors`; a bad one raises SelectorError); with ``durable`` only
+        those are stored, and reopening the durable with another selector is refused.
         ``shared=True`` shares durable NAME among consumers (each message to one of them);
         ``queue="GROUP"`` joins queue group GROUP: each matching message to ONE member
         network-wide (at most once; ``credit`` per member; ``zbroker.client.queues``).
@@ -283,11 +284,13 @@ class Client(StateMethods):
         if queue is not None:
             return self._queues.subscribe(pattern, callback, queue, credit)
         if durable is not None:
-            if selector is not None:
-                raise ValueError("a durable subscription cannot have a selector")
             bounds: dict[str, Any] = {"max_msgs": max_msgs, "max_bytes": max_bytes}
             bounds |= {"max_age": max_age, "overflow": overflow, "shared": shared}
-            return self._durables.subscribe(pattern, callback, durable, credit, bounds)
+            if selector is not None:  # (checked here: a bad one raises SelectorError)
+                bounds["selector"] = selectors.canonical(selector)
+            sub = self._durables.subscribe(pattern, callback, durable, credit, bounds)
+            sub.selector = bounds.get("selector")
+            return sub
         return self._subscribe_live(pattern, callback, initial=initial, selector=selector)
 
     def detach_durable(self, name: str) -> None:

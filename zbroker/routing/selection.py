@@ -1,11 +1,13 @@
 """Rule 7 of :mod:`zbroker.routing.engine`: selectors travel with interest.
 
 Local interest in a pattern is *selected* when every source of it is a subscription with
-a selector (source ``select:CANONICAL``): the node then wants only the messages one of
-those selectors accepts. Any other source (a plain subscriber, a retention rule, a
-durable subscription, a feature) wants every message of the pattern, and so does the
-pattern as a whole. :func:`local_selectors` says which: ``None`` for all, else the set of
-canonical selector texts.
+a selector (source ``select:CANONICAL``) or another source that names its selector
+(``KIND:NAME select:CANONICAL``, :func:`selected_source`: a durable subscription with a
+selector): the node then wants only the messages one of those selectors accepts. Any
+other source (a plain subscriber, a retention rule, a durable subscription without a
+selector, a feature) wants every message of the pattern, and so does the pattern as a
+whole. :func:`local_selectors` says which: ``None`` for all, else the set of canonical
+selector texts.
 
 An interest entry ``(pattern, origin)`` carries the selectors of its origin's local
 interest, unchanged along its path (an advertisement never merges origins, so there is
@@ -33,6 +35,7 @@ __all__ = [
     "Selective",
     "conditions",
     "local_selectors",
+    "selected_source",
     "set_local",
 ]
 
@@ -45,13 +48,27 @@ Send = tuple[str, tuple[str, ...] | None, int]  # (link id, targets or None, cop
 Conditions = dict[str, tuple[Selector, ...]]
 
 
+#: what separates a source's own name from the selector it names (no name holds a space)
+_NAMED_SELECTOR = " " + SELECT_SOURCE
+
+
+def selected_source(source: str, text: str | None) -> str:
+    """The interest source ``source`` (``KIND:NAME``, no space in it) standing for only
+    what the selector of canonical ``text`` accepts (None: every message)."""
+    return source if text is None else source + _NAMED_SELECTOR + text
+
+
 def local_selectors(sources: Iterable[str]) -> frozenset[str] | None:
     """The selectors behind local interest with these sources (None: every message)."""
     texts = []
     for s in sources:
-        if not s.startswith(SELECT_SOURCE):
+        if s.startswith(SELECT_SOURCE):
+            texts.append(s[len(SELECT_SOURCE) :])
+            continue
+        _, sep, text = s.partition(_NAMED_SELECTOR)
+        if not sep:
             return None
-        texts.append(s[len(SELECT_SOURCE) :])
+        texts.append(text)
     return frozenset(texts) if texts else None
 
 

@@ -54,6 +54,7 @@ _ADDED_COLUMNS = (
     ("max_bytes", "INTEGER NOT NULL DEFAULT 0"),
     ("max_age", "REAL NOT NULL DEFAULT 0"),
     ("overflow", "TEXT NOT NULL DEFAULT 'drop-oldest'"),
+    ("selector", "TEXT"),  # canonical text; NULL: every message of the pattern
 )
 
 # what a deleted queue row weighed against max_bytes
@@ -113,6 +114,12 @@ class DurableQueues:
             )
         }
 
+    def selectors(self) -> dict[str, str]:
+        """name -> selector (canonical text) of the durables that have one."""
+        return dict(
+            self._db.execute("SELECT name, selector FROM durables WHERE selector IS NOT NULL")
+        )
+
     def create(
         self,
         name: str,
@@ -121,11 +128,12 @@ class DurableQueues:
         max_bytes: int = 0,
         max_age: float = 0.0,
         overflow: str = "drop-oldest",
+        selector: str | None = None,
     ) -> None:
         self._db.execute(
             "INSERT INTO durables(name, pattern, created, next_q, max_msgs, max_bytes, max_age, "
-            "overflow) VALUES (?,?,?,?,?,?,?,?)",
-            (name, pattern, time.time(), 1, max_msgs, max_bytes, max_age, overflow),
+            "overflow, selector) VALUES (?,?,?,?,?,?,?,?,?)",
+            (name, pattern, time.time(), 1, max_msgs, max_bytes, max_age, overflow, selector),
         )
         self._held[name] = [0, 0]
         if overflow == "reject-new":

@@ -56,6 +56,7 @@ class Store:
         self.read_page = log.read_page
         self.durable_queues = dq = DurableQueues(self.db, self.drops)
         self.durables = dq.load
+        self.durable_selectors = dq.selectors
         self.create_durable = dq.create
         self.set_attached = dq.set_attached
         self.durable_depth = dq.depth

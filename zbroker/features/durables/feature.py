@@ -31,6 +31,7 @@ from ...node.events import (
 from ...sublist import Sublist
 from .options import open_options, open_subjects
 from .pump import probe, pump
+from .selecting import interest_source, mismatch, stored_selector
 from .shared import SharedState, pump_shared, send_shared
 from .state import Durable
 
@@ -57,13 +58,16 @@ class Durables(Feature):
     def attach(self, ctx: Context) -> None:
         self._ctx = ctx
         assert ctx.store is not None
+        selectors = ctx.store.durable_selectors()
         for name, (pattern, next_q, max_msgs) in ctx.store.durables().items():
-            self._add(Durable(name, pattern, next_q, max_msgs))
+            d = Durable(name, pattern, next_q, max_msgs)
+            d.selector = stored_selector(name, selectors.get(name))
+            self._add(d)
 
     def _add(self, d: Durable) -> None:
         self._durables[d.name] = d
         self._match.insert(d.pattern, d.name)
-        self._ctx.add_interest(d.pattern, "durable:" + d.name)
+        self._ctx.add_interest(d.pattern, interest_source(d))
 
     def ops(self) -> Sequence[Op]:
         return (
@@ -90,6 +94,8 @@ class Durables(Feature):
             size = len(m[1]) + len(m[0])
             for name in match(m[0]):
                 d = durables[name]
+                if d.selector is not None and not d.selector(m[3]):
+                    continue  # (its selector does not take it: not stored)
                 if store.durable_rejects(name, 1, size):
                     # reject-new and full: what is stored stays; this one is not queued
                     self._ctx.drop("durable_reject_new")
@@ -163,12 +169,17 @@ class Durables(Feature):
                 opts["max_bytes"],
                 opts["max_age"],
                 opts["overflow"],
+                selector=opts["selector"],
             )
             d = Durable(name, pattern, 1, opts["max_msgs"])
+            d.selector = stored_selector(name, opts["selector"])
             self._add(d)
             self._ctx.emit(DurableOpened(name=name, pattern=pattern))
         elif d.pattern != pattern:
             self._refuse(req, f"durable subscription {name!r} exists with pattern {d.pattern!r}")
+            return
+        elif (wrong := mismatch(d, opts["selector"])) is not None:
+            self._refuse(req, wrong)
             return
         refused = self._attach(d, req, opts)
         if refused is not None:
@@ -185,6 +196,8 @@ class Durables(Feature):
             "dropped": store.durable_dropped(name),
             "created": created,
         }
+        if opts["selector"] is not None:
+            reply["selector"] = opts["selector"]
         if req.req_id:
             self._ctx.reply(req, wire.DURABLE_OPEN, reply)
 
@@ -267,7 +280,7 @@ class Durables(Feature):
         deleted = 0
         if d is not None:
             self._match.remove(d.pattern, name)
-            self._ctx.drop_interest(d.pattern, "durable:" + name)
+            self._ctx.drop_interest(d.pattern, interest_source(d))
             self._pump.discard(name)
             assert self._ctx.store is not None
             deleted = self._ctx.store.delete_durable(name)
@@ -331,6 +344,7 @@ class Durables(Feature):
             {
                 "name": d.name,
                 "pattern": d.pattern,
+                **({} if d.selector is None else {"selector": d.selector.text}),
                 "attached": d.consumer is not None or bool(d.shared and d.shared.consumers),
                 "in_flight": d.window.in_flight() if d.shared is None else d.shared.in_flight(),
                 **_shared_status(d),

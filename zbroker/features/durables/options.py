@@ -1,12 +1,14 @@
 """What a DURABLE_OPEN request may ask: its permission subject and its options, checked
-(a string says what is wrong, for the error reply)."""
+(a string says what is wrong, for the error reply). A selector comes back as its
+canonical text (:func:`zbroker.selectors.canonical`), or None."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
-from ...errors import InvalidTopic
+from ...errors import InvalidTopic, SelectorError
+from ...selectors import canonical
 from ...store import OVERFLOW_POLICIES
 from ...topics import validate_pattern
 
@@ -45,6 +47,14 @@ def open_options(body: dict[str, Any]) -> dict[str, Any] | str:
         return "max_bytes must be a non-negative integer"
     if type(max_age) not in (int, float) or not 0 <= max_age < 1e10:
         return "max_age must be a non-negative number of seconds"
+    selector = body.get("selector")
+    if selector is not None:
+        if not isinstance(selector, str):
+            return "selector must be a string"
+        try:
+            selector = canonical(selector)
+        except SelectorError as exc:
+            return f"bad selector: {exc}"
     return {
         "pattern": pattern,
         "credit": credit,
@@ -53,4 +63,5 @@ def open_options(body: dict[str, Any]) -> dict[str, Any] | str:
         "max_age": float(max_age),
         "overflow": str(overflow),
         "shared": shared,
+        "selector": selector,
     }

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from ...credit import CreditWindow
+from ...selectors import Selector
 from .shared import SharedState
 
 __all__ = ["Durable"]
 
 
 class Durable:
-    __slots__ = ("consumer", "max_msgs", "name", "next_q", "pattern", "shared", "window")
+    __slots__ = (
+        "consumer",
+        "max_msgs",
+        "name",
+        "next_q",
+        "pattern",
+        "selector",
+        "shared",
+        "window",
+    )
 
     def __init__(self, name: str, pattern: str, next_q: int, max_msgs: int) -> None:
         self.name = name
@@ -20,3 +30,5 @@ class Durable:
         self.window = CreditWindow()
         #: set while the durable is shared (its consumers are there, not in ``consumer``)
         self.shared: SharedState | None = None
+        #: only messages it accepts are stored (set after construction; see .selecting)
+        self.selector: Selector | None = None
