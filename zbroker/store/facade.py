@@ -12,12 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import batches, db, durables, link_queues, meta, producers, retention
+from . import batches, db, durables, link_queues, meta, producers, retention, staged
 from .batches import WriterBatches
 from .durables import DurableQueues
 from .link_queues import LinkQueues
 from .producers import Producers
 from .retention import RetainRule, RetentionLog
+from .staged import StagedCommits
 
 __all__ = ["Store"]
 
@@ -28,6 +29,7 @@ _SCHEMAS = (
     batches.SCHEMA,
     link_queues.SCHEMA,
     producers.SCHEMA,
+    staged.SCHEMA,
 )
 
 
@@ -81,6 +83,8 @@ class Store:
         self.record_batch = wb.record
         #: the (producer, pseq) of idempotent persistent publishes taken
         self.producers = Producers(self.db)
+        #: staged commits stored and not yet wholly published
+        self.staged = StagedCommits(self.db)
 
     @property
     def last_seq(self) -> int:
@@ -111,6 +115,7 @@ class Store:
             or self.link_queues.dirty()
             or self.writer_batches.dirty()
             or self.producers.dirty()
+            or self.staged.dirty()
             or self.drops.dirty()
         ):
             return 0
@@ -120,6 +125,7 @@ class Store:
             queued = self.durable_queues.write()
             self.writer_batches.write()
             self.producers.write()
+            self.staged.write()
             queued += self.link_queues.write()
             retained = self.retention.write()
             self.drops.write(self.db)
