@@ -12,12 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import batches, db, durables, link_queues, meta, producers, retention, staged
+from . import batches, db, durables, link_queues, meta, producers, retention, seen, staged
 from .batches import WriterBatches
 from .durables import DurableQueues
 from .link_queues import LinkQueues
 from .producers import Producers
 from .retention import RetainRule, RetentionLog
+from .seen import SeenJournal
 from .staged import StagedCommits
 
 __all__ = ["Store"]
@@ -30,6 +31,7 @@ _SCHEMAS = (
     link_queues.SCHEMA,
     producers.SCHEMA,
     staged.SCHEMA,
+    seen.SCHEMA,
 )
 
 
@@ -85,6 +87,8 @@ class Store:
         self.producers = Producers(self.db)
         #: staged commits stored and not yet wholly published
         self.staged = StagedCommits(self.db)
+        #: the persistent-message dedupe's state (store-and-forward)
+        self.seen = SeenJournal(self.db)
 
     @property
     def last_seq(self) -> int:
@@ -116,6 +120,7 @@ class Store:
             or self.writer_batches.dirty()
             or self.producers.dirty()
             or self.staged.dirty()
+            or self.seen.dirty()
             or self.drops.dirty()
         ):
             return 0
@@ -126,6 +131,7 @@ class Store:
             self.writer_batches.write()
             self.producers.write()
             self.staged.write()
+            self.seen.write()
             queued += self.link_queues.write()
             retained = self.retention.write()
             self.drops.write(self.db)
