@@ -6,14 +6,19 @@ Per ``(origin, incarnation)``: the floor (every pseq up to it was seen) and the 
 above it. The dedupe changes its state in memory and notes here what changed during the
 pass (:attr:`SeenJournal.changed`: the origins whose state moved, :attr:`SeenJournal.added`:
 pseqs put above a floor); :meth:`SeenJournal.write` writes that in the pass's transaction
-— the one that stores what those messages produced — so no commit is added: a floor row
-per origin that moved and a row per pseq above its floor, and the rows a floor caught up
-with deleted. A node killed before that commit took neither the messages nor their marks.
+— the one that stores what those messages produced — so no commit is added. Per origin
+that moved: its floor row, and one row holding the pass's pseqs above the floor (packed,
+with the highest: a branch that sees every third message costs a row per pass, not one per
+message); rows wholly below the floor are deleted, and numbers a floor caught up with in a
+row that stays are skipped on load. A node killed before that commit took neither the
+messages nor their marks.
 """
 
 from __future__ import annotations
 
 import sqlite3
+
+import msgpack
 
 __all__ = ["SCHEMA", "SeenJournal", "SeenState"]
 
@@ -27,9 +32,10 @@ CREATE TABLE IF NOT EXISTS pseen_floors (
 CREATE TABLE IF NOT EXISTS pseen_above (
     origin   TEXT NOT NULL,
     inc      INTEGER NOT NULL,
-    pseq     INTEGER NOT NULL,
-    PRIMARY KEY (origin, inc, pseq)
-) WITHOUT ROWID;
+    hi       INTEGER NOT NULL,
+    pseqs    BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS pseen_above_hi ON pseen_above (origin, inc, hi);
 """
 
 #: one origin's state as the dedupe holds it: ([floor], pseqs seen above the floor)
@@ -55,16 +61,19 @@ class SeenJournal:
             "SELECT origin, inc, floor FROM pseen_floors ORDER BY rowid"
         ):
             out[(origin, inc)] = ([floor], set())
-        for origin, inc, pseq in db.execute("SELECT origin, inc, pseq FROM pseen_above"):
+        for origin, inc, pseqs in db.execute("SELECT origin, inc, pseqs FROM pseen_above"):
             state = out.get((origin, inc))
             if state is not None:
-                state[1].add(pseq)
+                floor = state[0][0]
+                state[1].update(p for p in msgpack.unpackb(pseqs) if p > floor)
         return out
 
     def forget(self, key: tuple[str, int]) -> None:
         """An origin the dedupe dropped (it holds too many): its rows go too."""
         self.changed.pop(key, None)
         self._forgotten.append(key)
+        # (rare: past 65,536 origins) its numbers of this pass are not its state any more
+        self.added = [a for a in self.added if (a[0], a[1]) != key]
 
     def dirty(self) -> bool:
         return bool(self.changed or self._forgotten)
@@ -85,13 +94,17 @@ class SeenJournal:
             "ON CONFLICT (origin, inc) DO UPDATE SET floor=excluded.floor",
             floors,
         )
-        # rows the floor caught up with (or folded) are below it now
-        db.executemany("DELETE FROM pseen_above WHERE origin=? AND inc=? AND pseq<=?", floors)
+        # rows the floor caught up with (or folded) wholly: gone
+        db.executemany("DELETE FROM pseen_above WHERE origin=? AND inc=? AND hi<=?", floors)
         if self.added:
             added, self.added = self.added, []
-            keep = []
+            by_origin: dict[tuple[str, int], list[int]] = {}
             for o, i, p in added:
-                state = changed.get((o, i))
-                if state is not None and p in state[1]:
-                    keep.append((o, i, p))
-            db.executemany("INSERT OR IGNORE INTO pseen_above VALUES (?,?,?)", keep)
+                by_origin.setdefault((o, i), []).append(p)
+            rows = []
+            for (o, i), pseqs in by_origin.items():
+                floor = changed[(o, i)][0][0]
+                keep = [p for p in pseqs if p > floor]
+                if keep:
+                    rows.append((o, i, max(keep), msgpack.packb(keep)))
+            db.executemany("INSERT INTO pseen_above VALUES (?,?,?,?)", rows)
