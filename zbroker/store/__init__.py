@@ -12,6 +12,10 @@ per table family.
   already applied, so a batch Spark replays is applied once;
 * :mod:`~zbroker.store.producers` -- **idempotent producers** (``producers``): the
   ``(producer, pseq)`` of persistent publishes taken, so a retry is not stored twice;
+* :mod:`~zbroker.store.staged` -- **staged commits** (``staged_*``): a commit stored whole
+  before it is published, its slices removed as they go out, so a killed node resumes it;
+* :mod:`~zbroker.store.seen` -- **persistent messages seen** (``pseen_*``): the
+  store-and-forward dedupe's state, so a restarted node still drops a second path's copy;
 * :mod:`~zbroker.store.meta` -- the ``meta`` table (the sequence, expiry watermarks, drop
   counters); :mod:`~zbroker.store.bounds` -- what the bounded tables share;
 * :mod:`~zbroker.store.db` -- the connection and its transactions;

@@ -12,12 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import batches, db, durables, link_queues, meta, producers, retention
+from . import batches, db, durables, link_queues, meta, producers, retention, seen, staged
 from .batches import WriterBatches
 from .durables import DurableQueues
 from .link_queues import LinkQueues
 from .producers import Producers
 from .retention import RetainRule, RetentionLog
+from .seen import SeenJournal
+from .staged import StagedCommits
 
 __all__ = ["Store"]
 
@@ -28,6 +30,8 @@ _SCHEMAS = (
     batches.SCHEMA,
     link_queues.SCHEMA,
     producers.SCHEMA,
+    staged.SCHEMA,
+    seen.SCHEMA,
 )
 
 
@@ -82,6 +86,10 @@ class Store:
         self.record_batch = wb.record
         #: the (producer, pseq) of idempotent persistent publishes taken
         self.producers = Producers(self.db)
+        #: staged commits stored and not yet wholly published
+        self.staged = StagedCommits(self.db)
+        #: the persistent-message dedupe's state (store-and-forward)
+        self.seen = SeenJournal(self.db)
 
     @property
     def last_seq(self) -> int:
@@ -112,6 +120,8 @@ class Store:
             or self.link_queues.dirty()
             or self.writer_batches.dirty()
             or self.producers.dirty()
+            or self.staged.dirty()
+            or self.seen.dirty()
             or self.drops.dirty()
         ):
             return 0
@@ -121,6 +131,8 @@ class Store:
             queued = self.durable_queues.write()
             self.writer_batches.write()
             self.producers.write()
+            self.staged.write()
+            self.seen.write()
             queued += self.link_queues.write()
             retained = self.retention.write()
             self.drops.write(self.db)

@@ -43,7 +43,8 @@ class StoreAndForward(Feature):
     name = "forward"
 
     def __init__(self) -> None:
-        self.pdedupe = PersistentDedupe()  # persistent messages: by (origin, inc, pseq)
+        # persistent messages: by (origin, inc, pseq); kept with the store from attach on
+        self.pdedupe = PersistentDedupe()
         self.pseq = 0  # persistent messages originated in this incarnation
         self._pack_due: dict[Link, None] = {}  # inbound links to acknowledge after commit
         self._topics: set[str] = set()  # topics of PMSGS entries already found valid
@@ -58,6 +59,7 @@ class StoreAndForward(Feature):
             ctx.store, max_msgs=cfg.forward_max_msgs, max_bytes=cfg.forward_max_bytes
         )
         self._backpressure = cfg.forward_overflow == "reject-new"
+        self.pdedupe = PersistentDedupe(journal=ctx.store.seen)
         restore_sticky_routes(ctx, self.fw, time.monotonic())
         ctx.pipeline.persist = self.persist
 
@@ -284,4 +286,5 @@ class StoreAndForward(Feature):
             "sticky_ghost_links": self._ctx.engine.ghosts(),
             "producer_duplicates": self.producer_duplicates,
             "producer_unknown": self.producer_unknown,
+            "persistent_duplicates": self.pdedupe.duplicates,
         }

@@ -2,11 +2,14 @@
 was committed.
 
 A commit is checked whole before a row goes out (every token complete, every feature able
-to take the rows: admission), then its rows are published as persistent messages that
-start here, :data:`APPLY_SLICE` per pass so heartbeats, links and other clients are
-served in between. The ``(writer, batch)`` record and the reply go with the last slice,
-in the same store transaction as its retained rows. A commit seen before (by its
-``(writer, batch)``, or by its tokens) publishes nothing and answers ``duplicate``.
+to take the rows: admission), then stored whole with its ``(writer, batch)`` record in one
+transaction (:mod:`zbroker.store.staged`); only after that commit are its rows published
+as persistent messages that start here, :data:`APPLY_SLICE` per pass so heartbeats, links
+and other clients are served in between, each slice's stored row removed in the
+transaction of what it produced. A node killed meanwhile publishes, once restarted, the
+slices it had not (none twice, none lost). The reply goes after the commit that holds the
+last slice. A commit seen before (by its ``(writer, batch)``, or by its tokens) publishes
+nothing and answers ``duplicate``.
 """
 
 from __future__ import annotations
@@ -33,12 +36,15 @@ _I64 = 1 << 63
 
 @dataclass(slots=True)
 class _Applying:
-    """A staged commit being published, slice by slice."""
+    """A staged commit being published, slice by slice (``req`` None: resumed after a
+    restart, nobody waits for its reply)."""
 
-    req: Request
-    rows: list[Any]
+    req: Request | None
+    cid: int  # its id in the store
+    rows: int  # all its rows (the reply's ``applied``)
+    slices: collections.deque[tuple[int, list[Any]]]  # (part, rows) not yet published
     key: tuple[str, int] | None
-    pos: int = 0
+    stored: bool = False  # its store commit is done: its slices may go out
 
 
 class StagedWrites(Feature):
@@ -50,6 +56,19 @@ class StagedWrites(Feature):
 
     def attach(self, ctx: Context) -> None:
         self._ctx = ctx
+        assert ctx.store is not None
+        for c in ctx.store.staged.load():
+            # a commit this node stored and was killed while publishing: the rest goes out
+            # first, and a commit re-sent meanwhile is recognized (key, tokens)
+            self.staging.remember(c.tokens)
+            slices = collections.deque(c.slices)
+            self._applying.append(_Applying(None, c.id, c.rows, slices, c.key, stored=True))
+            log.warning(
+                "resuming staged commit %d: %d of its %d rows were not published yet",
+                c.id,
+                sum(len(r) for _, r in c.slices),
+                c.rows,
+            )
 
     def ops(self) -> Sequence[Op]:
         return (
@@ -125,26 +144,43 @@ class StagedWrites(Feature):
         if refusal is not None:
             self._ctx.drop("rejected_persistent", refusal.count)
             raise StagingError(refusal.message)
-        _, rows = staging.take(tokens)
-        self._applying.append(_Applying(req, rows, key))
+        names, rows = staging.take(tokens)
+        if not rows:  # only empty tokens: nothing to publish, the batch is applied
+            if key is not None:
+                store.record_batch(*key, 0)
+            self._ctx.confirm(req, wire.STAGE_COMMIT, {"applied": 0, "duplicate": False})
+            return
+        # stored whole, with its batch record, in this pass's transaction: nothing of it
+        # goes out before that commit (after_commit), so a node killed at any point has
+        # published either none of it or what the store says, and resumes the rest
+        slices = [rows[i : i + APPLY_SLICE] for i in range(0, len(rows), APPLY_SLICE)]
+        cid = store.staged.store(key, names, slices)
+        if key is not None:
+            store.record_batch(*key, len(rows))
+        parts = collections.deque(enumerate(slices))
+        self._applying.append(_Applying(req, cid, len(rows), parts, key))
 
     def busy(self) -> bool:
-        return bool(self._applying)
+        return bool(self._applying) and self._applying[0].stored
 
     def work(self) -> None:
-        """Publish the next slice of the oldest commit."""
+        """Publish the next slice of the oldest commit; its stored row goes with it."""
         job = self._applying[0]
-        end = min(job.pos + APPLY_SLICE, len(job.rows))
-        self._ctx.pipeline.originate([tuple(r) for r in job.rows[job.pos : end]], persistent=True)
-        job.pos = end
-        if end < len(job.rows):
+        store = self._ctx.store
+        assert store is not None
+        if job.slices:
+            part, rows = job.slices.popleft()
+            self._ctx.pipeline.originate([tuple(r) for r in rows], persistent=True)
+            store.staged.published(job.cid, part, not job.slices)
+        if job.slices:
             return
         self._applying.popleft()
-        if job.key is not None and self._ctx.store is not None:
-            self._ctx.store.record_batch(*job.key, len(job.rows))
-        self._ctx.confirm(
-            job.req, wire.STAGE_COMMIT, {"applied": len(job.rows), "duplicate": False}
-        )
+        if job.req is not None:
+            self._ctx.confirm(job.req, wire.STAGE_COMMIT, {"applied": job.rows, "duplicate": False})
+
+    def after_commit(self) -> None:
+        for job in self._applying:
+            job.stored = True
 
     def tick(self, now: float) -> None:
         if self.staging.nbytes:
@@ -156,7 +192,7 @@ class StagedWrites(Feature):
     def status(self, out: dict[str, Any]) -> None:
         out["staging"] = {
             **self.staging.stats(),
-            "applying_rows": sum(len(a.rows) - a.pos for a in self._applying),
+            "applying_rows": sum(len(r) for a in self._applying for _, r in a.slices),
         }
 
 

@@ -244,6 +244,12 @@ class Staging:
         self.expired_rows += dropped
         return dropped
 
+    def remember(self, tokens: list[str]) -> None:
+        """Tokens applied by a commit this node stored before it restarted: the commit
+        sent again is recognized."""
+        for token in tokens:
+            self._remember(token)
+
     def _remember(self, token: str) -> None:
         self._applied[token] = None
         if len(self._applied) > _APPLIED_TOKENS_KEPT:
