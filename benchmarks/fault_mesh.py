@@ -10,9 +10,11 @@ with the address list N1,N2 and P2 with N3,N4, so a node killed under them makes
 over; a publish that fails is sent again (the idempotent producer makes that exactly once).
 Two durable subscriber processes: ``d4`` on N4 (slow: 2 ms per message, so its credit
 window fills) and ``d5`` on N5. A non-persistent publisher on N2 and a live subscriber on N5
-(with ``on_gap``). On a random schedule (``--seed``) one fault at a time: SIGKILL of N1..N4
-and a restart a moment later, or SIGSTOP of one for 2-4 s then SIGCONT (which cuts every
-link of that node: its peers declare them dead). N5 stays up (the live subscriber's node).
+(with ``on_gap``). Every link goes through a :class:`~cutproxy.CutProxy` (a TCP relay
+in this process). On a random schedule (``--seed``) one fault at a time: SIGKILL of N1..N4
+and a restart a moment later, SIGSTOP of one for 2-4 s then SIGCONT (which cuts every
+link of that node: its peers declare them dead), or a cut of one link for 2-4 s while both
+its nodes run. N5 stays up (the live subscriber's node).
 
 At the end (every node up again) it checks, and prints with the faults survived:
 
@@ -40,6 +42,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+if __package__:  # imported as benchmarks.fault_mesh (the tests)
+    from .cutproxy import CutProxy
+else:  # run as a script
+    from cutproxy import CutProxy
 
 NODES = ("N1", "N2", "N3", "N4", "N5")
 DIALS = {"N1": (), "N2": ("N1",), "N3": ("N2", "N1"), "N4": ("N3",), "N5": ("N4", "N1")}
@@ -97,16 +104,31 @@ class Mesh:
     def __init__(self, start: Start, tmp: Path, ports: dict[str, int], zbroker: str) -> None:
         self._start, self.ports, self._zbroker = start, ports, zbroker
         self.configs: dict[str, Path] = {}
+        #: link name -> the relay it goes through (a link cut is a cut there)
+        self.proxies: dict[str, CutProxy] = {}
         for name in NODES:
             text = NODE.format(id=name, port=ports[name], data=tmp / name)
             for peer in DIALS[name]:
-                text += LINK.format(name=f"{name}-{peer}".lower(), port=ports[peer])
+                link = f"{name}-{peer}".lower()
+                self.proxies[link] = CutProxy(ports[peer])
+                text += LINK.format(name=link, port=self.proxies[link].port)
             self.configs[name] = tmp / f"{name}.toml"
             self.configs[name].write_text(text)
         self.procs: dict[str, Proc] = {}
 
     def ep(self, name: str) -> str:
         return f"tcp://127.0.0.1:{self.ports[name]}"
+
+    def link_up(self, link: str) -> bool:
+        """Does the node that dials ``link`` (``n3-n1``: N3) have it up?"""
+        from zbroker import Client
+
+        with Client(self.ep(link.split("-")[0].upper()), timeout=2.0) as c:
+            return any(ln["name"] == link and ln["state"] == "up" for ln in c.status()["links"])
+
+    def close(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.close()
 
     def start(self, name: str) -> None:
         self.procs[name] = self._start(
@@ -217,9 +239,22 @@ def increasing_runs(order: list[int]) -> int:
 
 def _fault(mesh: Mesh, rng: random.Random, wait: Callable[..., bool]) -> str:
     """One fault, undone before it returns (every node answers again)."""
+    kind = rng.random()
+    if kind >= 2 / 3:
+        link = rng.choice(sorted(mesh.proxies))
+        away = rng.uniform(2.0, 4.0)
+        began = time.monotonic()
+        mesh.proxies[link].cut()
+        # both nodes run; the dialer must see its link die (heartbeat_timeout 1 s)
+        died = wait(lambda: not mesh.link_up(link), away)
+        time.sleep(max(0.0, away - (time.monotonic() - began)))
+        mesh.proxies[link].mend()
+        if not died:
+            raise RuntimeError(f"link {link} stayed up through a {away:.1f} s cut")
+        return f"cut link {link} {away:.1f} s, mended"
     name = rng.choice(FAULTY)
     proc = mesh.procs[name]
-    if rng.random() < 0.5:
+    if kind < 1 / 3:
         proc.popen.kill()
         proc.popen.wait(WAIT)
         time.sleep(rng.uniform(0.5, 2.0))
@@ -283,9 +318,26 @@ def run(
     rate: float = 40.0,
 ) -> Report:
     """The whole run; the caller stops every process ``start`` made (by PID)."""
+    mesh = Mesh(start, tmp, ports, zbroker)
+    try:
+        return _run(mesh, start, tmp, wait, seconds=seconds, faults=faults, seed=seed, rate=rate)
+    finally:
+        mesh.close()
+
+
+def _run(
+    mesh: Mesh,
+    start: Start,
+    tmp: Path,
+    wait: Callable[..., bool],
+    *,
+    seconds: float,
+    faults: int,
+    seed: int,
+    rate: float,
+) -> Report:
     from zbroker import Client
 
-    mesh = Mesh(start, tmp, ports, zbroker)
     for name in NODES:
         mesh.start(name)
     for name in NODES:
