@@ -15,7 +15,11 @@ subscribers, so that the other nodes need not know every subscriber. Rules (rule
 * **Interest goes only toward the hosts**: interest in a pattern that a branch with a live
   host covers is advertised only over the next-hop links toward the live hosts of the
   branches it overlaps (never toward ourselves), instead of everywhere. A node thus holds
-  the interest of the nodes whose way to a host crosses it; a host holds all of it.
+  the interest of the nodes whose way to a host crosses it; a host holds all of it. A
+  pattern wider than a branch that overlaps it adds its *hosted part* (the intersection),
+  which goes the same way (:mod:`~zbroker.routing.hostward`), and the topics of a hosted
+  branch are routed by interest inside hosted branches only (the router leaves the wider
+  entries out of their plans): every target below is known through the ways.
 * **Publications go to one host**: a node that is not a host sends a publication of a
   hosted topic to one live host — the nearest, ties broken by a stable hash of the
   publisher's ID (:func:`choose`), so one publisher's messages take one way and keep their
