@@ -306,6 +306,8 @@ def _route_pattern(r: dict[str, Any]) -> str:
     text = str(r["pattern"])
     if r.get("local_branch"):
         text += " (local branch)"
+    if r.get("hosted_part_of"):
+        text += " (hosted part of " + ", ".join(r["hosted_part_of"]) + ")"
     if r.get("selectors"):
         text += " where " + " OR ".join(r["selectors"])
     return text

@@ -60,8 +60,10 @@ Rules (each loop rule is a named function in :mod:`zbroker.routing.loops`):
 8. **Topic hosts and flooded branches** (:mod:`~zbroker.routing.hosts`,
    :mod:`~zbroker.routing.flood`): a host advertises itself as the interest
    ``($ZB.HOST.<branch>, host)``; interest a hosted branch covers goes only toward the
-   live hosts; a publication of a hosted topic goes to one host, the nodes on its way
-   claiming the targets that hang off it. A flooded branch's interest is never
+   live hosts, and so does the hosted part of a wider pattern that overlaps it
+   (:mod:`~zbroker.routing.hostward`); a hosted topic is routed by that interest only: a
+   publication of it goes to one host, the nodes on its way claiming the targets that
+   hang off it. A flooded branch's interest is never
    advertised and its publications go over every link. Both only choose among the sends
    of rules 4 and 5 (paths and dedupe unchanged).
 
@@ -85,7 +87,8 @@ branches: topics that never leave the node),
 5, with the plan and route caches), :mod:`~zbroker.routing.loops` and
 :mod:`~zbroker.routing.filters` (the checks rules 1, 3 and 5 share),
 :mod:`~zbroker.routing.groups` (queue groups: one member node per message per group, over
-the same entries). This module feeds the
+the same entries), :mod:`~zbroker.routing.hosts` and :mod:`~zbroker.routing.hostward`
+(rule 8: hosts, and the hosted parts of wider interest). This module feeds the
 events to the table, reselects the keys they touch, and keeps the caches and the queued
 advertisements in step with the selection.
 """
@@ -256,6 +259,8 @@ class RoutingEngine:
             self._recompute((pattern, self.broker_id))
         elif changed:
             self._recompute((pattern, self.broker_id), force=True)
+        if table.hosts.branches or table.parts.parts:
+            self._refresh_parts(pattern)
 
     def _local_unsubscribe(self, pattern: str) -> None:
         table = self._table
@@ -265,6 +270,7 @@ class RoutingEngine:
             table.local_patterns.discard(pattern)
             table.local.remove(pattern, pattern)
             self._recompute((pattern, self.broker_id))
+            self._refresh_parts(pattern)
 
     def _link_up(self, ev: LinkUp) -> None:
         old = self.links.get(ev.link)
@@ -324,8 +330,10 @@ class RoutingEngine:
             allowed = table.hosts.allowed(key[0]) if table.hosts.branches else None
             propagation.advertise(self.links, key, best, path, sticky, selectors, allowed)
         branch = hosting.branch_of(key[0])
-        if branch is not None and table.hosts.update(branch, key[1], best):
-            self._hosts_changed(branch)
+        if branch is not None:
+            had = branch in table.hosts.branches
+            if table.hosts.update(branch, key[1], best):
+                self._hosts_changed(branch, had != (branch in table.hosts.branches))
 
     def add_flood(self, branch: str) -> None:
         """Flood ``branch`` from now on: its interest is withdrawn, its topics flooded."""
@@ -337,10 +345,29 @@ class RoutingEngine:
         for key in [k for k in table.best if covers((branch,), k[0])]:
             self._recompute(key, force=True)
 
-    def _hosts_changed(self, branch: str) -> None:
+    def _hosts_changed(self, branch: str, live: bool) -> None:
         """Rule 8: a host of ``branch`` came, went or moved: the plans of its topics and
-        the links its interest goes over follow."""
+        the links its interest goes over follow. ``live``: the branch got its first live
+        host or lost its last, so the hosted parts of wider interest change
+        (:mod:`~zbroker.routing.hostward`)."""
+        table = self._table
         self._router.evict(branch)
-        for pattern, origin in [k for k in self._table.best if hosting.branch_of(k[0]) is None]:
-            if self._table.hosts.touching(branch, (pattern,)):
+        if live:
+            for pattern in table.hosts.touching(branch, sorted(table.local_patterns)):
+                self._refresh_parts(pattern)
+        for pattern, origin in [k for k in table.best if hosting.branch_of(k[0]) is None]:
+            if table.hosts.touching(branch, (pattern,)):
                 self._recompute((pattern, origin), force=True)
+
+    def _refresh_parts(self, pattern: str) -> None:
+        """Make the hosted parts of local ``pattern`` again and select their entries
+        (rule 8: the part of wider interest that a hosted branch holds goes toward its
+        hosts, :mod:`~zbroker.routing.hostward`)."""
+        table = self._table
+        present = pattern in table.local_patterns
+        for part in sorted(table.parts.refresh(pattern, present, table.hosts)):
+            self._recompute((part, self.broker_id), force=True)
+        if pattern in table.parts.sources:
+            # a subscription on a part's own pattern came or went: one key stands for
+            # both, whose selectors and stickiness are merged
+            self._recompute((pattern, self.broker_id), force=True)

@@ -15,7 +15,11 @@ subscribers, so that the other nodes need not know every subscriber. Rules (rule
 * **Interest goes only toward the hosts**: interest in a pattern that a branch with a live
   host covers is advertised only over the next-hop links toward the live hosts of the
   branches it overlaps (never toward ourselves), instead of everywhere. A node thus holds
-  the interest of the nodes whose way to a host crosses it; a host holds all of it.
+  the interest of the nodes whose way to a host crosses it; a host holds all of it. A
+  pattern wider than a branch that overlaps it adds its *hosted part* (the intersection),
+  which goes the same way (:mod:`~zbroker.routing.hostward`), and the topics of a hosted
+  branch are routed by interest inside hosted branches only (the router leaves the wider
+  entries out of their plans): every target below is known through the ways.
 * **Publications go to one host**: a node that is not a host sends a publication of a
   hosted topic to one live host — the nearest, ties broken by a stable hash of the
   publisher's ID (:func:`choose`), so one publisher's messages take one way and keep their
@@ -67,6 +71,8 @@ __all__ = [
 
 #: the interest key pattern under which a host advertises a branch: prefix + branch
 HOST_PREFIX = RESERVED_PREFIX + ".HOST."
+#: patterns whose covered() answer is kept before the memo starts over
+COVERED_LIMIT = 65_536
 #: the first target of a copy on its way to a host: MARK + host ID (never a broker ID,
 #: which starts with a letter or digit)
 MARK = "^"
@@ -104,6 +110,9 @@ class HostTable:
         self.broker_id = broker_id
         self.local: set[str] = set()  # host key patterns of the branches we host
         self.branches: dict[str, dict[str, HostRoute]] = {}
+        # covered() by pattern while the set of live branches stays the same (the router
+        # asks it for every entry of a hosted topic's plan)
+        self._covered: dict[str, bool] = {}
 
     def update(self, branch: str, host: str, best: tuple[str | None, Path] | None) -> bool:
         """Record the best entry of ``(host_key(branch), host)``; did the host's route
@@ -121,7 +130,10 @@ class HostTable:
             del hosts[host]
             if not hosts:
                 del self.branches[branch]
+                self._covered.clear()
         else:
+            if hosts is None:
+                self._covered.clear()
             self.branches.setdefault(branch, {})[host] = new
         return True
 
@@ -138,7 +150,12 @@ class HostTable:
     def covered(self, pattern: str) -> bool:
         """Does a branch with a live host cover ``pattern``? (Its interest goes toward the
         hosts only.)"""
-        return any(pattern_covers(b, pattern) for b in self.branches)
+        hit = self._covered.get(pattern)
+        if hit is None:
+            if len(self._covered) >= COVERED_LIMIT:
+                self._covered.clear()
+            hit = self._covered[pattern] = any(pattern_covers(b, pattern) for b in self.branches)
+        return hit
 
     def allowed(self, pattern: str) -> set[str] | None:
         """The links interest in ``pattern`` may be advertised over: None for all (no

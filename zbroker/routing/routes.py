@@ -95,7 +95,13 @@ class Router:
         counts: dict[str, dict[str, int]] = {}
         selected: dict[str, set[str]] = {}  # origin -> selectors of its entries (rule 7)
         unconditional: set[str] = set()  # origins with an entry that wants everything
+        hosts = self._table.hosts
+        hosted = hosts.for_topic(topic) if hosts.branches else None
         for key in self._remote.match(topic):
+            if hosted is not None and not hosts.covered(key[0]):
+                # rule 8: a hosted topic is routed by interest inside hosted branches
+                # only, which went toward the hosts (wider interest adds its hosted part)
+                continue
             link_id, path = self._best[key]
             assert link_id is not None
             origin = key[1]
@@ -116,8 +122,7 @@ class Router:
         plan = Plan(self._local.match(topic), {o: r[2] for o, r in ranks.items()}, counts, static)
         if selected:
             plan.cond = conditions(selected, unconditional)
-        if self._table.hosts.branches:
-            plan.hosts = self._table.hosts.for_topic(topic)
+        plan.hosts = hosted
         if self._table.flood and holds(self._table.flood, topic):
             plan.flood = True
         return plan

@@ -13,6 +13,7 @@ from .branches import covers
 from .events import Adv, AdvertIn, Key, LinkOptions, LinkUp, Path
 from .filters import LinkFilter
 from .hosts import HostTable
+from .hostward import HostedParts
 from .keys import split_key
 from .loops import path_holds, ttl_spent
 
@@ -100,6 +101,7 @@ class InterestTable:
         self.local_branches: tuple[str, ...] = ()  # topics that never leave (branches.py)
         self.flood: tuple[str, ...] = ()  # flooded branches (flood.py)
         self.hosts = HostTable(broker_id)  # hosted branches and their live hosts (hosts.py)
+        self.parts = HostedParts()  # the hosted parts of wider local interest (hostward.py)
         self.remote: Sublist[Key] = Sublist(**kw)  # keys of remote best entries
         self.best: dict[Key, Best] = {}
         self.links: dict[str, EngineLink] = {}
@@ -169,7 +171,11 @@ class InterestTable:
         pattern, origin = key
         best: Best | None = None
         if origin == self.broker_id:
-            if pattern in self.local_patterns or pattern in self.hosts.local:
+            if (
+                pattern in self.local_patterns
+                or pattern in self.hosts.local
+                or pattern in self.parts.sources
+            ):
                 best = (None, ())
         else:
             rank: tuple[bool, int, str, str] | None = None
@@ -221,12 +227,16 @@ class InterestTable:
 
     def is_sticky(self, key: Key, best: Best) -> bool:
         if best[0] is None:
+            if key[0] in self.parts.sources:
+                return self.parts.sticky(key[0], self.local_sticky)
             return key[0] in self.local_sticky
         return key in self.links[best[0]].sticky
 
     def selectors_of(self, key: Key, best: Best) -> frozenset[str] | None:
         """The selectors behind the best entry of ``key`` (None: every message, rule 7)."""
         if best[0] is None:
+            if key[0] in self.parts.sources:
+                return self.parts.selectors(key[0], self.local_patterns, self.local_selectors)
             return self.local_selectors.get(key[0])
         return self.links[best[0]].selectors.get(key)
 
@@ -248,6 +258,8 @@ class InterestTable:
                 row["sticky"] = True
             if self.local_branches and covers(self.local_branches, pattern):
                 row["local_branch"] = True  # never advertised
+            if link is None and pattern in self.parts.sources:
+                row["hosted_part_of"] = sorted(self.parts.sources[pattern])  # rule 8
             selectors = self.selectors_of((pattern, origin), (link, path))
             if selectors is not None:
                 row["selectors"] = sorted(selectors)
@@ -269,4 +281,5 @@ class InterestTable:
 
     def entry_count(self) -> int:
         """Interest entries held (every link's, not only the best)."""
-        return sum(len(link.adj_in) for link in self.links.values()) + len(self.local_patterns)
+        local = len(self.local_patterns) + len(self.parts.sources.keys() - self.local_patterns)
+        return sum(len(link.adj_in) for link in self.links.values()) + local
