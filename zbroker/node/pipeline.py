@@ -6,7 +6,9 @@ feature took) — share one sequence of steps, each batch at a time:
 
 1. checks (:mod:`zbroker.wire`, once per batch) and, for a relayed message, the loop check
    (our ID on its path) and dedupe by message ID;
-2. route (the engine's cached ``(local patterns, sends)`` per topic, path and targets);
+2. route (the engine's cached ``(local patterns, sends)`` per topic, path and targets),
+   worked out once per run of a batch, not per message (:mod:`.relay`: a publish batch's
+   topic, a link frame's topic, path and targets);
 3. link outboxes: one copy per send, on the link's outbox for this pass (the link table
    cuts and sends frames when the pass ends), or for a persistent message the
    store-and-forward hook;
