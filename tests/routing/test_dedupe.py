@@ -198,3 +198,30 @@ def test_property_seen_is_true_exactly_for_repeats(
     assert set(range(base, floor + 1)) <= seen_before
     assert _above(w, "O", 1) == {s for s in seen_before if s > floor}
     assert floor + 1 not in seen_before
+
+
+@given(st.lists(st.integers(min_value=1, max_value=60), max_size=300))
+@settings(max_examples=300, deadline=None)
+def test_the_in_order_fast_path_answers_as_seen_does(seqs: list[int]) -> None:
+    """The relay's inline path (:meth:`DedupeWindow.state`): a seq one above the floor
+    with nothing pending above is new, and taking it is moving the floor; two windows
+    fed the same seqs, one by that path where it applies, agree on every answer and end
+    in the same state."""
+    plain = DedupeWindow(window=8)
+    fast = DedupeWindow(window=8)
+    inline = 0
+    for seq in seqs:
+        state = fast.state("A", 1)
+        if state is not None and seq - 1 == state.floor and not state.above:
+            state.floor = seq
+            answer = False
+            inline += 1
+        else:
+            answer = fast.seen("A", 1, seq)
+        assert plain.seen("A", 1, seq) is answer
+        assert (_floor(fast, "A", 1), _above(fast, "A", 1)) == (
+            _floor(plain, "A", 1),
+            _above(plain, "A", 1),
+        )
+    assert fast.duplicates == plain.duplicates
+    assert fast.state("B", 1) is None

@@ -6,7 +6,9 @@ feature took) — share one sequence of steps, each batch at a time:
 
 1. checks (:mod:`zbroker.wire`, once per batch) and, for a relayed message, the loop check
    (our ID on its path) and dedupe by message ID;
-2. route (the engine's cached ``(local patterns, sends)`` per topic, path and targets);
+2. route (the engine's cached ``(local patterns, sends)`` per topic, path and targets),
+   worked out once per run of a batch, not per message (:mod:`.relay`: a publish batch's
+   topic, a link frame's topic, path and targets);
 3. link outboxes: one copy per send, on the link's outbox for this pass (the link table
    cuts and sends frames when the pass ends), or for a persistent message the
    store-and-forward hook;
@@ -37,6 +39,7 @@ from ..wire import check_msgs, check_publishes, publish_elements
 from .counters import Counters
 from .delivery import Delivery
 from .interest import LocalInterest
+from .relay import Prepared, PublishPlan, picked, publish_plan, relay
 
 if TYPE_CHECKING:
     from ..links.state import Link
@@ -54,8 +57,6 @@ Persist = Callable[[list[Send], list[Any], "int | None"], None]
 _ENVELOPE_TAIL = struct.Struct(">BQBd")
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
-#: entries in the cache of paths seen on links -> path forwarded (False: a loop)
-_FWD_CACHE_SIZE = 4096
 
 
 class Pipeline:
@@ -133,14 +134,16 @@ class Pipeline:
     def _take_publishes(
         self, frames: Sequence[bytes], values: list[list[Any] | None], out: dict[str, list[bytes]]
     ) -> None:
-        engine, interest, prefix = self._engine, self._interest, self._delivery.prefix
-        route, local_matches, now = engine.route, engine.local_matches, time.time
+        interest, prefix, now = self._interest, self._delivery.prefix, time.time
         tail, id_part, origin, inc = _ENVELOPE_TAIL.pack, self._envelope_id, self._me, self._inc
         seq = first = self._counters.seq
         sink_out, unrouted, unrouted_topic = self._sink_out, 0, ""
-        selected, select = self._delivery.selected.by_pattern, self._delivery.selected.names
-        groups = self.group_hook if engine.groups.active else None
+        select = self._delivery.selected.names if self._delivery.selected.by_pattern else None
+        groups = self.group_hook if self._engine.groups.active else None
         carry = groups is not None or interest.has_sinks  # (else no 8-field list is made)
+        drop, dirty, path = self._counters.drop, self._links.dirty, [origin]  # (path: shared)
+        plans: dict[str, PublishPlan] = {}  # per topic: the route, once per batch
+        prepared: Prepared = {}
         for frame, value in zip(frames, values, strict=True):
             if value is None:
                 continue
@@ -149,42 +152,40 @@ class Pipeline:
             ts = now()
             m: Any = [topic, payload, fmt, headers, origin, inc, seq, ts] if carry else None
             grouped = groups is not None and groups(m)
-            if engine.links:
-                patterns, sends = route(topic, (), None)
-                if sends:
-                    if sends.__class__ is Selective:  # some targets stand behind selectors
-                        sends = sends.pick(headers)
-                    self.enqueue(
-                        sends, [topic, payload, fmt, headers, origin, inc, seq, ts, [origin], None]
-                    )
-            else:
-                patterns, sends = local_matches(topic), None
+            plan = plans.get(topic)
+            if plan is None:
+                plan = plans[topic] = publish_plan(self, topic, prepared, out)
+            patterns, links, missing, selective, sinks, dests = plan
+            if selective is not None:  # some targets stand behind selectors
+                links, missing = picked(self, selective.pick(headers), prepared)
+            if missing:
+                drop("link_down", missing)  # routed over a down link: nowhere to wait
+            for out_link, out_targets, copies in links:
+                fm = [topic, payload, fmt, headers, origin, inc, seq, ts, path, out_targets]
+                box = out_link.outbox
+                if not box:
+                    dirty.append(out_link)
+                if copies == 1:
+                    box.append(fm)
+                else:
+                    box.extend([fm] * copies)
             if not patterns:
-                if not sends and not grouped:  # no subscriber anywhere: counted, topic kept
-                    unrouted += 1
+                if not links and not missing and not grouped:  # no subscriber anywhere
+                    unrouted += 1  # (counted, topic kept)
                     unrouted_topic = topic
                 continue
-            if interest.has_sinks and (sinks := interest.sinks_for(patterns)):
-                for f in sinks:
-                    sink_out.setdefault(f, []).append(m)
-            if selected:  # subscriptions with a selector exist: add those accepting it
-                patterns = select(patterns, headers)
-            body = None
-            for pattern in patterns:
-                if pattern not in prefix:
-                    continue  # interest of a feature, no client on the XPUB
-                if body is None:
-                    if frame[0] == 0x94:  # fixarray of 4: reuse its elements verbatim
-                        body = b"\x98" + frame[1:] + id_part + tail(0xCF, seq, 0xCB, ts)
-                    else:  # another encoder's (valid) array form: encode afresh
-                        body = wire.encode_delivery_body(
-                            topic, payload, fmt, headers, origin, inc, seq, ts
-                        )
-                bodies = out.get(pattern)
-                if bodies is None:
-                    out[pattern] = [body]
-                else:
-                    bodies.append(body)
+            for f in sinks:
+                sink_out.setdefault(f, []).append(m)
+            if select is not None:  # subscriptions with a selector: buckets by headers
+                dests = [out.setdefault(p, []) for p in select(patterns, headers) if p in prefix]
+            if not dests:
+                continue  # interest of features only, no client on the XPUB
+            if frame[0] == 0x94:  # fixarray of 4: reuse its elements verbatim
+                body = b"\x98" + frame[1:] + id_part + tail(0xCF, seq, 0xCB, ts)
+            else:  # another encoder's (valid) array form: encode afresh
+                body = wire.encode_delivery_body(topic, payload, fmt, headers, origin, inc, seq, ts)
+            for bucket in dests:
+                bucket.append(body)
         self._counters.received += seq - first
         self._counters.seq = seq
         if unrouted:
@@ -201,71 +202,10 @@ class Pipeline:
             self._counters.bad(link.source, reason, detail)
         link.msgs_in += len(batch)
         out: dict[str, list[Any]] = {}
-        loops = self._relay(batch, out)
+        loops = relay(self, batch, out)  # (runs of one route at a time: .relay)
         if loops:
             self._counters.drop("loop", loops)
         self.end_batch(None, out)
-
-    def _relay(self, batch: list[Any], out: dict[str, list[Any]]) -> int:
-        """Dedupe, route, queue on links, sink and bucket checked link messages; returns
-        how many were loops (our ID on their path)."""
-        me, seen, route = self._me, self.dedupe.seen, self._engine.route
-        interest, prefix, sink_out = self._interest, self._delivery.prefix, self._sink_out
-        fwd_paths = self._fwd_paths
-        selected, select = self._delivery.selected.by_pattern, self._delivery.selected.names
-        # route() results are cached and shared: their sends, resolved to links, per frame
-        prepared: dict[int, tuple[list[Send], list[tuple[Link, list[str] | None, int]], int]] = {}
-        dirty, loops = self._links.dirty, 0
-        for m in batch:
-            if m is None:
-                continue
-            topic, payload, fmt, headers, origin, inc, seq, ts, key_path, key_targets = m
-            fwd = fwd_paths.get(key_path)
-            if fwd is None:
-                if len(fwd_paths) >= _FWD_CACHE_SIZE:
-                    fwd_paths.clear()
-                fwd = fwd_paths[key_path] = False if me in key_path else [*key_path, me]
-            if fwd is False:
-                loops += 1
-                continue
-            if seen(origin, inc, seq):
-                continue
-            patterns, sends = route(topic, key_path, key_targets)
-            if sends:  # enqueue, inlined: links and target lists resolved once per frame
-                if sends.__class__ is Selective:  # some targets stand behind selectors
-                    sends = sends.pick(headers)
-                prep = prepared.get(id(sends))
-                if prep is None or prep[0] is not sends:
-                    prep = prepared[id(sends)] = (sends, *self._links.resolve(sends))
-                if prep[2]:
-                    self._counters.drop("link_down", prep[2])  # routed over a down link
-                for out_link, out_targets, copies in prep[1]:
-                    fm = [topic, payload, fmt, headers, origin, inc, seq, ts, fwd, out_targets]
-                    box = out_link.outbox
-                    if not box:
-                        dirty.append(out_link)
-                    if copies == 1:
-                        box.append(fm)
-                    else:
-                        box.extend([fm] * copies)
-            if not patterns:
-                continue
-            if interest.has_sinks:
-                for f in interest.sinks_for(patterns):
-                    sink_out.setdefault(f, []).append(m)
-            if selected:  # subscriptions with a selector exist: add those accepting it
-                patterns = select(patterns, headers)
-            envelope = None
-            for pattern in patterns:
-                if pattern not in prefix:
-                    continue  # interest of a feature, no client on the XPUB
-                if envelope is None:
-                    envelope = m[:8]  # [topic, payload, fmt, headers, origin, inc, seq, ts]
-                if (envelopes := out.get(pattern)) is None:
-                    out[pattern] = [envelope]
-                else:
-                    envelopes.append(envelope)
-        return loops
 
     # -- ingress 3: messages that start here, and persistent messages taken -----------------
 

@@ -48,6 +48,15 @@ class DedupeWindow:
     def __len__(self) -> int:
         return len(self._origins)
 
+    def state(self, origin: str, incarnation: int) -> _Origin | None:
+        """The window of ``(origin, incarnation)``, for a caller's in-order fast path
+        (the relay, once per run of one origin's messages): a ``seq`` with
+        ``seq == state.floor + 1`` while ``state.above`` is empty is new, and taking it is
+        ``state.floor = seq``, exactly what :meth:`seen` would do; any other seq goes
+        through :meth:`seen`. Valid until :meth:`seen` registers another origin or
+        :meth:`forget` runs."""
+        return self._origins.get((origin, incarnation))
+
     def seen(self, origin: str, incarnation: int, seq: int) -> bool:
         key = (origin, incarnation)
         state = self._origins.get(key)

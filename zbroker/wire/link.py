@@ -123,6 +123,7 @@ def check_msgs(
     ``errors``). ``caches``: paths and targets already checked, topics already valid (None: topic
     rules are the caller's)."""
     paths_ok, targets_ok, valid = caches
+    last: list[Any] = [None, None, None, None]  # the last (path, its tuple, targets, tuple)
     for i, m in enumerate(batch):
         try:
             if type(m) is not list or len(m) != 10:
@@ -142,13 +143,12 @@ def check_msgs(
                 or (targets is not None and type(targets) is not list)
             ):
                 raise ProtocolError("bad_type", "MSGS entry has wrong field types")
-            key_path = tuple(path)  # (unhashable elements: TypeError, bad_type)
-            if key_path not in paths_ok:
-                _strings(key_path, paths_ok)
-            if targets is not None:
-                targets = tuple(targets)
-                if targets not in targets_ok:
-                    _strings(targets, targets_ok)
+            # in a run (the same path or targets as the last message's) the checked
+            # tuple is shared: no tuple, no hashing per message
+            if path != last[0]:  # (unhashable elements: TypeError, bad_type)
+                last[:2] = path, _checked(tuple(path), paths_ok)
+            if targets is not None and targets != last[2]:
+                last[2:] = targets, _checked(tuple(targets), targets_ok)
             if not (0 <= inc < I64 and 0 <= seq < I64 and -TS_MAX < ts < TS_MAX):
                 # out of what the store can hold (and NaN fails every comparison)
                 raise ProtocolError("bad_value", "MSGS entry has out-of-range numbers")
@@ -164,15 +164,19 @@ def check_msgs(
         except TypeError as exc:  # unhashable path/targets elements
             errors.append(("bad_type", str(exc)))
         else:
-            m[8] = key_path
-            m[9] = targets
+            m[8] = last[1]
+            m[9] = None if targets is None else last[3]
             continue
         batch[i] = None
 
 
-def _strings(items: tuple[Any, ...], checked: set[tuple[Any, ...]]) -> None:
+def _checked(items: tuple[Any, ...], checked: set[tuple[Any, ...]]) -> tuple[Any, ...]:
+    """``items`` (a path or targets), checked to be strings (raises ProtocolError)."""
+    if items in checked:
+        return items
     if not all(type(p) is str for p in items):
         raise ProtocolError("bad_type", "MSGS path and targets must be strings")
     if len(checked) >= STREAM_CACHE_SIZE:
         checked.clear()
     checked.add(items)
+    return items
