@@ -29,6 +29,7 @@ from ...node.events import (
     DurableOverflow,
 )
 from ...sublist import Sublist
+from . import homes
 from .options import open_options, open_subjects
 from .pump import probe, pump
 from .shared import SharedState, pump_shared, send_shared
@@ -64,6 +65,7 @@ class Durables(Feature):
         self._durables[d.name] = d
         self._match.insert(d.pattern, d.name)
         self._ctx.add_interest(d.pattern, "durable:" + d.name)
+        homes.advertise(self._ctx, d.name)  # a durable name is one durable in the network
 
     def ops(self) -> Sequence[Op]:
         return (
@@ -155,6 +157,11 @@ class Durables(Feature):
         pattern = opts["pattern"]
         d = self._durables.get(name)
         created = d is None
+        home = homes.elsewhere(self._ctx, name) if d is None else None
+        if home is not None:
+            if req.req_id:
+                self._ctx.reply(req, wire.ERROR, homes.refusal(name, home))
+            return
         if d is None:
             store.create_durable(
                 name,
@@ -184,6 +191,7 @@ class Durables(Feature):
             "stored": store.durable_depth(name),
             "dropped": store.durable_dropped(name),
             "created": created,
+            "home": self._ctx.broker_id,
         }
         if req.req_id:
             self._ctx.reply(req, wire.DURABLE_OPEN, reply)
@@ -268,6 +276,7 @@ class Durables(Feature):
         if d is not None:
             self._match.remove(d.pattern, name)
             self._ctx.drop_interest(d.pattern, "durable:" + name)
+            homes.withdraw(self._ctx, name)
             self._pump.discard(name)
             assert self._ctx.store is not None
             deleted = self._ctx.store.delete_durable(name)
