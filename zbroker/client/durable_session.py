@@ -40,8 +40,9 @@ __all__ = ["DurableHomes"]
 log = logging.getLogger("zbroker.client")
 
 #: a durable request waiting for its home to answer: (name, op, body, future, deadline,
-#: redirected already)
-_Waiting = tuple[str, int, dict[str, Any], "Future[Any]", float, bool]
+#: the refusal that redirected it, if one did: it is what the caller gets if the node it
+#: names is not found)
+_Waiting = tuple[str, int, dict[str, Any], "Future[Any]", float, BaseException | None]
 
 
 class _HomeEvents:
@@ -116,7 +117,7 @@ class DurableHomes:
                 waiting.remove(w)
                 if not w[3].done():
                     w[3].set_exception(
-                        BrokerUnreachable(f"durable {w[0]!r}: its node did not answer in time")
+                        w[5] or BrokerUnreachable(f"durable {w[0]!r}: its node did not answer")
                     )
         self._requests.expire(now)
 
@@ -139,7 +140,7 @@ class DurableHomes:
 
     def submit(self, name: str, op: int, body: dict[str, Any], fut: Future[Any]) -> None:
         """A durable request: to the durable's home if it has one, else at the primary."""
-        w: _Waiting = (name, op, body, fut, time.monotonic() + self._settings.timeout, False)
+        w: _Waiting = (name, op, body, fut, time.monotonic() + self._settings.timeout, None)
         self._place(self.home_of.get(name, ""), w)
 
     def send(self, name: str, op: int, body: dict[str, Any]) -> None:
@@ -173,9 +174,9 @@ class DurableHomes:
             elif op == wire.DURABLE_DELETE:
                 self.home_of.pop(name, None)
             outer.set_result(inner.result())
-        elif isinstance(exc, RequestError) and home is not None and not redirected:
+        elif isinstance(exc, RequestError) and home is not None and redirected is None:
             log.info("durable %r lives on node %s: opening it there", name, home)
-            self._redirect(home, (name, op, body, outer, deadline, True))
+            self._redirect(home, (name, op, body, outer, deadline, exc))
         else:
             outer.set_exception(exc)
 
@@ -185,11 +186,15 @@ class DurableHomes:
             self._place(ep, w)
             return
         # not met yet: ask every listed node we have not met who it is (met() sends it on)
-        self._waiting.setdefault("@" + home, []).append(w)
         known = set(self._nodes.values())
-        for candidate in self._locator.candidates():
-            if candidate not in known:
-                self._home(candidate)
+        unknown = [c for c in self._locator.candidates() if c not in known]
+        if not unknown:  # (not in the address list: the caller gets the refusal)
+            assert w[5] is not None
+            w[3].set_exception(w[5])
+            return
+        self._waiting.setdefault("@" + home, []).append(w)
+        for candidate in unknown:
+            self._home(candidate)
 
     def frame(self, op: int, req_id: int, body: Any) -> None:
         if req_id == 0:
