@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from zbroker import Broker, Client, RequestError
 from zbroker.config import LinkConfig
 from zbroker.routing.durable_homes import home_key
@@ -56,6 +58,8 @@ def test_the_name_is_refused_while_its_home_lives_and_free_once_deleted(
         assert opens(on_b, "hn") is None
         assert opens(on_b, "hn") is None  # (refused each time; nothing created)
         assert b.status()["durables"] == []
+        with pytest.raises(RequestError, match="lives on node 'HA'"):
+            on_b.delete_durable("hn")  # (deleting it is its home's to do)
         assert on_a.delete_durable("hn") == 0
         # withdrawn with the durable: the name is free, B may create it now
         assert wait_until(lambda: knows(b, "hn", None))

@@ -272,6 +272,11 @@ class Durables(Feature):
         if name is None:
             return
         d = self._durables.pop(name, None)
+        home = homes.elsewhere(self._ctx, name) if d is None else None
+        if home is not None:  # (deleting it is its home's to do)
+            if req.req_id:
+                self._ctx.reply(req, wire.ERROR, homes.refusal(name, home))
+            return
         deleted = 0
         if d is not None:
             self._match.remove(d.pattern, name)
