@@ -123,7 +123,7 @@ class Client(StateMethods):
         # so a publish costs no call more than the publisher's own (see Client.publish)
         self.publish = self._publisher.publish  # type: ignore[method-assign]
         self._subscriptions = Subscriptions(self._command)
-        self._durables = Durables(self.request, self._command)
+        self._durables = Durables(self._command, self.timeout)
         self.durable_info = self._durables.info
         self._queues = QueueMembers(self.request, self._command)
         settings = Settings(

@@ -2,8 +2,10 @@
 
 User threads open and end durable subscriptions here (requests to the node); the client
 thread hands this part each DELIVER, runs the callback, and sends the cumulative
-acknowledgements once per drain of a session. After a reconnect (or a node restart) the
-client thread asks it to reopen every subscription: what was not acknowledged comes again,
+acknowledgements once per drain of a session. Every durable request and frame goes to the
+durable's home node over a session of its own (:mod:`.durable_session`), never to
+whichever node the client failed over to; when that session reconnects (or its node
+restarted) it reopens the durables that live there: what was not acknowledged comes again,
 marked ``redelivered``.
 """
 
@@ -12,13 +14,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import zmq
 
 from .. import wire
 from ..config import validate_broker_id
-from ..errors import ClientClosed, ConfigError, ProtocolError
+from ..errors import BrokerUnreachable, ClientClosed, ConfigError, ProtocolError
 from .messages import Message, Subscription, message_from_fields
 from .sessions import Session
 
@@ -30,13 +33,9 @@ log = logging.getLogger("zbroker.client")
 class Durables:
     """One client's durable subscriptions (at most one handle per name)."""
 
-    def __init__(
-        self,
-        request: Callable[[int, dict[str, Any]], dict[str, Any]],
-        command: Callable[[str, Any], Future[Any]],
-    ) -> None:
-        self._request = request  # a control request, waited for (user threads)
+    def __init__(self, command: Callable[[str, Any], Future[Any]], timeout: float) -> None:
         self._command = command  # a command to the client thread
+        self._timeout = timeout
         # name -> (handle, credit, bounds): what to reopen on reconnect
         self._open: dict[str, tuple[Subscription, int, dict[str, Any]]] = {}
         #: name -> the node's DURABLE_OPEN reply (``Client.durable_info``)
@@ -63,7 +62,9 @@ class Durables:
         self._open[name] = (sub, credit, bounds)
         try:
             self.info[name] = self._request(
-                wire.DURABLE_OPEN, {"name": name, "pattern": pattern, "credit": credit, **bounds}
+                name,
+                wire.DURABLE_OPEN,
+                {"name": name, "pattern": pattern, "credit": credit, **bounds},
             )
         except BaseException:
             # refused (e.g. another pattern): an earlier subscription by this name stays
@@ -82,7 +83,18 @@ class Durables:
     def delete(self, name: str) -> int:
         validate_broker_id(name, "durable subscription name")
         self._open.pop(name, None)
-        return int(self._request(wire.DURABLE_DELETE, {"name": name}).get("deleted", 0))
+        return int(self._request(name, wire.DURABLE_DELETE, {"name": name}).get("deleted", 0))
+
+    def _request(self, name: str, op: int, body: dict[str, Any]) -> dict[str, Any]:
+        """A request to durable ``name``'s home node (or the primary's, for a new one),
+        waited for."""
+        fut = self._command("dreq", (name, op, body))
+        try:
+            # (the client thread fails it after the client's timeout; this is a backstop)
+            result: dict[str, Any] = fut.result(self._timeout + 5.0)
+        except FutureTimeout:
+            raise BrokerUnreachable(f"durable {name!r}: no answer in time") from None
+        return result
 
     def leave(self) -> None:
         """Tell the node we are leaving, so it stops sending and keeps storing."""
@@ -98,7 +110,7 @@ class Durables:
 
     def _close_on_node(self, name: str) -> None:
         try:
-            self._command("send", (wire.DURABLE_CLOSE, {"name": name}))
+            self._command("dsend", (name, wire.DURABLE_CLOSE, {"name": name}))
         except (ClientClosed, zmq.ZMQError):
             pass
 
@@ -142,8 +154,13 @@ class Durables:
         self._acks.clear()
         self._acks_each.clear()
 
-    def reattach(self, session: Session) -> None:
-        """After a reconnect: reopen durable subscriptions (unacknowledged ones come again)."""
-        for name, (sub, credit, bounds) in list(self._open.items()):
+    def reattach(self, session: Session, names: list[str]) -> None:
+        """After a reconnect to their home: reopen durable subscriptions ``names`` (the
+        unacknowledged messages come again)."""
+        for name in names:
+            entry = self._open.get(name)
+            if entry is None:
+                continue  # (detached meanwhile)
+            sub, credit, bounds = entry
             body = {"name": name, "pattern": sub.pattern, "credit": credit, **bounds}
             session.send(wire.encode_control(wire.DURABLE_OPEN, 0, body))

@@ -264,5 +264,7 @@ class Sessions:
 
     def close(self) -> None:
         for session in list(self._sessions.values()):
+            self._poller.unregister(session.dealer)  # (closed mid-run: a home no longer used)
             session.dealer.close(linger=200)  # bounded: lets a last DURABLE_CLOSE out
         self._sessions.clear()
+        self._by_socket.clear()

@@ -6,7 +6,9 @@ that slow callbacks delay nothing else for long; sends the tail of a publish bat
 filled; and every 50 ms ticks the sessions (heartbeats, failover), reports delivery gaps
 and expires requests. Session changes arrive here as
 :class:`~.sessions.SessionEvents` and are passed to the parts they concern: the publisher
-and subscriber connect to the primary, waiting requests go out, durables reattach.
+and subscriber connect to the primary, waiting requests go out. Durables keep to their
+home nodes over sessions of their own (:class:`~.durable_session.DurableHomes`), which
+this loop polls and ticks too.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .. import wire
 from ..errors import BrokerUnreachable
 from .channel import Channel
 from .credentials import Credentials
+from .durable_session import DurableHomes
 from .durables import Durables
 from .fanout import Fanout
 from .locators import Locator
@@ -79,6 +82,7 @@ class ClientThread:
         self._requests = Requests(settings.timeout, persistent.reply)
         self._poller = zmq.Poller()
         self._sessions = Sessions(ctx, locator, credentials, settings, self._poller, self)
+        self._homes = DurableHomes(ctx, locator, credentials, settings, self._poller, durables)
         self._ready_deadline = 0.0
         self._running = True
         self._thread = threading.Thread(target=self._run, name="zbroker-client", daemon=True)
@@ -107,6 +111,7 @@ class ClientThread:
         finally:
             self._persistent.stopped(self._channel.commands)
             self._sessions.close()
+            self._homes.close()
             cmd.close()
             self.subscriber.close()
 
@@ -127,9 +132,7 @@ class ClientThread:
                 elif sock is cmd:
                     self._on_commands()
                 else:
-                    session = self._sessions.owner(sock)
-                    if session is not None:
-                        self._on_session(session)
+                    self._on_socket(sock)
             if subscriber.backlog and not delivered:
                 subscriber.on_frames(time.monotonic() + DELIVERY_SLICE)
             if publisher.armed:
@@ -152,6 +155,7 @@ class ClientThread:
             self._check_ready(now, alive)
         self._requests.expire(now)
         self._persistent.sweep(now, primary)
+        self._homes.tick(now, primary)
 
     def _check_ready(self, now: float, alive: set[str]) -> None:
         s = self._settings
@@ -171,13 +175,21 @@ class ClientThread:
             )
             self._running = False
 
-    def _on_session(self, session: Session) -> None:
-        try:
-            self._sessions.drain(session)
-        finally:
-            alive = session if self._sessions.alive(session) else None
-            self._durables.flush_acks(alive)
-            self._queues.flush_acks(alive)
+    def _on_socket(self, sock: zmq.Socket[bytes]) -> None:
+        session = self._sessions.owner(sock)
+        if session is not None:
+            try:
+                self._sessions.drain(session)
+            finally:
+                self._queues.flush_acks(session if self._sessions.alive(session) else None)
+            return
+        home = self._homes.owner(sock)
+        if home is not None:  # a durable's home node (its deliveries are acked there)
+            sessions, session = home
+            try:
+                sessions.drain(session)
+            finally:
+                self._durables.flush_acks(session if sessions.alive(session) else None)
 
     def _on_commands(self) -> None:
         for name, arg, fut in self._channel.commands():
@@ -198,6 +210,11 @@ class ClientThread:
                     primary.send(wire.encode_control(arg[0], 0, arg[1]))
                 if fut is not None:
                     fut.set_result(None)
+            elif name == "dreq":  # a durable's request: to its home node
+                assert fut is not None
+                self._homes.submit(arg[0], arg[1], arg[2], fut)
+            elif name == "dsend":
+                self._homes.send(*arg)
             elif name == "req":
                 assert fut is not None
                 self._requests.submit(arg[0], arg[1], fut, self._sessions.primary)
@@ -205,6 +222,7 @@ class ClientThread:
     # -- SessionEvents -------------------------------------------------------------------
 
     def session_up(self, session: Session) -> None:
+        self._homes.met(session)
         if self._fanout is not None:
             self._fanout.plug(session.endpoint, session.data_endpoint("publish"))
 
@@ -228,19 +246,17 @@ class ClientThread:
             log.info("connected to node %s at %s", session.hello.get("broker_id"), session.endpoint)
         self._requests.send_waiting(session)
         self._persistent.moved(session)  # what waits for confirmation: to this node now
-        if self.ready.done():
-            self._durables.reattach(session)
+        if self.ready.done():  # (durables stay with their home nodes: DurableHomes)
             self._queues.rejoin(session)
 
     def node_restarted(self, session: Session) -> None:
-        self._durables.reattach(session)
         self._queues.rejoin(session)
 
     def control_frame(self, session: Session, op: int, req_id: int, body: Any) -> None:
         if req_id == 0 and op == wire.STATE_MISSING:
             if self.on_missing is not None:
                 self.on_missing(body)  # (a missing-topic notice: Client.on_missing_topic)
-        elif req_id == 0:  # (the others Sessions passes on: a durable or queue delivery)
-            (self._queues.deliver if op == wire.QDELIVER else self._durables.deliver)(body)
+        elif req_id == 0 and op == wire.QDELIVER:  # (durables come over their home sessions)
+            self._queues.deliver(body)
         else:
             self._requests.reply(op, req_id, body)

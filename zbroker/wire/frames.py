@@ -114,7 +114,10 @@ READ       7      request ``{pattern, start, end?, limit}``: the retention log r
 DURABLE_OPEN 8    request ``{name, pattern, credit, max_msgs, max_bytes, max_age, overflow?}``:
                   create (if new; bounds: 0 = unbounded; overflow ``drop-oldest``
                   (default) or ``reject-new``) and attach
-                  to a durable subscription; reply ``{name, pattern, stored, created}``
+                  to a durable subscription; reply ``{name, pattern, stored, created,
+                  home}`` (home: the node's broker ID). A name a live other node holds
+                  is not created: ``ERROR {message, home}`` names that node (a
+                  DURABLE_DELETE of such a name gets the same)
 DURABLE_ACK 9     one-way ``{name, upto}``: messages with q <= upto are processed
 DURABLE_CLOSE 10  one-way ``{name}``: detach (the subscription and its store remain)
 DURABLE_DELETE 11 request ``{name}``: delete it and its stored messages; reply

@@ -29,6 +29,7 @@ from ...node.events import (
     DurableOverflow,
 )
 from ...sublist import Sublist
+from . import homes
 from .options import open_options, open_subjects
 from .pump import probe, pump
 from .selecting import interest_source, mismatch, stored_selector
@@ -68,6 +69,7 @@ class Durables(Feature):
         self._durables[d.name] = d
         self._match.insert(d.pattern, d.name)
         self._ctx.add_interest(d.pattern, interest_source(d))
+        homes.advertise(self._ctx, d.name)  # a durable name is one durable in the network
 
     def ops(self) -> Sequence[Op]:
         return (
@@ -161,6 +163,11 @@ class Durables(Feature):
         pattern = opts["pattern"]
         d = self._durables.get(name)
         created = d is None
+        home = homes.elsewhere(self._ctx, name) if d is None else None
+        if home is not None:
+            if req.req_id:
+                self._ctx.reply(req, wire.ERROR, homes.refusal(name, home))
+            return
         if d is None:
             store.create_durable(
                 name,
@@ -195,6 +202,7 @@ class Durables(Feature):
             "stored": store.durable_depth(name),
             "dropped": store.durable_dropped(name),
             "created": created,
+            "home": self._ctx.broker_id,
         }
         if opts["selector"] is not None:
             reply["selector"] = opts["selector"]
@@ -277,10 +285,16 @@ class Durables(Feature):
         if name is None:
             return
         d = self._durables.pop(name, None)
+        home = homes.elsewhere(self._ctx, name) if d is None else None
+        if home is not None:  # (deleting it is its home's to do)
+            if req.req_id:
+                self._ctx.reply(req, wire.ERROR, homes.refusal(name, home))
+            return
         deleted = 0
         if d is not None:
             self._match.remove(d.pattern, name)
             self._ctx.drop_interest(d.pattern, interest_source(d))
+            homes.withdraw(self._ctx, name)
             self._pump.discard(name)
             assert self._ctx.store is not None
             deleted = self._ctx.store.delete_durable(name)
