@@ -246,6 +246,7 @@ def test_live_delivery_exactly_once_in_order(
         "stored": 0,
         "dropped": 0,
         "created": True,
+        "home": broker.broker_id,  # (the client keeps to it: issue 18 item 3)
     }
     assert durable_is(broker, "live", pattern="LIVE.>", attached=True, stored=0)
 

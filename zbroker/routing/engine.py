@@ -95,6 +95,7 @@ from __future__ import annotations
 from . import hosts as hosting
 from . import propagation, selection
 from .branches import covers
+from .durable_homes import HOME_PREFIX, DurableHomes
 from .events import (
     AdvertIn,
     Event,
@@ -147,6 +148,8 @@ class RoutingEngine:
         self.local_matches = router.local_matches
         #: queue groups: which origins hold members of which group key, and the pick
         self.groups = GroupTable(table)
+        #: durable subscriptions: which live nodes hold which durable name
+        self.durable_homes = DurableHomes()
         #: branches this node hosts (rule 8, :mod:`~zbroker.routing.hosts`)
         self.host_branches = tuple(host_branches)
         for branch in self.host_branches:
@@ -315,6 +318,8 @@ class RoutingEngine:
         table.set_best(key, old, best)
         if key[0].startswith(GROUP_PREFIX):
             self.groups.changed(key, best is not None)
+        elif key[0].startswith(HOME_PREFIX):
+            self.durable_homes.changed(key, best is not None)
         if best is None or table.unadvertised(key[0]):
             propagation.withdraw(self.links, key)  # (a local or flooded branch: never)
         else:
