@@ -34,6 +34,9 @@ __all__ = ["Member", "Members"]
 
 #: seconds between attach requests the home has not answered
 ATTACH_RETRY = 1.0
+#: seconds between attaches repeated while attached: a home that restarted (and so forgot
+#: the session) without this node seeing its advertisement go learns it again
+KEEPALIVE = 5.0
 #: seconds a DURABLE_OPEN waits for the home's answer
 OPEN_TIMEOUT = 5.0
 #: seconds between checks that local consumers are still connected (as durables do)
@@ -130,7 +133,7 @@ class Members:
         body = {
             "name": m.name,
             "pattern": m.pattern,
-            "stored": m.stored,
+            "stored": m.stored,  # (at the home, when it accepted the attachment)
             "dropped": 0,
             "created": False,
             "home": m.home,
@@ -301,7 +304,7 @@ class Members:
             if m.home not in homes.get(m.name, ()):
                 if m.session is not None:
                     self._end_session(m)
-            elif not m.attached and now >= m.next_try:
+            elif now >= m.next_try + (KEEPALIVE if m.attached else 0.0):
                 self._attach(m)
 
     def status(self) -> list[dict[str, Any]]:
@@ -311,7 +314,8 @@ class Members:
                 "name": m.name,
                 "pattern": m.pattern,
                 "home": m.home,
-                "members": {self._ctx.broker_id: len(m.consumers)},
+                "node": self._ctx.broker_id,
+                "members": {self._ctx.broker_id: len(m.consumers)},  # (the home has all)
                 "attached": m.attached,
                 "in_flight": sum(len(c.inflight) for c in m.consumers.values()),
                 "delivered": m.delivered,

@@ -232,6 +232,7 @@ class Home:
             "name": d.name,
             "pattern": d.pattern,
             "home": self._ctx.broker_id,
+            "node": self._ctx.broker_id,
             "members": members,
             "remote": [
                 {"node": c.node, "credit": c.credit, "in_flight": len(c.inflight)}
