@@ -34,6 +34,10 @@ __all__ = ["Member", "Members"]
 
 #: seconds between attach requests the home has not answered
 ATTACH_RETRY = 1.0
+#: a node asks its home for this many times its consumers' summed credit: the rest waits
+#: here, handed out the moment a consumer acknowledges (the round trip to the home is
+#: long; without it, consumers would wait for it between windows)
+PREFETCH = 2
 #: seconds between attaches repeated while attached: a home that restarted (and so forgot
 #: the session) without this node seeing its advertisement go learns it again
 KEEPALIVE = 5.0
@@ -49,6 +53,7 @@ class Member:
     __slots__ = (
         "acks",
         "attached",
+        "buffer",
         "consumers",
         "delivered",
         "home",
@@ -69,6 +74,9 @@ class Member:
         self.session: str | None = None  # the attachment in force (None: none)
         self.attached = False  # the home accepted ``session``
         self.consumers: dict[bytes, SharedConsumer] = {}
+        #: delivered by the home beyond the local consumers' room (the prefetch): handed
+        #: out as they acknowledge; the home counts them in flight to this node
+        self.buffer: list[tuple[int, bool, list[Any]]] = []
         self.waiting: list[tuple[Request, float]] = []  # opens the home has not answered
         self.next_try = 0.0
         self.acks: list[int] = []  # to send to the home at the end of the pass
@@ -123,6 +131,8 @@ class Members:
             del c.inflight[q]
         if m.attached:  # (an ended session's: the home gives them again, flagged)
             m.acks.extend(done)
+            if m.buffer:
+                self._drain(m)
 
     def close(self, req: Request, name: str) -> None:
         m = self.members.get(name)
@@ -147,6 +157,7 @@ class Members:
         if m.consumers:
             if m.attached:
                 m.releases.extend(c.inflight)
+                self._drain(m)
             self._attach(m)  # (the credit went down)
             return
         if m.session is not None:  # the home gives everything this node held to others
@@ -162,7 +173,7 @@ class Members:
             "name": m.name,
             "session": m.session,
             "pattern": m.pattern,
-            "credit": sum(c.credit for c in m.consumers.values()),
+            "credit": PREFETCH * sum(c.credit for c in m.consumers.values()),
             "members": len(m.consumers),
         }
         send(self._ctx, m.home, [body])
@@ -172,7 +183,7 @@ class Members:
         """The session ended (the home went, or forgot it): what the consumers hold now
         the home gives again; their acknowledgements of it are not sent."""
         m.session, m.attached = None, False
-        m.acks, m.releases = [], []
+        m.acks, m.releases, m.buffer = [], [], []
         for c in m.consumers.values():
             c.inflight.clear()
         m.next_try = 0.0
@@ -231,14 +242,24 @@ class Members:
                 continue
             self._deliver_one(m, row[0], bool(row[1]), row[2])
 
-    def _deliver_one(self, m: Member, q: int, redelivered: bool, msg: list[Any]) -> None:
+    def _drain(self, m: Member) -> None:
+        """Hand buffered messages to consumers that have room again."""
+        buffered, m.buffer = m.buffer, []
+        for i, (q, redelivered, msg) in enumerate(buffered):
+            if not self._deliver_one(m, q, redelivered, msg):
+                m.buffer.extend(buffered[i + 1 :])
+                break
+
+    def _deliver_one(self, m: Member, q: int, redelivered: bool, msg: list[Any]) -> bool:
+        """Hand one message to the least served consumer with room; False: none has room
+        (buffered, for the next acknowledgement)."""
         best = None
         for c in m.consumers.values():
             if c.room() > 0 and (best is None or c.share < best.share):
                 best = c
-        if best is None:  # (the credit went down meanwhile): to another consumer
-            m.releases.append(q)
-            return
+        if best is None:
+            m.buffer.append((q, redelivered, msg))
+            return False
         body = {"name": m.name, "q": q, "redelivered": redelivered, "msg": msg}
         try:
             ok = self._ctx.send_to(best.ident, wire.encode_control(wire.DELIVER, 0, body))
@@ -247,11 +268,12 @@ class Members:
         if not ok:
             m.releases.append(q)
             self._gone(m, best.ident)
-            return
+            return True
         best.inflight[q] = None
         best.share += 1
         m.delivered += 1
         m.redelivered += redelivered
+        return True
 
     # -- the pass ---------------------------------------------------------------------------
 
