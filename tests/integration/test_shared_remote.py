@@ -106,6 +106,7 @@ def test_consumers_on_three_nodes_each_get_a_share(
     assert wait_until(lambda: stored(a, "billing") == 0, WAIT)
     row = queue_row(a, "billing")
     assert row is not None and (row["delivered"], row["redelivered"]) == (n, 0)
+    assert sorted(r["node"] for r in row["remote"]) == ["B", "C"]  # its network consumers
     remote = queue_row(c, "billing")
     assert remote is not None and remote["home"] == "A" and remote["members"] == {"C": 1}
     assert remote["delivered"] == len(others[1])

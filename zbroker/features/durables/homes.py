@@ -4,8 +4,9 @@ The node that holds durable ``NAME`` (its *home*) holds local interest under the
 ``$ZB.DURABLE.<NAME>`` (:mod:`zbroker.routing.durable_homes`) from the moment it creates
 the durable (or loads it from its store) until it deletes it, so every node it is linked to,
 directly or not, learns where the durable lives. A DURABLE_OPEN that would create a durable
-whose name a live node already holds is refused with an error naming that node (the reply
-carries ``home``: a client that knows that node's address reopens it there); every
+whose name a live node already holds, or a DURABLE_DELETE of it, is refused with an error
+naming that node (the reply carries ``home``: a client whose address list names that node
+sends it there); every
 DURABLE_OPEN reply names the node that answered (``home``), so a client knows where its
 durables live and keeps to that node when it fails over (client/durable_session.py).
 
@@ -44,6 +45,7 @@ def refusal(name: str, home: str) -> dict[str, str]:
     """The ERROR body refusing to create ``name`` here: it lives on ``home``."""
     return {
         "message": f"durable subscription {name!r} lives on node {home!r}: a durable name "
-        "is one durable in the network, so it is not created here; open it on that node",
+        "is one durable in the network, so it is neither created nor deleted here; open or "
+        "delete it on that node",
         "home": home,
     }
