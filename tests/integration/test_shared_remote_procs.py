@@ -183,3 +183,49 @@ def test_home_killed_and_restarted_with_a_backlog(
     finally:
         on_b.close()
         on_c.close()
+
+
+@pytest.mark.slow
+def test_consumer_moves_from_a_to_c_with_a_backlog_processes(
+    procs: Any,
+    free_port: Callable[[], int],
+    wait_ready: Callable[..., dict[str, Any]],
+    wait_until: Callable[..., bool],
+    tmp_path: Path,
+) -> None:
+    """The issue's scenario with real processes (chain A - B - C): a ``zbroker sub
+    --durable billing --shared`` consumer on A stops; A takes a backlog of 2,000
+    persistent messages; the consumer starts again on C: all 2,000 consumed once, none
+    left on A, and no second durable on C."""
+    pa, pb, pc = free_port(), free_port(), free_port()
+    a = start(procs, tmp_path, "A", pa)
+    wait_ready(endpoint(pa), WAIT, a)
+    b = start(procs, tmp_path, "B", pb, (pa,))
+    wait_ready(endpoint(pb), WAIT, b)
+    c = start(procs, tmp_path, "C", pc, (pb,))
+    wait_ready(endpoint(pc), WAIT, c)
+    sub = ("sub", "bill.>", "--durable", "billing", "--shared", "--json", "-b")
+    first = procs.zbroker(*sub, endpoint(pa))
+    assert first.wait_stderr("subscribed to", WAIT), first.stderr_text()
+    first.send_signal(signal.SIGTERM)
+    first.wait(10.0)
+    total = 2000
+    with Client(endpoint(pa), timeout=10.0) as on_a, Client(endpoint(pc), timeout=10.0) as on_c:
+        assert wait_until(lambda: queue_row(on_a, "billing").get("members") == {"A": 0}, WAIT)
+        for i in range(total):
+            on_a.publish("bill.x", i, persistent=True, confirm=i % 500 == 499)
+        stored = lambda: next(  # noqa: E731
+            d["stored"] for d in on_a.status()["durables"] if d["name"] == "billing"
+        )
+        assert stored() == total
+        homed(wait_until, [on_c], "billing", "A")
+        moved = procs.zbroker(*sub, endpoint(pc))
+        assert moved.wait_stderr("subscribed to", WAIT), moved.stderr_text()
+        got = lambda: [json.loads(x) for x in moved.stdout_text().splitlines() if x]  # noqa: E731
+        assert wait_until(lambda: len(got()) >= total, WAIT), len(got())
+        time.sleep(GRACE)
+        payloads = [m["payload"] for m in got()]
+        assert sorted(payloads) == list(range(total))  # each once
+        assert wait_until(lambda: stored() == 0, WAIT)  # none left on A
+        assert queue_row(on_a, "billing")["members"] == {"A": 0, "C": 1}
+        assert not any(d["name"] == "billing" for d in on_c.status()["durables"])
