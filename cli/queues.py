@@ -45,11 +45,16 @@ def format_queues(rows: list[dict[str, Any]]) -> str:
         [
             [
                 "group" if r["kind"] == "group" else "shared durable",
-                r.get("group") or r.get("name"),
+                r.get("group")
+                or (
+                    r["name"]
+                    if r.get("home") == r.get("node")
+                    else f"{r['name']} (home {r['home']})"
+                ),
                 r["pattern"],
                 r.get("policy", "-"),
                 ", ".join(f"{node}:{n}" for node, n in sorted(r["members"].items())) or "-",
-                r.get("stored", r.get("pending", 0)),
+                r.get("stored", r.get("pending", "-")),
                 r["in_flight"],
                 r["delivered"],
                 r.get("redelivered", "-"),

@@ -30,8 +30,11 @@ from ...node.events import (
 )
 from ...sublist import Sublist
 from . import homes
+from .members import Members
 from .options import open_options, open_subjects
 from .pump import probe, pump
+from .remote import Home
+from .report import durable_row
 from .selecting import interest_source, mismatch, stored_selector
 from .shared import SharedState, pump_shared, send_shared
 from .state import Durable
@@ -45,10 +48,11 @@ _I64 = 1 << 63
 
 class Durables(Feature):
     name = "durables"
-    sink_sources = ("durable",)
+    sink_sources = ("durable", "sdr")  # (sdr: shared durables across nodes, remote.py)
 
     def __init__(self) -> None:
         self._durables: dict[str, Durable] = {}
+        self.durables = self._durables  # (read by remote.Home)
         self._match: Sublist[str] = Sublist()
         self._pump: set[str] = set()  # durables with something to send
         self._next_probe = 0.0
@@ -58,6 +62,8 @@ class Durables(Feature):
 
     def attach(self, ctx: Context) -> None:
         self._ctx = ctx
+        self._home = Home(self, ctx)
+        self._members = Members(self, ctx, self._home)
         assert ctx.store is not None
         selectors = ctx.store.durable_selectors()
         for name, (pattern, next_q, max_msgs) in ctx.store.durables().items():
@@ -92,6 +98,9 @@ class Durables(Feature):
         durables, match = self._durables, self._match.match
         rejected: dict[str, int] = {}
         for m in batch:
+            if m[0].startswith("$ZB.SD."):  # between a shared durable's home and members
+                self._members.take(m)
+                continue
             row = tuple(m[:8])  # (topic, payload, fmt, headers, origin, inc, seq, ts)
             size = len(m[1]) + len(m[0])
             for name in match(m[0]):
@@ -146,6 +155,9 @@ class Durables(Feature):
         assert isinstance(name, str)
         return name
 
+    def wake(self, name: str) -> None:
+        self._pump.add(name)
+
     def _refuse(self, req: Request, message: str) -> None:
         if req.req_id:  # (a request sent without an id wants no answer)
             self._ctx.error(req, message)
@@ -164,6 +176,9 @@ class Durables(Feature):
         d = self._durables.get(name)
         created = d is None
         home = homes.elsewhere(self._ctx, name) if d is None else None
+        if home is not None and opts["shared"]:  # a consumer here of a durable homed there
+            self._members.open(req, name, opts, home)
+            return
         if home is not None:
             if req.req_id:
                 self._ctx.reply(req, wire.ERROR, homes.refusal(name, home))
@@ -251,6 +266,8 @@ class Durables(Feature):
     def _ack(self, req: Request) -> None:
         name = self._named(req)
         d = self._durables.get(name) if name is not None else None
+        if d is None and name is not None:
+            self._members.ack(req, name)
         if d is not None and d.shared is not None:
             qs = req.body.get("qs")
             if type(qs) is list and all(type(q) is int and 0 <= q < _I64 for q in qs):
@@ -272,6 +289,8 @@ class Durables(Feature):
     def _close(self, req: Request) -> None:
         name = self._named(req)
         d = self._durables.get(name) if name is not None else None
+        if d is None and name is not None:
+            self._members.close(req, name)
         if d is not None and d.shared is not None and req.ident in d.shared.consumers:
             self._shared_gone(d, req.ident, "closed")
         elif d is not None and d.consumer == req.ident:
@@ -310,6 +329,7 @@ class Durables(Feature):
             # subscribers have credit for (Store.trim_hold)
             assert self._ctx.store is not None
             self._ctx.store.trim_hold = self._pump
+        self._members.flush()  # acknowledgements to the homes of what is consumed here
 
     def _shared_gone(self, d: Durable, ident: bytes, reason: str) -> None:
         """A consumer of a shared durable left: its messages go to the others."""
@@ -319,6 +339,14 @@ class Durables(Feature):
         if not d.shared.consumers:
             self._ctx.store.set_attached(d.name, False)
             self._ctx.emit(DurableDetached(name=d.name, reason=reason))
+
+    shared_gone, refuse, alive = _shared_gone, _refuse, _alive  # (for members and remote)
+
+    def busy(self) -> bool:
+        return self._home.sent  # (what it originated is stored and sent by the next pass)
+
+    def work(self) -> None:
+        self._home.sent = False
 
     def after_commit(self) -> None:
         store = self._ctx.store
@@ -334,19 +362,25 @@ class Durables(Feature):
                 out = [(d, pump_shared(self._ctx, d)) for d in shared]
                 assert self._ctx.store is not None
                 self._ctx.store.commit()  # the marks, before any send
+                remote: dict[Any, list[dict[str, Any]]] = {}
                 for d, frames in out:
-                    self.delivered += send_shared(self._ctx, d, frames)
+                    self.delivered += send_shared(self._ctx, d, frames, remote)
+                if remote:
+                    self._home.flush(remote)
             self.delivered += pump(self._ctx, [d for d in ready if d.shared is None])
 
     def tick(self, now: float) -> None:
+        self._members.tick(now)  # (consumers here of shared durables homed elsewhere)
         if self._durables and now >= self._next_probe:
             self._next_probe = now + DURABLE_PROBE_INTERVAL
+            self._home.check()  # network consumers whose node is out of reach
             frame = wire.encode_control(wire.PING, 0, {"incarnation": self._ctx.incarnation})
             for d in probe(self._ctx, list(self._durables.values()), frame):
                 self._ctx.emit(DurableDetached(name=d.name, reason="subscriber gone"))
             for d in [d for d in self._durables.values() if d.shared is not None]:
                 assert d.shared is not None
-                for ident in [i for i in d.shared.consumers if not self._alive(i)]:
+                locals_ = [i for i, c in d.shared.consumers.items() if c.node is None]
+                for ident in [i for i in locals_ if not self._alive(i)]:
                     self._shared_gone(d, ident, "subscriber gone")
 
     def status(self, out: dict[str, Any]) -> None:
@@ -354,43 +388,7 @@ class Durables(Feature):
         out["counters"]["durable_delivered"] = self.delivered
         store = self._ctx.store
         assert store is not None
-        out["durables"] = [
-            {
-                "name": d.name,
-                "pattern": d.pattern,
-                **({} if d.selector is None else {"selector": d.selector.text}),
-                "attached": d.consumer is not None or bool(d.shared and d.shared.consumers),
-                "in_flight": d.window.in_flight() if d.shared is None else d.shared.in_flight(),
-                **_shared_status(d),
-                "stored": store.durable_depth(d.name),
-                "dropped": store.durable_dropped(d.name),
-                "max_msgs": d.max_msgs,
-            }
-            for d in self._durables.values()
-        ]
-        out.setdefault("queues", []).extend(
-            {
-                "kind": "shared_durable",
-                "name": d.name,
-                "pattern": d.pattern,
-                "members": {self._ctx.broker_id: len(d.shared.consumers)},
-                "stored": store.durable_depth(d.name),
-                "in_flight": d.shared.in_flight(),
-                "delivered": d.shared.delivered,
-                "redelivered": d.shared.redelivered,
-            }
-            for d in self._durables.values()
-            if d.shared is not None
-        )
-
-
-def _shared_status(d: Durable) -> dict[str, Any]:
-    if d.shared is None:
-        return {}
-    st = d.shared
-    return {
-        "shared": True,
-        "consumers": len(st.consumers),
-        "delivered": st.delivered,
-        "redelivered": st.redelivered,
-    }
+        out["durables"] = [durable_row(d, store) for d in self._durables.values()]
+        queues = out.setdefault("queues", [])
+        queues.extend(self._home.queue_rows(d) for d in self._durables.values() if d.shared)
+        queues.extend(self._members.status())  # consumers here of durables elsewhere

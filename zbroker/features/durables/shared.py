@@ -14,7 +14,7 @@ for an exclusive durable.
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import zmq
@@ -29,13 +29,18 @@ __all__ = ["SharedConsumer", "SharedState", "pump_shared"]
 
 
 class SharedConsumer:
-    __slots__ = ("credit", "ident", "inflight", "share")
+    __slots__ = ("credit", "ident", "inflight", "members", "node", "session", "share")
 
     def __init__(self, ident: bytes, credit: int, share: int) -> None:
         self.ident = ident
         self.credit = credit
         self.inflight: dict[int, None] = {}  # q sent, not acknowledged (in send order)
         self.share = share  # messages handed to it (level with the least served at attach)
+        #: a network consumer (:mod:`.remote`): the node whose consumers it stands for,
+        #: its attach session and how many consumers it has there; None for a client
+        self.node: str | None = None
+        self.session: str | None = None
+        self.members = 1
 
     def room(self) -> int:
         return self.credit - len(self.inflight)
@@ -89,15 +94,16 @@ class SharedState:
     def next_consumer(self) -> SharedConsumer | None:
         best = None
         for c in self.consumers.values():
-            if c.room() > 0 and (best is None or c.share < best.share):
+            # (a network consumer stands for ``members`` consumers: its share is theirs)
+            if c.room() > 0 and (best is None or c.share / c.members < best.share / best.members):
                 best = c
         return best
 
 
-def pump_shared(ctx: Context, d: Durable) -> list[tuple[SharedConsumer, int, bytes]]:
+def pump_shared(ctx: Context, d: Durable) -> list[tuple[SharedConsumer, int, dict[str, Any]]]:
     """Hand out what the consumers have credit for: first what consumers gone left, then
     new messages. Marks them delivered (committed by the caller before the sends) and
-    returns ``(consumer, q, frame)`` to send."""
+    returns ``(consumer, q, DELIVER body)`` to send."""
     st = d.shared
     store = ctx.store
     assert st is not None and store is not None
@@ -129,23 +135,33 @@ def pump_shared(ctx: Context, d: Durable) -> list[tuple[SharedConsumer, int, byt
             "msg": [topic, payload, fmt, headers, origin, inc, oseq, ts],
         }
         st.redelivered += bool(delivered)
-        out.append((c, q, wire.encode_control(wire.DELIVER, 0, body)))
+        out.append((c, q, body))
     if out:
         store.mark_delivered(d.name, [q for _, q, _ in out])
     return out
 
 
-def send_shared(ctx: Context, d: Durable, frames: list[tuple[SharedConsumer, int, bytes]]) -> int:
+def send_shared(
+    ctx: Context,
+    d: Durable,
+    frames: list[tuple[SharedConsumer, int, dict[str, Any]]],
+    remote: dict[SharedConsumer, list[dict[str, Any]]],
+) -> int:
     """Send what :func:`pump_shared` handed out (after the commit of its marks); a
-    consumer found gone is detached and its messages go to the others. Returns sent."""
+    consumer found gone is detached and its messages go to the others. What goes to a
+    network consumer is added to ``remote`` (sent by :mod:`.remote`). Returns sent."""
     st = d.shared
     assert st is not None
     sent = 0
-    for c, _q, frame in frames:
+    for c, _q, body in frames:
         if st.consumers.get(c.ident) is not c:
             continue  # detached meanwhile: its messages are in redo already
+        if c.node is not None:
+            remote.setdefault(c, []).append(body)
+            sent += 1
+            continue
         try:
-            gone = not ctx.send_to(c.ident, frame)
+            gone = not ctx.send_to(c.ident, wire.encode_control(wire.DELIVER, 0, body))
         except zmq.ZMQError:
             gone = True
         if gone:

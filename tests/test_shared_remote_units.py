@@ -1,0 +1,142 @@
+"""Shared durables across nodes, parts alone: malformed internal messages are counted and
+dropped (fuzzed like the other frames), and ``zbroker queues`` shows where a durable
+consumed on this node lives."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import msgpack
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cli.queues import format_queues
+from zbroker import wire
+from zbroker.features.durables.members import Member, Members
+from zbroker.features.durables.remote import Home, decode, sd_topic
+from zbroker.features.durables.shared import SharedConsumer
+
+
+class StubContext:
+    """What Home and Members use of a node's context, recording what they do."""
+
+    broker_id = "B"
+    incarnation = 7
+
+    def __init__(self) -> None:
+        self.bad_seen: list[str] = []
+        self.dropped: list[str] = []
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+        self.pipeline = SimpleNamespace(originate=self._originate)
+        self.engine = SimpleNamespace(
+            durable_homes=SimpleNamespace(homes={}), has_route=lambda pattern, origin: True
+        )
+        self.store = None
+
+    def _originate(self, rows: list[Any], *, persistent: bool) -> list[int]:
+        assert persistent
+        self.sent.extend((r[0], msgpack.unpackb(r[1])) for r in rows)
+        return []
+
+    def bad(self, source: str, reason: str, detail: str) -> None:
+        self.bad_seen.append(detail)
+
+    def drop(self, reason: str, n: int = 1) -> None:
+        self.dropped.append(reason)
+
+    def add_interest(self, pattern: str, source: str) -> None:
+        pass
+
+    def drop_interest(self, pattern: str, source: str) -> None:
+        pass
+
+    def send_to(self, ident: bytes, frame: bytes) -> bool:
+        return True
+
+
+def parts() -> tuple[StubContext, Members]:
+    ctx = StubContext()
+    f = SimpleNamespace(durables={}, refuse=lambda req, msg: None, alive=lambda i: True)
+    home = Home(f, ctx)  # type: ignore[arg-type]
+    return ctx, Members(f, ctx, home)  # type: ignore[arg-type]
+
+
+def message(payload: bytes, fmt: int = wire.FMT_MSGPACK) -> list[Any]:
+    return [sd_topic("B"), payload, fmt, None, "A", 1, 1, 0.0]
+
+
+def test_malformed_bodies_are_counted_and_dropped() -> None:
+    ctx, members = parts()
+    for payload, fmt in [
+        (b"\xc1", wire.FMT_MSGPACK),  # not msgpack
+        (msgpack.packb([1, 2]), wire.FMT_MSGPACK),  # not a map
+        (msgpack.packb({"op": "ack"}), wire.FMT_MSGPACK),  # no name
+        (msgpack.packb({"op": "ack", "name": "bad name", "session": "1"}), wire.FMT_MSGPACK),
+        (msgpack.packb({"op": "ack", "name": "n", "session": 3}), wire.FMT_MSGPACK),
+        (msgpack.packb({"op": "ack", "name": "n", "session": "1"}), wire.FMT_BYTES),
+    ]:
+        assert decode(ctx, message(payload, fmt)) is None  # type: ignore[arg-type]
+        members.take(message(payload, fmt))
+    assert len(ctx.bad_seen) == 12
+    assert ctx.sent == []
+
+
+def test_an_ended_sessions_messages_are_dropped_and_its_acks_answered_gone() -> None:
+    ctx, members = parts()
+    members.take(message(msgpack.packb({"op": "deliver", "name": "n", "session": "9", "rows": []})))
+    assert ctx.dropped == ["shared_durable_stale"]
+    members.take(message(msgpack.packb({"op": "ack", "name": "n", "session": "9", "qs": [1]})))
+    assert ctx.sent == [(sd_topic("A"), {"op": "gone", "name": "n", "session": "9"})]
+
+
+_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.text(max_size=8),
+    st.binary(max_size=8),
+    st.lists(st.integers(-5, 2**64 - 1), max_size=4),
+    st.lists(st.lists(st.one_of(st.integers(0, 9), st.booleans(), st.none()), max_size=4)),
+    st.lists(  # delivery rows, well formed or nearly
+        st.tuples(st.integers(0, 9), st.booleans(), st.lists(st.integers(0, 3), max_size=9)).map(
+            list
+        ),
+        max_size=5,
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(
+        ["attach", "ack", "release", "detach", "attached", "refused", "deliver", "gone", "x"]
+    ),
+    st.dictionaries(
+        st.sampled_from(["qs", "rows", "credit", "members", "pattern", "stored"]), _values
+    ),
+)
+def test_fuzzed_bodies_never_raise(op: str, extra: dict[str, Any]) -> None:
+    _ctx, members = parts()
+    m = members.members["n"] = Member("n", "x.>", "A")  # (a member, so deliveries go in)
+    m.session = "1"
+    m.consumers[b"c"] = SharedConsumer(b"c", 10, 0)
+    members.take(message(msgpack.packb({"op": op, "name": "n", "session": "1", **extra})))
+
+
+def test_zbroker_queues_names_the_home_of_a_durable_consumed_here() -> None:
+    row = {
+        "kind": "shared_durable",
+        "name": "billing",
+        "pattern": "bill.>",
+        "home": "A",
+        "node": "B",
+        "members": {"B": 2},
+        "in_flight": 3,
+        "delivered": 10,
+        "redelivered": 1,
+    }
+    text = format_queues([row, {**row, "home": "B", "members": {"A": 1, "B": 2}, "stored": 5}])
+    lines = text.splitlines()
+    assert "billing (home A)" in lines[-2] and "B:2" in lines[-2]
+    assert "(home" not in lines[-1] and "A:1, B:2" in lines[-1]
