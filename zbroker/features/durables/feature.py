@@ -184,19 +184,7 @@ class Durables(Feature):
                 self._ctx.reply(req, wire.ERROR, homes.refusal(name, home))
             return
         if d is None:
-            store.create_durable(
-                name,
-                pattern,
-                opts["max_msgs"],
-                opts["max_bytes"],
-                opts["max_age"],
-                opts["overflow"],
-                selector=opts["selector"],
-            )
-            d = Durable(name, pattern, 1, opts["max_msgs"])
-            d.selector = stored_selector(name, opts["selector"])
-            self._add(d)
-            self._ctx.emit(DurableOpened(name=name, pattern=pattern))
+            d = self._create(name, opts)
         elif d.pattern != pattern:
             self._refuse(req, f"durable subscription {name!r} exists with pattern {d.pattern!r}")
             return
@@ -223,6 +211,18 @@ class Durables(Feature):
             reply["selector"] = opts["selector"]
         if req.req_id:
             self._ctx.reply(req, wire.DURABLE_OPEN, reply)
+
+    def _create(self, name: str, opts: dict[str, Any]) -> Durable:
+        store = self._ctx.store
+        assert store is not None
+        pattern, selector = opts["pattern"], opts["selector"]
+        bounds = (opts["max_msgs"], opts["max_bytes"], opts["max_age"], opts["overflow"])
+        store.create_durable(name, pattern, *bounds, selector=selector)
+        d = Durable(name, pattern, 1, opts["max_msgs"])
+        d.selector = stored_selector(name, selector)
+        self._add(d)
+        self._ctx.emit(DurableOpened(name=name, pattern=pattern))
+        return d
 
     def _attach(self, d: Durable, req: Request, opts: dict[str, Any]) -> str | None:
         """Attach the sender as (one of) the durable's consumer(s); what refuses it."""
