@@ -12,10 +12,12 @@ going clears both caches (:meth:`Router.invalidate`), and so does reaching the s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..sublist import TopicIndex
 from . import hosts as hosting
 from .branches import holds
-from .events import Path
+from .events import Key, Path
 from .flood import FLOOD
 from .loops import path_holds, ttl_spent
 from .selection import Conditions, Selective, conditions
@@ -97,11 +99,16 @@ class Router:
         unconditional: set[str] = set()  # origins with an entry that wants everything
         hosts = self._table.hosts
         hosted = hosts.for_topic(topic) if hosts.branches else None
-        for key in self._remote.match(topic):
-            if hosted is not None and not hosts.covered(key[0]):
-                # rule 8: a hosted topic is routed by interest inside hosted branches
-                # only, which went toward the hosts (wider interest adds its hosted part)
-                continue
+        keys: Iterable[Key] = self._remote.match(topic)
+        if hosted is not None:
+            # rule 8: a hosted topic is routed by interest inside hosted branches, which
+            # went toward the hosts (wider interest adds its hosted part); an origin with
+            # no such entry (it has not heard of a live host yet, or never makes parts)
+            # keeps its wider entry, so its subscribers are not left out meanwhile
+            covered = hosts.covered
+            inside = {k[1] for k in keys if covered(k[0])}
+            keys = [k for k in keys if covered(k[0]) or k[1] not in inside]
+        for key in keys:
             link_id, path = self._best[key]
             assert link_id is not None
             origin = key[1]
