@@ -140,3 +140,13 @@ def test_zbroker_queues_names_the_home_of_a_durable_consumed_here() -> None:
     lines = text.splitlines()
     assert "billing (home A)" in lines[-2] and "B:2" in lines[-2]
     assert "(home" not in lines[-1] and "A:1, B:2" in lines[-1]
+
+
+def test_an_acknowledgement_listing_a_q_twice_acknowledges_it_once() -> None:
+    from zbroker.features.durables.shared import SharedState
+
+    st = SharedState()
+    st.attach(b"x", 10)
+    st.consumers[b"x"].inflight.update({5: None, 6: None})
+    assert st.ack(b"x", [5, 5, 6]) == [5, 6]  # (a KeyError before: the ack was lost)
+    assert st.ack(b"x", [5]) == []

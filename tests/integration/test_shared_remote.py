@@ -183,3 +183,79 @@ def test_remote_consumer_detaching_unacknowledged_go_to_another_flagged(
     # if the detach overtook its acknowledgement
     assert len(flagged - {first}) == 9
     assert queue_row(a, "billing")["redelivered"] == len(flagged)  # type: ignore[index]
+
+
+# -- defects found in review ------------------------------------------------------------
+
+
+def _pair(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> tuple[Broker, Broker]:
+    a = broker_factory(broker_id="A")
+    b = broker_factory(broker_id="B", links=(link("ba", a),))
+    return a, b
+
+
+def test_a_selector_through_a_member_node_is_the_homes(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """A consumer on B of A's shared durable must ask for A's selector: another one is
+    refused (it used to be accepted and get messages its selector rejects)."""
+    from zbroker.errors import RequestError
+
+    a, b = _pair(broker_factory, client_factory, wait_until)
+    on_a = Collector()
+    client_factory(a.endpoint).subscribe(
+        "ORD.>", on_a, durable="pool", shared=True, selector="qty > 10"
+    )
+    homed(client_factory, wait_until, [a, b], "pool", "A")
+    wrong = client_factory(b.endpoint)
+    try:
+        wrong.subscribe("ORD.>", Collector(), durable="pool", shared=True, selector="qty < 0")
+    except RequestError as exc:
+        assert "selector" in str(exc)
+    else:
+        raise AssertionError("a consumer with another selector was accepted through B")
+    on_b = Collector()
+    client_factory(b.endpoint).subscribe(
+        "ORD.>", on_b, durable="pool", shared=True, selector="qty > 10"
+    )
+    pub = client_factory(a.endpoint)
+    for i in range(40):
+        pub.publish("ORD.x", i, headers={"qty": 50 if i % 2 else 5}, persistent=True)
+    assert wait_until(lambda: len(on_a.payloads()) + len(on_b.payloads()) >= 20, WAIT)
+    time.sleep(GRACE)
+    got = sorted(on_a.payloads() + on_b.payloads())
+    assert got == list(range(1, 40, 2))  # the selected ones, each once
+
+
+def test_a_consumer_joining_a_member_node_gets_what_waits_there(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """B holds prefetched messages its stuck consumer has no room for; a second consumer
+    that opens on B gets them at once (it used to idle until the stuck one acknowledged)."""
+    a, b = _pair(broker_factory, client_factory, wait_until)
+    client_factory(a.endpoint).subscribe(
+        "W.>", Collector(), durable="work", shared=True
+    ).unsubscribe()
+    homed(client_factory, wait_until, [a, b], "work", "A")
+    release = threading.Event()
+    held: list[int] = []
+
+    def stuck(msg: Any) -> None:
+        held.append(msg.payload)
+        release.wait(WAIT)
+
+    client_factory(b.endpoint).subscribe("W.>", stuck, durable="work", shared=True, credit=2)
+    pub = client_factory(a.endpoint)
+    for i in range(4):  # 2 for the stuck consumer's window, 2 prefetched on B
+        pub.publish("W.x", i, persistent=True)
+    assert wait_until(lambda: (queue_row(b, "work") or {}).get("in_flight") == 2, WAIT)
+    assert wait_until(lambda: (queue_row(a, "work") or {}).get("in_flight") == 4, WAIT)
+    late = Collector()
+    client_factory(b.endpoint).subscribe("W.>", late, durable="work", shared=True, credit=2)
+    try:
+        assert wait_until(lambda: len(late.payloads()) == 2, 5.0), late.payloads()
+    finally:
+        release.set()
+    assert sorted(late.payloads()) == [2, 3]

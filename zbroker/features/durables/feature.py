@@ -176,6 +176,8 @@ class Durables(Feature):
         d = self._durables.get(name)
         created = d is None
         home = homes.elsewhere(self._ctx, name) if d is None else None
+        if d is None and home is None and name in self._members.members:
+            home = self._members.members[name].home  # consumed here: its home is known
         if home is not None and opts["shared"]:  # a consumer here of a durable homed there
             self._members.open(req, name, opts, home)
             return
@@ -266,8 +268,9 @@ class Durables(Feature):
     def _ack(self, req: Request) -> None:
         name = self._named(req)
         d = self._durables.get(name) if name is not None else None
-        if d is None and name is not None:
+        if name is not None and self._members.holds(name, req.ident):
             self._members.ack(req, name)
+            return
         if d is not None and d.shared is not None:
             qs = req.body.get("qs")
             if type(qs) is list and all(type(q) is int and 0 <= q < _I64 for q in qs):
@@ -289,8 +292,9 @@ class Durables(Feature):
     def _close(self, req: Request) -> None:
         name = self._named(req)
         d = self._durables.get(name) if name is not None else None
-        if d is None and name is not None:
+        if name is not None and self._members.holds(name, req.ident):
             self._members.close(req, name)
+            return
         if d is not None and d.shared is not None and req.ident in d.shared.consumers:
             self._shared_gone(d, req.ident, "closed")
         elif d is not None and d.consumer == req.ident:

@@ -62,14 +62,16 @@ class Member:
         "pattern",
         "redelivered",
         "releases",
+        "selector",
         "session",
         "stored",
         "waiting",
     )
 
-    def __init__(self, name: str, pattern: str, home: str) -> None:
+    def __init__(self, name: str, pattern: str, home: str, selector: str | None = None) -> None:
         self.name = name
         self.pattern = pattern
+        self.selector = selector  # (canonical text; the home checks it against its own)
         self.home = home
         self.session: str | None = None  # the attachment in force (None: none)
         self.attached = False  # the home accepted ``session``
@@ -105,14 +107,21 @@ class Members:
         if m is not None and m.pattern != opts["pattern"]:
             self._f.refuse(req, f"durable subscription {name!r} exists with pattern {m.pattern!r}")
             return
+        if m is not None and m.selector != opts["selector"]:
+            self._f.refuse(
+                req, f"durable subscription {name!r} is consumed here with selector {m.selector!r}"
+            )
+            return
         if m is None:
-            m = self.members[name] = Member(name, opts["pattern"], home)
+            m = self.members[name] = Member(name, opts["pattern"], home, opts["selector"])
             self.listen()
         old = m.consumers.pop(req.ident, None)
         if old is not None:  # the same connection opening again starts afresh
             m.releases.extend(old.inflight)
         share = min((c.share for c in m.consumers.values()), default=0)
         m.consumers[req.ident] = SharedConsumer(req.ident, opts["credit"], share)
+        if m.attached and m.buffer:
+            self._drain(m)  # what waits here (the prefetch) goes to the newcomer too
         if req.req_id:
             if m.attached:
                 self._reply(m, req)
@@ -120,13 +129,18 @@ class Members:
                 m.waiting.append((req, time.monotonic() + OPEN_TIMEOUT))
         self._attach(m)
 
+    def holds(self, name: str, ident: bytes) -> bool:
+        """Is connection ``ident`` a consumer here of durable ``name`` homed elsewhere?"""
+        m = self.members.get(name)
+        return m is not None and ident in m.consumers
+
     def ack(self, req: Request, name: str) -> None:
         m = self.members.get(name)
         c = m.consumers.get(req.ident) if m is not None else None
         qs = qs_of(req.body)
         if m is None or c is None or qs is None:
             return
-        done = [q for q in qs if q in c.inflight]
+        done = [q for q in dict.fromkeys(qs) if q in c.inflight]  # (a q listed twice: once)
         for q in done:
             del c.inflight[q]
         if m.attached:  # (an ended session's: the home gives them again, flagged)
@@ -173,6 +187,7 @@ class Members:
             "name": m.name,
             "session": m.session,
             "pattern": m.pattern,
+            "selector": m.selector,
             "credit": PREFETCH * sum(c.credit for c in m.consumers.values()),
             "members": len(m.consumers),
         }
@@ -230,6 +245,8 @@ class Members:
         if type(rows) is not list:
             self._ctx.bad(m.home, "shared durable message", "deliver without rows")
             return
+        if m.buffer:
+            self._drain(m)  # older ones first: the home sent them before these
         for row in rows:
             if not (
                 type(row) is list
@@ -239,6 +256,11 @@ class Members:
                 and len(row[2]) == 8
             ):
                 self._ctx.bad(m.home, "shared durable message", "a malformed delivery row")
+                if type(row) is list and row and type(row[0]) is int:
+                    m.releases.append(row[0])  # (the home's credit for it comes back)
+                continue
+            if m.buffer:  # (nobody has room: behind what waits already, in order)
+                m.buffer.append((row[0], bool(row[1]), row[2]))
                 continue
             self._deliver_one(m, row[0], bool(row[1]), row[2])
 

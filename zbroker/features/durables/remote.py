@@ -46,6 +46,7 @@ from ...const import RESERVED_PREFIX
 from ...errors import ConfigError
 from ...names import validate_broker_id
 from ...node.events import DurableAttached
+from .selecting import mismatch
 from .shared import SharedConsumer, SharedState
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ SOURCE = "sdr"
 #: bytes of deliveries per internal message at most (a bigger batch is split)
 CHUNK_BYTES = 256 * 1024
 _I64 = 1 << 63
+#: the most credit (and members) an attach may claim (it bounds a store query's LIMIT)
+_CREDIT_MAX = 1 << 31
 
 
 def sd_topic(node: str) -> str:
@@ -92,10 +95,16 @@ def decode(ctx: Context, m: list[Any]) -> dict[str, Any] | None:
         validate_broker_id(body.get("name"), "durable name")
         if not isinstance(body.get("session"), str):
             raise ValueError("no session")
-    except (ValueError, ConfigError, msgpack.ExtraData, msgpack.FormatError) as exc:
+    except (ValueError, TypeError, ConfigError, msgpack.ExtraData, msgpack.FormatError) as exc:
         ctx.bad(m[4] if isinstance(m[4], str) else "?", "shared durable message", str(exc))
         return None
     return body
+
+
+def _text(selector: Any) -> str | None:
+    """An attach's selector: canonical text, or None (anything else is no selector's
+    text, so it cannot match the home's and is refused)."""
+    return selector if selector is None or isinstance(selector, str) else repr(selector)
 
 
 def qs_of(body: dict[str, Any]) -> list[int] | None:
@@ -157,13 +166,18 @@ class Home:
             refused = f"durable subscription {name!r} does not exist on node {self._ctx.broker_id}"
         elif body.get("pattern") != d.pattern:
             refused = f"durable subscription {name!r} exists with pattern {d.pattern!r}"
+        elif (wrong := mismatch(d, _text(body.get("selector")))) is not None:
+            refused = wrong
         elif d.consumer is not None and self._f.alive(d.consumer):
             refused = (
                 f"durable subscription {name!r} is held by an exclusive consumer: "
                 "it cannot be shared until that one detaches"
             )
-        elif not (type(credit) is int and type(members) is int and credit > 0 and members > 0):
-            refused = "attach needs a positive credit and member count"
+        elif (
+            not (type(credit) is int and type(members) is int and 0 < credit <= _CREDIT_MAX)
+            or not 0 < members <= _CREDIT_MAX
+        ):
+            refused = f"attach needs a credit and member count in 1..{_CREDIT_MAX}"
         if refused is not None:
             self._answer(node, name, session, "refused", message=refused)
             return

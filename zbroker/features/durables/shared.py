@@ -83,7 +83,8 @@ class SharedState:
         c = self.consumers.get(ident)
         if c is None:
             return []
-        done = [q for q in qs if q in c.inflight]
+        # (dict.fromkeys: a q listed twice is acknowledged once, never deleted twice)
+        done = [q for q in dict.fromkeys(qs) if q in c.inflight]
         for q in done:
             del c.inflight[q]
         return done
