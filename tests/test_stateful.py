@@ -9,7 +9,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zbroker.stateful import SnapshotGate, TopicTrie, merge, newer, next_version
+from zbroker.stateful import SnapshotGate, merge, newer, next_version
+from zbroker.sublist import TopicTrie
 from zbroker.topics import match
 
 

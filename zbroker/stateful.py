@@ -19,7 +19,7 @@ what arrives live that the snapshot already covers is dropped by version.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
@@ -29,9 +29,7 @@ __all__ = [
     "SESSION_LOST",
     "VERSION",
     "SnapshotGate",
-    "TopicTrie",
     "Value",
-    "covers",
     "newer",
     "next_version",
 ]
@@ -60,18 +58,6 @@ def newer(version: int, owner: str, than: tuple[int, str] | None) -> bool:
 def next_version(now_us: int, previous: int) -> int:
     """The version a node stamps on a write: its clock, never below the previous + 1."""
     return max(now_us, previous + 1)
-
-
-def covers(branch: str, pattern: str) -> bool:
-    """Does every topic ``pattern`` matches match ``branch`` too?"""
-    b = branch.split(".")
-    p = pattern.split(".")
-    for i, seg in enumerate(b):
-        if seg == ">":
-            return len(p) > i
-        if i >= len(p) or p[i] == ">" or (seg != "*" and seg != p[i]):
-            return False
-    return len(p) == len(b)
 
 
 def merge(into: dict[str, Value], values: Iterable[Value]) -> None:
@@ -168,72 +154,3 @@ class SnapshotGate:
             else:
                 self._gone.discard(topic)
         self._deliver(msg)
-
-
-_END = ""  # a trie node's key for the topic that ends there (no segment is empty)
-
-
-class TopicTrie:
-    """Topics as a trie of segments: the topics a pattern matches, by walking it."""
-
-    def __init__(self) -> None:
-        self._root: dict[str, Any] = {}
-        self.count = 0
-
-    def add(self, topic: str) -> None:
-        node = self._root
-        for seg in topic.split("."):
-            node = node.setdefault(seg, {})
-        if _END not in node:
-            node[_END] = topic
-            self.count += 1
-
-    def discard(self, topic: str) -> None:
-        trail: list[tuple[dict[str, Any], str]] = []
-        node = self._root
-        for seg in topic.split("."):
-            nxt = node.get(seg)
-            if nxt is None:
-                return
-            trail.append((node, seg))
-            node = nxt
-        if node.pop(_END, None) is None:
-            return
-        self.count -= 1
-        while trail and not node:  # prune what the topic leaves empty
-            parent, seg = trail.pop()
-            del parent[seg]
-            node = parent
-
-    def match(self, pattern: str) -> list[str]:
-        """Every topic ``pattern`` matches (``*`` one segment, ``>`` one or more)."""
-        return list(self.iter_match(pattern))
-
-    def any_match(self, pattern: str) -> bool:
-        return next(self.iter_match(pattern), None) is not None
-
-    def iter_match(self, pattern: str) -> Iterator[str]:
-        stack: list[tuple[dict[str, Any], int]] = [(self._root, 0)]
-        segs = pattern.split(".")
-        while stack:
-            node, i = stack.pop()
-            if i == len(segs):
-                if _END in node:
-                    yield node[_END]
-                continue
-            seg = segs[i]
-            if seg == ">":
-                below = [c for k, c in node.items() if k]
-                while below:
-                    n = below.pop()
-                    for k, c in n.items():
-                        if k:
-                            below.append(c)
-                        else:
-                            yield c
-            elif seg == "*":
-                stack.extend((c, i + 1) for k, c in node.items() if k)
-            else:
-                child = node.get(seg)
-                if child is not None:
-                    stack.append((child, i + 1))

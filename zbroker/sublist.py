@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from .const import MATCH_CACHE_SIZE, RESERVED_PREFIX
 
-__all__ = ["Sublist", "TopicIndex"]
+__all__ = ["Sublist", "TopicIndex", "TopicTrie"]
 
 T = TypeVar("T", bound=Hashable)
 
@@ -39,16 +39,88 @@ class _Level(Generic[T]):
         return not (self.literal or self.star or self.gt or self.items)
 
 
-#: the key under which a node of a :class:`TopicIndex` holds the topic ending there (no
-#: segment is empty, so it never clashes with a child)
+#: the key under which a trie node holds the topic ending there (no segment is empty, so it
+#: never clashes with a child)
 _END = ""
 
 
+class TopicTrie:
+    """Literal topics as a trie of segments, to find those a pattern matches by walking
+    the pattern: its literal segments pick one child, ``*`` every child, ``>`` the whole
+    subtree below (one segment at least)."""
+
+    __slots__ = ("_root", "count")
+
+    def __init__(self) -> None:
+        self._root: dict[str, Any] = {}  # segment -> child node; _END -> the topic
+        self.count = 0
+
+    def add(self, topic: str) -> None:
+        node = self._root
+        for seg in topic.split("."):
+            nxt = node.get(seg)
+            if nxt is None:
+                nxt = node[seg] = {}
+            node = nxt
+        if _END not in node:
+            node[_END] = topic
+            self.count += 1
+
+    def discard(self, topic: str) -> None:
+        trail: list[tuple[dict[str, Any], str]] = []
+        node = self._root
+        for seg in topic.split("."):
+            nxt = node.get(seg)
+            if nxt is None:
+                return
+            trail.append((node, seg))
+            node = nxt
+        if node.pop(_END, None) is None:
+            return
+        self.count -= 1
+        while trail and not node:  # prune the nodes the topic leaves empty
+            parent, seg = trail.pop()
+            del parent[seg]
+            node = parent
+
+    def match(self, pattern: str) -> list[str]:
+        """Every topic ``pattern`` matches (``*`` one segment, ``>`` one or more)."""
+        return list(self.iter_match(pattern))
+
+    def any_match(self, pattern: str) -> bool:
+        return next(self.iter_match(pattern), None) is not None
+
+    def iter_match(self, pattern: str) -> Iterator[str]:
+        stack: list[tuple[dict[str, Any], int]] = [(self._root, 0)]
+        segs = pattern.split(".")
+        while stack:
+            node, i = stack.pop()
+            if i == len(segs):
+                if _END in node:
+                    yield node[_END]
+                continue
+            seg = segs[i]
+            if seg == ">":
+                below = [c for k, c in node.items() if k]
+                while below:
+                    n = below.pop()
+                    for k, c in n.items():
+                        if k:
+                            below.append(c)
+                        else:
+                            yield c
+            elif seg == "*":
+                stack.extend((c, i + 1) for k, c in node.items() if k)
+            else:
+                child = node.get(seg)
+                if child is not None:
+                    stack.append((child, i + 1))
+
+
 class TopicIndex:
-    """The topics of a cache (a dict keyed by literal topic) as a trie of segments, to
-    find those a pattern matches by walking the pattern: its literal segments pick one
-    child, ``*`` every child, ``>`` the whole subtree. Match caches (here, and the
-    router's plan cache) evict selectively with it.
+    """The topics of a cache (a dict keyed by literal topic) in a :class:`TopicTrie`, so
+    match caches (here, and the router's plan cache) evict selectively: the topics a
+    pattern matches are found by walking the pattern, not by scanning the cache.
 
     Lazy, so that a cache miss on a message's path pays one list append and no more:
     :meth:`note` queues a topic the cache gained; :meth:`evict` first indexes what was
@@ -57,13 +129,11 @@ class TopicIndex:
     nobody asks for is dropped and rebuilt from the cache when next needed.
     """
 
-    __slots__ = ("_cache", "_count", "_pending", "_root", "_valid")
+    __slots__ = ("_cache", "_pending", "_trie", "_valid")
 
     def __init__(self, cache: Mapping[str, object]) -> None:
         self._cache = cache  # never rebound by its owner
-        # segment -> child node; _END -> the topic that ends at this node
-        self._root: dict[str, Any] = {}
-        self._count = 0  # topics in the trie (some may have left the cache since)
+        self._trie = TopicTrie()  # (some of its topics may have left the cache since)
         self._pending: list[str] = []
         self._valid = True  # False: the trie must be rebuilt from the cache
 
@@ -78,8 +148,7 @@ class TopicIndex:
 
     def clear(self, *, valid: bool = True) -> None:
         """Forget every topic (``valid``: the cache is empty too)."""
-        self._root = {}
-        self._count = 0
+        self._trie = TopicTrie()
         self._pending.clear()
         self._valid = valid
 
@@ -87,90 +156,28 @@ class TopicIndex:
         """Take out of the index every topic ``pattern`` matches and return them: the
         caller drops those still in its cache."""
         self._sync()
-        out: list[str] = []
-        if pattern == ">":
-            _subtree(self._root, out, top=True)
-        else:
-            _walk(self._root, pattern.split("."), 0, out)
+        out = self._trie.match(pattern)
         for topic in out:
-            self._remove(topic)
+            self._trie.discard(topic)
         return out
 
     def _sync(self) -> None:
         """Index what the cache gained since the last eviction."""
         cache = self._cache
-        if self._valid and self._count <= 2 * len(cache) + 64:
+        trie = self._trie
+        if self._valid and trie.count <= 2 * len(cache) + 64:
             pending = self._pending
             if pending:
                 for topic in pending:
                     if topic in cache:  # else dropped by the cache's size limit since
-                        self._add(topic)
+                        trie.add(topic)
                 pending.clear()
             return
         # dropped, or holding too many topics the cache has dropped since: rebuild
         self.clear()
+        trie = self._trie  # (a new one)
         for topic in cache:
-            self._add(topic)
-
-    def _add(self, topic: str) -> None:
-        node = self._root
-        for seg in topic.split("."):
-            nxt = node.get(seg)
-            if nxt is None:
-                nxt = node[seg] = {}
-            node = nxt
-        if _END not in node:
-            node[_END] = topic
-            self._count += 1
-
-    def _remove(self, topic: str) -> None:
-        trail: list[tuple[dict[str, Any], str]] = []
-        node = self._root
-        for seg in topic.split("."):
-            nxt = node.get(seg)
-            if nxt is None:
-                return
-            trail.append((node, seg))
-            node = nxt
-        if node.pop(_END, None) is None:
-            return
-        self._count -= 1
-        # prune the nodes the topic leaves empty
-        while trail and not node:
-            parent, seg = trail.pop()
-            del parent[seg]
-            node = parent
-
-
-def _walk(node: dict[str, Any], segs: list[str], i: int, out: list[str]) -> None:
-    if i == len(segs):
-        topic = node.get(_END)
-        if topic is not None:
-            out.append(topic)
-        return
-    seg = segs[i]
-    if seg == ">":
-        _subtree(node, out, top=True)
-    elif seg == "*":
-        for key, child in node.items():
-            if key:
-                _walk(child, segs, i + 1, out)
-    else:
-        child = node.get(seg)
-        if child is not None:
-            _walk(child, segs, i + 1, out)
-
-
-def _subtree(node: dict[str, Any], out: list[str], *, top: bool) -> None:
-    """Every topic below ``node`` (and at it, unless ``top``: ``>`` needs one segment)."""
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        for key, child in n.items():
-            if key:
-                stack.append(child)
-            elif not top or n is not node:
-                out.append(child)
+            trie.add(topic)
 
 
 class Sublist(Generic[T]):

@@ -32,7 +32,8 @@ from typing import Any
 
 from ...config import LinkConfig
 from ...links.state import Link
-from ...stateful import OWNER, REMOVED, SESSION_LOST, VERSION, covers, newer
+from ...routing.filters import pattern_covers
+from ...stateful import OWNER, REMOVED, SESSION_LOST, VERSION, newer
 from ...store.state import StateRow
 from ...topics import match
 from .queries import Query
@@ -98,7 +99,7 @@ class Replicas:
             for r in self.by_name.values()
             if r.link is not None
             and r.state == "in sync"
-            and any(covers(b, pattern) for b in r.branches)
+            and any(pattern_covers(b, pattern) for b in r.branches)
         }
 
     def _rows(self, r: Replica) -> dict[str, StateRow]:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ...stateful import OWNER, REMOVED, VERSION, TopicTrie, Value, next_version
+from ...stateful import OWNER, REMOVED, VERSION, Value, next_version
 from ...store.state import StateRow, StateTable
+from ...sublist import TopicTrie
 
 __all__ = ["StateTopics", "update_headers"]
 
