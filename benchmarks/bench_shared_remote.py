@@ -14,8 +14,12 @@ payloads, persistent publishes, credit 200 per consumer.
     every message (target for (b) >= 20,000);
 (c) a consumer moves: A holds a backlog of 10,000 messages when its last consumer leaves,
     and a consumer attaches on C: the time from the leave to C having consumed all 10,000
-    (the issue's target for the redistribution it asked for: redistribution_delay (1 s)
-    + 1 s; here nothing moves, C's node consumes A's one queue).
+    (the issue's target: redistribution_delay (1 s) + 1 s; C's node consumes A's one
+    queue at once over the network, before any move);
+(d) the home moves: as (c), but C's consumer takes 0.5 ms per message, so after
+    redistribution_delay (1 s) most of the backlog is still on A and moves to C with the
+    durable: the seconds until A holds nothing, how many messages moved, and the seconds
+    until C's consumer has them all.
 
 Every node process is stopped by its PID in a ``finally`` block.
 """
@@ -86,6 +90,33 @@ def move(a: str, c: str, n: int) -> float:
         return time.perf_counter() - t0
 
 
+class Slow(Counter):
+    def __call__(self, msg: object) -> None:
+        time.sleep(0.0005)
+        super().__call__(msg)
+
+
+def rehome(a: str, c: str, n: int) -> tuple[float, int, float]:
+    """(d): seconds to A holding nothing, messages moved, seconds to all consumed."""
+    with Client(a) as on_a, Client(c) as on_c:
+        on_a.subscribe("rh.>", Counter(), durable="rehome", shared=True).unsubscribe()
+        futs = [on_a.publish("rh.x", PAYLOAD, persistent=True) for _ in range(n)]
+        for f in futs:
+            f.result(120)
+        wait_for(lambda: any(r["pattern"] == "$ZB.DURABLE.rehome" for r in on_c.routes()))
+        stay = Counter()
+        sub = on_a.subscribe("rh.>", stay, durable="rehome", shared=True, credit=1)
+        k = Slow()
+        t0 = time.perf_counter()
+        sub.unsubscribe()
+        on_c.subscribe("rh.>", k, durable="rehome", shared=True, credit=50)
+        wait_for(lambda: not any(d["name"] == "rehome" for d in on_a.status()["durables"]), 120)
+        moved_at = time.perf_counter() - t0
+        wait_for(lambda: k.n + stay.n >= n, 120)
+        done = time.perf_counter() - t0
+        return moved_at, on_a.status()["counters"]["durable_redistributed"], done
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -112,6 +143,11 @@ def main() -> None:
         print(
             f"(c) last consumer leaves A with {backlog:,} stored, a consumer attaches on C: "
             f"all consumed in {secs:.2f} s (target <= 2 s)"
+        )
+        moved_at, moved, done = rehome(a, c, backlog)
+        print(
+            f"(d) the same with a consumer on C taking 0.5 ms/message: A held nothing after "
+            f"{moved_at:.2f} s ({moved:,} messages moved to C), all consumed in {done:.2f} s"
         )
     finally:
         nodes.stop()

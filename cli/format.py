@@ -41,7 +41,8 @@ def _jsonable(value: Any) -> Any:
 
 def format_message_json(msg: Message, log_seq: int | None = None) -> str:
     """One JSON object: topic, pattern, id, timestamp, headers, payload, payload_encoding
-    (and log_seq for messages read from the retention log)."""
+    (and log_seq for messages read from the retention log, ``redelivered: true`` for a
+    durable's message that may have been processed before)."""
     payload, encoding = payload_for_json(msg)
     extra = {} if log_seq is None else {"log_seq": log_seq}
     return json.dumps(
@@ -55,6 +56,8 @@ def format_message_json(msg: Message, log_seq: int | None = None) -> str:
             "payload": _jsonable(payload),
             "payload_encoding": encoding,
             **_state_fields(msg),
+            # (a durable's message that may have been processed before: say so)
+            **({"redelivered": True} if msg.redelivered else {}),
         },
         separators=(",", ":"),
     )

@@ -1,6 +1,7 @@
 """``zbroker queues``: a node's work queues — queue groups (members per node as the
 network advertised them) and shared durable subscriptions — with what is stored, in
-flight, delivered and redelivered. Text, or JSON with ``--json`` (the status section
+flight, delivered, redelivered and redistributed (moved between nodes with the durable's
+home: features/durables/moves.py). Text, or JSON with ``--json`` (the status section
 ``queues`` as is)."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .format import format_table
 @connection_options()
 def queues(as_json: bool, **conn: Any) -> None:
     """Show queue groups and shared durable subscriptions: members per node, stored, in
-    flight, delivered, redelivered."""
+    flight, delivered, redelivered, redistributed."""
     with connect(**conn) as client:
         rows = client.status().get("queues", [])
     click.echo(json.dumps(rows, indent=2) if as_json else format_queues(rows))
@@ -40,6 +41,7 @@ def format_queues(rows: list[dict[str, Any]]) -> str:
             "in flight",
             "delivered",
             "redelivered",
+            "redistributed",
             "dropped",
         ],
         [
@@ -58,6 +60,9 @@ def format_queues(rows: list[dict[str, Any]]) -> str:
                 r["in_flight"],
                 r["delivered"],
                 r.get("redelivered", "-"),
+                r.get("redistributed", "-")
+                if "moving_to" not in r
+                else f"{r.get('redistributed', 0)} (moving to {r['moving_to']})",
                 r.get("dropped", "-"),
             ]
             for r in rows

@@ -59,7 +59,7 @@ def node_features(config: NodeConfig) -> list[Feature]:
         PersistentPublish(),
         StagedWrites(),
         StoreAndForward(),
-        Durables(),
+        Durables(config.redistribution_delay, config.max_moves),
         QueueGroups(),
         LanDiscovery(),
         GapNotices(),

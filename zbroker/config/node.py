@@ -79,6 +79,12 @@ class NodeConfig:
     forward_overflow: str = "drop-oldest"
     #: seconds sticky (durable-backed) routes over a down link are kept, and its queue
     sticky_ttl: float = 86_400.0
+    #: ``[durables]``: seconds a shared durable's home waits with no consumer of its own,
+    #: while consumers elsewhere take from it, before it moves to them (0: at once)
+    redistribution_delay: float = 1.0
+    #: ``[durables]``: moves a stored message may make; a durable holding one that made
+    #: this many stays where it is until that one is consumed (counted: move_limited)
+    max_moves: int = 3
     #: the monitoring HTTP server (``[monitor]``; off by default); a HOST:PORT string
     #: is taken as ``MonitorConfig(listen=...)``
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
@@ -230,6 +236,8 @@ class NodeConfig:
         check_int(self.forward_max_bytes, f"{src}: forward.max_bytes", 0, 1 << 50)
         check_float(self.sticky_ttl, f"{src}: forward.sticky_ttl", 0.1, 10 * 365 * 86400)
         _check_overflow(self.forward_overflow, f"{src}: forward.overflow:")
+        check_float(self.redistribution_delay, f"{src}: durables.redistribution_delay", 0, 86400)
+        check_int(self.max_moves, f"{src}: durables.max_moves", 1, 1000)
 
     def discovered_link(self, name: str, uri: str) -> LinkConfig:
         """A LinkConfig for a link to a discovered peer: the discovery defaults applied."""

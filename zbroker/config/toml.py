@@ -40,6 +40,10 @@ _SCHEMA: dict[str, dict[str, str]] = {
         "overflow": "forward_overflow",
         "sticky_ttl": "sticky_ttl",
     },
+    "durables": {
+        "redistribution_delay": "redistribution_delay",
+        "max_moves": "max_moves",
+    },
     "routing": {"local": "local_branches"},
     "state": {"missing_topic_timeout": "missing_topic_timeout"},
 }

@@ -14,6 +14,7 @@ from typing import Any
 
 from . import batches, db, durables, link_queues, meta, producers, retention, seen, staged
 from .batches import WriterBatches
+from .durable_moves import DurableMoves
 from .durables import DurableQueues
 from .link_queues import LinkQueues
 from .producers import Producers
@@ -73,6 +74,8 @@ class Store:
         self.ack = dq.ack
         self.ack_each = dq.ack_each
         self.durable_rows = dq.rows
+        #: how often each stored message has moved between nodes (a shared durable's moves)
+        self.durable_moves = DurableMoves(self.db)
         self.link_queues = lq = LinkQueues(self.db)
         self.fwd_load = lq.load
         self.fwd_queue = lq.queue
@@ -117,6 +120,7 @@ class Store:
         if not (
             self.retention.dirty()
             or self.durable_queues.dirty()
+            or self.durable_moves.dirty()
             or self.link_queues.dirty()
             or self.writer_batches.dirty()
             or self.producers.dirty()
@@ -129,6 +133,7 @@ class Store:
             # durable marks before trims (in flight is not trimmed), all before the drop
             # counts, which every trim adds to
             queued = self.durable_queues.write()
+            self.durable_moves.write()  # (after the rows they are about)
             self.writer_batches.write()
             self.producers.write()
             self.staged.write()

@@ -30,13 +30,16 @@ from ...node.events import (
 )
 from ...sublist import Sublist
 from . import homes
+from .admission import admit
+from .attaching import attach
 from .members import Members
+from .moves import Moves
 from .options import open_options, open_subjects
 from .pump import probe, pump
 from .remote import Home
 from .report import durable_row
 from .selecting import interest_source, mismatch, stored_selector
-from .shared import SharedState, pump_shared, send_shared
+from .shared import pump_shared, send_shared
 from .state import Durable
 
 __all__ = ["DURABLE_PROBE_INTERVAL", "Durables"]
@@ -50,7 +53,8 @@ class Durables(Feature):
     name = "durables"
     sink_sources = ("durable", "sdr")  # (sdr: shared durables across nodes, remote.py)
 
-    def __init__(self) -> None:
+    def __init__(self, redistribution_delay: float = 1.0, max_moves: int = 3) -> None:
+        self._moving = (redistribution_delay, max_moves)  # (.moves)
         self._durables: dict[str, Durable] = {}
         self.durables = self._durables  # (read by remote.Home)
         self._match: Sublist[str] = Sublist()
@@ -64,6 +68,9 @@ class Durables(Feature):
         self._ctx = ctx
         self._home = Home(self, ctx)
         self._members = Members(self, ctx, self._home)
+        self._moves = Moves(self, ctx, self._members, *self._moving)
+        self._members.on_move = self._moves.handle
+        self._members.adoption = self._moves.adoption
         assert ctx.store is not None
         selectors = ctx.store.durable_selectors()
         for name, (pattern, next_q, max_msgs) in ctx.store.durables().items():
@@ -96,6 +103,7 @@ class Durables(Feature):
         store = self._ctx.store
         assert store is not None
         durables, match = self._durables, self._match.match
+        adopting = self._moves.adoption.ids  # (durables moving here: ids stored once)
         rejected: dict[str, int] = {}
         for m in batch:
             if m[0].startswith("$ZB.SD."):  # between a shared durable's home and members
@@ -107,6 +115,8 @@ class Durables(Feature):
                 d = durables[name]
                 if d.selector is not None and not d.selector(m[3]):
                     continue  # (its selector does not take it: not stored)
+                if adopting and name in adopting and self._moves.adoption.seen(name, m):
+                    continue
                 if store.durable_rejects(name, 1, size):
                     # reject-new and full: what is stored stays; this one is not queued
                     self._ctx.drop("durable_reject_new")
@@ -121,27 +131,9 @@ class Durables(Feature):
             self._ctx.emit(DurableOverflow(name=name, policy="reject-new", messages=n))
 
     def admit(self, topics: dict[str, list[int]], *, batch: bool) -> Refusal | None:
-        store = self._ctx.store
-        if not self._durables or store is None:
+        if not self._durables:
             return None
-        adds: dict[str, list[int]] = {}
-        total = 0
-        for topic, (n, size) in topics.items():
-            total += n
-            for name in self._match.match(topic):
-                a = adds.setdefault(name, [0, 0])
-                a[0] += n
-                a[1] += size
-        for name, (n, size) in adds.items():
-            if store.durable_rejects(name, n, size):
-                self._ctx.emit(DurableOverflow(name=name, policy="reject-new", messages=total))
-                return Refusal(
-                    f"refused: durable subscription {name!r} is full (overflow policy "
-                    "reject-new): it must be drained or deleted first"
-                    + ("; the rows stay staged until aborted" if batch else ""),
-                    total,
-                )
-        return None
+        return admit(self._ctx, self._match.match, topics, batch=batch)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -173,9 +165,12 @@ class Durables(Feature):
             self._refuse(req, opts)
             return
         pattern = opts["pattern"]
-        d = self._durables.get(name)
+        moving_to = self._moves.redirect(req, name)
+        if moving_to == "":
+            return  # (its move is being offered: answered once the target answers)
+        d = None if moving_to else self._durables.get(name)
         created = d is None
-        home = homes.elsewhere(self._ctx, name) if d is None else None
+        home = moving_to or (homes.elsewhere(self._ctx, name) if d is None else None)
         if d is None and home is None and name in self._members.members:
             home = self._members.members[name].home  # consumed here: its home is known
         if home is not None and opts["shared"]:  # a consumer here of a durable homed there
@@ -193,26 +188,36 @@ class Durables(Feature):
         elif (wrong := mismatch(d, opts["selector"])) is not None:
             self._refuse(req, wrong)
             return
-        refused = self._attach(d, req, opts)
+        refused = attach(d, req, opts, self._alive)
         if refused is not None:
             self._refuse(req, refused)
             return
-        store.set_attached(name, True)
-        self._pump.add(name)
+        self._opened(d, req, opts["selector"], created)
+
+    def _opened(self, d: Durable, req: Request, selector: str | None, created: bool) -> None:
+        """Reply to an open that attached a consumer to ``d``."""
+        store = self._ctx.store
+        assert store is not None
+        store.set_attached(d.name, True)
+        self._pump.add(d.name)
         store.commit()
-        self._ctx.emit(DurableAttached(name=name))
+        self._ctx.emit(DurableAttached(name=d.name))
         reply = {
-            "name": name,
-            "pattern": pattern,
-            "stored": store.durable_depth(name),
-            "dropped": store.durable_dropped(name),
+            "name": d.name,
+            "pattern": d.pattern,
+            "stored": store.durable_depth(d.name),
+            "dropped": store.durable_dropped(d.name),
             "created": created,
             "home": self._ctx.broker_id,
         }
-        if opts["selector"] is not None:
-            reply["selector"] = opts["selector"]
+        if selector is not None:
+            reply["selector"] = selector
         if req.req_id:
             self._ctx.reply(req, wire.DURABLE_OPEN, reply)
+
+    def open_reply(self, d: Durable, req: Request) -> None:
+        """An open that waited (for a home that moved here) is served by ``d`` now."""
+        self._opened(d, req, d.selector.text if d.selector is not None else None, False)
 
     def _create(self, name: str, opts: dict[str, Any]) -> Durable:
         store = self._ctx.store
@@ -225,36 +230,6 @@ class Durables(Feature):
         self._add(d)
         self._ctx.emit(DurableOpened(name=name, pattern=pattern))
         return d
-
-    def _attach(self, d: Durable, req: Request, opts: dict[str, Any]) -> str | None:
-        """Attach the sender as (one of) the durable's consumer(s); what refuses it."""
-        holder = d.consumer is not None and d.consumer != req.ident and self._alive(d.consumer)
-        if opts["shared"]:
-            if holder:
-                return (
-                    f"durable subscription {d.name!r} is held by an exclusive consumer: "
-                    "it cannot be shared until that one detaches"
-                )
-            d.consumer = None
-            if d.shared is None:
-                d.shared = SharedState()
-            d.shared.attach(req.ident, opts["credit"])
-            return None
-        if d.shared is not None and d.shared.consumers:
-            return (
-                f"durable subscription {d.name!r} is shared by {len(d.shared.consumers)} "
-                "consumer(s): open it with shared=True to join them"
-            )
-        if holder:
-            return (
-                f"durable subscription {d.name!r} is held by another consumer (no takeover): "
-                "detach that one first, or open both with shared=True"
-            )
-        # (re)attach: everything not acknowledged is sent again, flagged redelivered
-        d.shared = None
-        d.consumer = req.ident
-        d.window.reset(opts["credit"])
-        return None
 
     def _alive(self, ident: bytes) -> bool:
         """Is a consumer's connection still there (a PING it ignores: the ROUTER refuses
@@ -315,15 +290,27 @@ class Durables(Feature):
             return
         deleted = 0
         if d is not None:
-            self._match.remove(d.pattern, name)
-            self._ctx.drop_interest(d.pattern, interest_source(d))
-            homes.withdraw(self._ctx, name)
-            self._pump.discard(name)
-            assert self._ctx.store is not None
-            deleted = self._ctx.store.delete_durable(name)
+            self._durables[name] = d
+            deleted = self.remove(d)
             self._ctx.emit(DurableDeleted(name=name, messages=deleted))
         if req.req_id:
             self._ctx.reply(req, wire.DURABLE_DELETE, {"deleted": deleted})
+
+    def remove(self, d: Durable) -> int:
+        """End durable ``d`` here (deleted, or moved away): its interest, its home
+        advertisement, its messages (returns how many)."""
+        del self._durables[d.name]
+        self._match.remove(d.pattern, d.name)
+        self._ctx.drop_interest(d.pattern, interest_source(d))
+        homes.withdraw(self._ctx, d.name)
+        self._pump.discard(d.name)
+        self._moves.out.pop(d.name, None)
+        assert self._ctx.store is not None
+        return self._ctx.store.delete_durable(d.name)
+
+    def reopen(self, req: Request) -> None:
+        """An open that waited for a move's offer to be answered, taken again."""
+        self._open(req)
 
     # -- the pass ---------------------------------------------------------------------------
 
@@ -344,13 +331,15 @@ class Durables(Feature):
             self._ctx.store.set_attached(d.name, False)
             self._ctx.emit(DurableDetached(name=d.name, reason=reason))
 
-    shared_gone, refuse, alive = _shared_gone, _refuse, _alive  # (for members and remote)
+    # (for members, remote, moves and adoption)
+    shared_gone, refuse, alive, create = _shared_gone, _refuse, _alive, _create
 
     def busy(self) -> bool:
-        return self._home.sent  # (what it originated is stored and sent by the next pass)
+        # (what they originated is stored and sent by the next pass)
+        return self._home.sent or self._moves.sent
 
     def work(self) -> None:
-        self._home.sent = False
+        self._home.sent = self._moves.sent = False
 
     def after_commit(self) -> None:
         store = self._ctx.store
@@ -362,6 +351,9 @@ class Durables(Feature):
             names, self._pump = self._pump, set()
             ready = [d for n in names if (d := self._durables.get(n)) is not None]
             shared = [d for d in ready if d.shared is not None]
+            for d in [d for d in shared if self._moves.transferring(d.name)]:
+                self._moves.transfer(d)  # (moving away: its messages go to the new home)
+                shared.remove(d)
             if shared:
                 out = [(d, pump_shared(self._ctx, d)) for d in shared]
                 assert self._ctx.store is not None
@@ -375,6 +367,7 @@ class Durables(Feature):
 
     def tick(self, now: float) -> None:
         self._members.tick(now)  # (consumers here of shared durables homed elsewhere)
+        self._moves.tick(now)  # (homes without consumers of their own move to them)
         if self._durables and now >= self._next_probe:
             self._next_probe = now + DURABLE_PROBE_INTERVAL
             self._home.check()  # network consumers whose node is out of reach
@@ -390,9 +383,14 @@ class Durables(Feature):
     def status(self, out: dict[str, Any]) -> None:
         out["counters"]["durable_stored"] = self.stored
         out["counters"]["durable_delivered"] = self.delivered
+        out["counters"].update(self._moves.counters())
         store = self._ctx.store
         assert store is not None
         out["durables"] = [durable_row(d, store) for d in self._durables.values()]
         queues = out.setdefault("queues", [])
-        queues.extend(self._home.queue_rows(d) for d in self._durables.values() if d.shared)
+        queues.extend(
+            self._home.queue_rows(d) | self._moves.row(d.name)
+            for d in self._durables.values()
+            if d.shared
+        )
         queues.extend(self._members.status())  # consumers here of durables elsewhere

@@ -17,6 +17,7 @@ home gives what the old session held to consumers again, flagged.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import zmq
@@ -24,10 +25,12 @@ import zmq
 from ... import wire
 from ...node import Request
 from .remote import SOURCE, Home, decode, qs_of, sd_topic, send
+from .report import member_rows
 from .shared import SharedConsumer
 
 if TYPE_CHECKING:
     from ...node.context import Context
+    from .adoption import Adoption
     from .feature import Durables
 
 __all__ = ["Member", "Members"]
@@ -45,6 +48,8 @@ KEEPALIVE = 5.0
 OPEN_TIMEOUT = 5.0
 #: seconds between checks that local consumers are still connected (as durables do)
 PROBE_INTERVAL = 1.0
+#: messages about a durable's home moving (.moves, .adoption)
+MOVE_OPS = ("adopt", "adopt_ok", "adopt_refused", "rows", "done", "moved")
 
 
 class Member:
@@ -52,6 +57,7 @@ class Member:
 
     __slots__ = (
         "acks",
+        "adopting",
         "attached",
         "buffer",
         "consumers",
@@ -86,6 +92,8 @@ class Member:
         self.stored = 0
         self.delivered = 0
         self.redelivered = 0
+        #: the durable is moving here (.adoption): consumers become the local durable's
+        self.adopting = False
 
 
 class Members:
@@ -99,6 +107,9 @@ class Members:
         self._sessions = 0
         self._listening = False
         self._next_probe = 0.0
+        #: move messages (.moves: a durable's home moving; set by the feature)
+        self.on_move: Callable[[str, dict[str, Any]], None] = lambda node, body: None
+        self.adoption: Adoption | None = None  # (set with on_move)
 
     # -- client requests ------------------------------------------------------------------
 
@@ -147,6 +158,8 @@ class Members:
             m.acks.extend(done)
             if m.buffer:
                 self._drain(m)
+        if m.adopting and self.adoption is not None:  # (c may be a consumer here now)
+            self.adoption.take_over(name, final=False)
 
     def close(self, req: Request, name: str) -> None:
         m = self.members.get(name)
@@ -174,9 +187,24 @@ class Members:
                 self._drain(m)
             self._attach(m)  # (the credit went down)
             return
-        if m.session is not None:  # the home gives everything this node held to others
-            send(self._ctx, m.home, [{"op": "detach", "name": m.name, "session": m.session}])
+        self.end(m, detach=True)
+
+    def end(self, m: Member, *, detach: bool) -> None:
+        """This node consumes ``m`` no more (``detach``: the home gives what it held here
+        to others)."""
+        if detach and m.session is not None:  # (after its acks: what it holds is acked)
+            out = [*self._outgoing(m), {"op": "detach", "name": m.name, "session": m.session}]
+            send(self._ctx, m.home, out)
         del self.members[m.name]
+
+    def rehome(self, name: str, session: str, to: Any) -> None:
+        """The home of ``name`` moved to ``to`` (:mod:`.moves`): attach there afresh."""
+        m = self.members.get(name)
+        if m is None or m.session != session or not isinstance(to, str):
+            self._ctx.drop("shared_durable_stale")
+            return
+        m.home = to
+        self._end_session(m)
 
     def _attach(self, m: Member) -> None:
         if m.session is None:
@@ -210,6 +238,8 @@ class Members:
         body = decode(self._ctx, m)
         if body is not None and body["op"] in ("attach", "ack", "release", "detach"):
             self._home.handle(m[4], body)
+        elif body is not None and body["op"] in MOVE_OPS:
+            self.on_move(m[4], body)
         elif body is not None:
             self.handle(body)
 
@@ -244,6 +274,9 @@ class Members:
     def _deliver(self, m: Member, rows: Any) -> None:
         if type(rows) is not list:
             self._ctx.bad(m.home, "shared durable message", "deliver without rows")
+            return
+        if m.adopting and self.adoption is not None:  # (the durable is here now)
+            self.adoption.keep(m, rows)
             return
         if m.buffer:
             self._drain(m)  # older ones first: the home sent them before these
@@ -302,17 +335,18 @@ class Members:
     def flush(self) -> None:
         """Before the pass's commit: acknowledgements and releases to the homes."""
         for m in self.members.values():
-            if m.session is None or not (m.acks or m.releases):
-                continue
-            out = []
-            if m.acks:
-                out.append({"op": "ack", "name": m.name, "session": m.session, "qs": m.acks})
-            if m.releases:
-                out.append(
-                    {"op": "release", "name": m.name, "session": m.session, "qs": m.releases}
-                )
-            m.acks, m.releases = [], []
-            send(self._ctx, m.home, out)
+            if m.session is not None and (m.acks or m.releases):
+                send(self._ctx, m.home, self._outgoing(m))
+
+    def _outgoing(self, m: Member) -> list[dict[str, Any]]:
+        """The acknowledgements and releases ``m`` has to send (taken)."""
+        out = []
+        if m.acks:
+            out.append({"op": "ack", "name": m.name, "session": m.session, "qs": m.acks})
+        if m.releases:
+            out.append({"op": "release", "name": m.name, "session": m.session, "qs": m.releases})
+        m.acks, m.releases = [], []
+        return out
 
     def listen(self) -> None:
         """What homes and network consumers send this node comes on its own topic: its
@@ -346,24 +380,13 @@ class Members:
             if m.name not in self.members:
                 continue
             if m.home not in homes.get(m.name, ()):
+                others = sorted(homes.get(m.name, set()) - {self._ctx.broker_id})
+                if others and not m.adopting:  # (it moved, or it is two: the lowest)
+                    m.home = others[0]
                 if m.session is not None:
                     self._end_session(m)
             elif now >= m.next_try + (KEEPALIVE if m.attached else 0.0):
                 self._attach(m)
 
     def status(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "kind": "shared_durable",
-                "name": m.name,
-                "pattern": m.pattern,
-                "home": m.home,
-                "node": self._ctx.broker_id,
-                "members": {self._ctx.broker_id: len(m.consumers)},  # (the home has all)
-                "attached": m.attached,
-                "in_flight": sum(len(c.inflight) for c in m.consumers.values()),
-                "delivered": m.delivered,
-                "redelivered": m.redelivered,
-            }
-            for m in self.members.values()
-        ]
+        return member_rows(self.members.values(), self._ctx.broker_id)

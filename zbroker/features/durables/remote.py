@@ -7,7 +7,8 @@ home as one *network consumer* with the credit of its consumers summed, and the 
 it messages under that credit like to a local consumer (a :class:`~.shared.SharedConsumer`
 whose ``node`` is set). There is one queue per name, so no backlog can be stranded on a
 node whose consumers left: what ActiveMQ's per-broker copies need redistribution for
-cannot happen (RabbitMQ quorum queues and JetStream consumers are built the same way).
+cannot happen (RabbitMQ quorum queues and JetStream consumers are built the same way); a
+home whose own consumers left moves, whole, to its consumers (:mod:`.moves`).
 
 What travels between the two nodes are internal persistent messages on the reserved
 topic ``$ZB.SD.<node>`` (:func:`sd_topic`, one per node, which the receiving node holds

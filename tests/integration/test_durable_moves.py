@@ -1,0 +1,210 @@
+"""A shared durable's home moves to its consumers (redistribution; features/durables/
+moves.py and adoption.py), with in-thread :class:`~zbroker.Broker` s and real clients.
+
+Counts are exact: every payload is collected, a grace period shows nothing more arrives,
+and the sorted payloads prove none was lost or repeated; where no consumer died, none
+comes flagged redelivered either."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from tests.helpers import Collector
+from tests.integration.test_shared_remote import (
+    GRACE,
+    WAIT,
+    BrokerFactory,
+    ClientFactory,
+    WaitUntil,
+    chain,
+    homed,
+    link,
+    queue_row,
+)
+from zbroker import Broker, Client
+from zbroker.client import Message
+
+
+class Slow(Collector):
+    """A consumer that takes ``pause`` seconds per message (so a backlog lasts)."""
+
+    def __init__(self, pause: float) -> None:
+        super().__init__()
+        self.pause = pause
+
+    def __call__(self, msg: Message) -> None:
+        time.sleep(self.pause)
+        super().__call__(msg)
+
+
+def holds(broker: Broker, name: str) -> bool:
+    return any(d["name"] == name for d in broker.status()["durables"])
+
+
+def counters(broker: Broker) -> dict[str, Any]:
+    return dict(broker.status()["counters"])
+
+
+def backlog(client: Client, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        client.publish("bill.x", i, persistent=True, confirm=i == start + n - 1)
+
+
+def emptied_home(client_factory: ClientFactory, a: Broker) -> None:
+    """Create shared durable ``billing`` on ``a`` and leave it without consumers."""
+    client_factory(a.endpoint).subscribe(
+        "bill.>", Collector(), durable="billing", shared=True
+    ).unsubscribe()
+
+
+def test_backlog_moves_to_the_consumers_node_while_publishing_goes_on(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """A holds 3,000 persistent messages and no consumer; a slow consumer on C takes
+    from it over the network, then after redistribution_delay the durable and what is
+    left of its backlog move to C, while a publisher on B keeps publishing (its messages
+    reach A and C both during the move: C stores each once). Every message is consumed
+    exactly once, none flagged, and A ends holding nothing."""
+    a, b, c = chain(broker_factory)
+    n = 3000
+    emptied_home(client_factory, a)
+    backlog(client_factory(a.endpoint), n)
+    homed(client_factory, wait_until, [a, b, c], "billing", "A")
+    got = Slow(0.0005)
+    client_factory(c.endpoint).subscribe("bill.>", got, durable="billing", shared=True, credit=20)
+    stop, sent = threading.Event(), list[int]()
+
+    def publish() -> None:
+        pub = client_factory(b.endpoint)
+        while not stop.is_set():
+            pub.publish("bill.x", n + len(sent), persistent=True, confirm=True)
+            sent.append(1)
+            time.sleep(0.002)
+
+    t = threading.Thread(target=publish)
+    t.start()
+    try:
+        assert wait_until(lambda: not holds(a, "billing"), WAIT), queue_row(a, "billing")
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        t.join()
+    total = n + len(sent)
+    assert wait_until(lambda: len(got) >= total, WAIT), (len(got), total)
+    time.sleep(GRACE)
+    assert sorted(got.payloads()) == list(range(total))
+    assert not any(got.redelivered())
+    # A moved part of its backlog (the rest C's consumer had taken over the network) and
+    # C stored it; what reached C both ways (published during the move) was dropped once
+    assert counters(a)["durable_redistributed"] > 0 and counters(a)["durable_moves"] == 1
+    assert counters(c)["durable_adopted"] > 0
+    row = queue_row(c, "billing")
+    assert row is not None and row["home"] == "C" and row["stored"] == 0
+
+
+def test_a_consumer_returning_sooner_keeps_the_durable(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """redistribution_delay = 3 s: A's consumer leaves and a new one attaches on A within
+    it, while C consumes too: the durable stays on A, nothing moves."""
+    a = broker_factory(broker_id="A", redistribution_delay=3.0)
+    c = broker_factory(broker_id="C", links=(link("ca", a),))
+    first = client_factory(a.endpoint).subscribe(
+        "bill.>", Collector(), durable="billing", shared=True
+    )
+    homed(client_factory, wait_until, [a, c], "billing", "A")
+    far = Collector()
+    client_factory(c.endpoint).subscribe("bill.>", far, durable="billing", shared=True)
+    assert wait_until(lambda: (queue_row(a, "billing") or {}).get("members") == {"A": 1, "C": 1})
+    first.unsubscribe()
+    time.sleep(1.0)
+    back = Collector()
+    client_factory(a.endpoint).subscribe("bill.>", back, durable="billing", shared=True)
+    time.sleep(3.0)
+    assert holds(a, "billing") and not holds(c, "billing")
+    assert counters(a)["durable_moves"] == 0
+    backlog(client_factory(a.endpoint), 200)
+    assert wait_until(lambda: len(back) + len(far) >= 200, WAIT)
+    time.sleep(GRACE)
+    assert sorted(back.payloads() + far.payloads()) == list(range(200))
+
+
+def test_the_home_moves_to_the_node_with_most_consumers_and_the_others_follow(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """Home A has no consumer; B has one, C two: the durable moves to C, and B's consumer
+    attaches to C's durable (told ``moved``). A backlog of 2,000 published on A before
+    and 1,000 published on B after is consumed once across the three consumers."""
+    a, b, c = chain(broker_factory)
+    emptied_home(client_factory, a)
+    backlog(client_factory(a.endpoint), 2000)
+    homed(client_factory, wait_until, [a, b, c], "billing", "A")
+    cons = [Slow(0.001), Slow(0.001), Slow(0.001)]
+    for node, col in zip((b, c, c), cons, strict=True):
+        client_factory(node.endpoint).subscribe(
+            "bill.>", col, durable="billing", shared=True, credit=10
+        )
+    assert wait_until(lambda: not holds(a, "billing"), WAIT)
+    assert holds(c, "billing") and not holds(b, "billing")
+    assert wait_until(lambda: (queue_row(c, "billing") or {}).get("members") == {"C": 2, "B": 1})
+    backlog(client_factory(b.endpoint), 1000, start=2000)
+    assert wait_until(lambda: sum(len(x) for x in cons) >= 3000, WAIT)
+    time.sleep(GRACE)
+    assert sorted(p for x in cons for p in x.payloads()) == list(range(3000))
+    assert all(len(x) for x in cons), [len(x) for x in cons]
+
+
+def test_a_message_moves_at_most_max_moves_times(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """max_moves = 1: the backlog moves A -> C with its consumer; when that consumer
+    goes back to A, C's messages (each moved once) stay on C, counted as move_limited,
+    and A's consumer takes them over the network: none lost, none repeated."""
+    fast = {"redistribution_delay": 0.5, "max_moves": 1}
+    a = broker_factory(broker_id="A", **fast)
+    c = broker_factory(broker_id="C", links=(link("ca", a),), **fast)
+    emptied_home(client_factory, a)
+    backlog(client_factory(a.endpoint), 1000)
+    homed(client_factory, wait_until, [a, c], "billing", "A")
+    slow = Slow(0.01)
+    sub = client_factory(c.endpoint).subscribe(
+        "bill.>", slow, durable="billing", shared=True, credit=5
+    )
+    assert wait_until(lambda: holds(c, "billing") and not holds(a, "billing"), WAIT)
+    sub.unsubscribe()
+    homed(client_factory, wait_until, [a, c], "billing", "C")
+    back = Slow(0.005)
+    client_factory(a.endpoint).subscribe("bill.>", back, durable="billing", shared=True, credit=5)
+    assert wait_until(lambda: counters(c)["durable_move_limited"] > 0, WAIT), (
+        {k: v for k, v in counters(c).items() if "durable" in k or k == "dropped"},
+        {k: v for k, v in counters(a).items() if "durable" in k or k == "dropped"},
+        queue_row(c, "billing"),
+        queue_row(a, "billing"),
+        len(slow),
+        len(back),
+    )
+    assert wait_until(lambda: len(slow) + len(back) >= 1000, WAIT)
+    time.sleep(GRACE)
+    assert sorted(slow.payloads() + back.payloads()) == list(range(1000)), (len(slow), len(back))
+    limited = counters(c)["durable_move_limited"]
+    assert 0 < limited <= 1000 - len(slow)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"redistribution_delay": -1}, "durables.redistribution_delay"),
+        ({"redistribution_delay": "soon"}, "durables.redistribution_delay"),
+        ({"max_moves": 0}, "durables.max_moves"),
+    ],
+)
+def test_bad_move_settings_are_refused(options: dict[str, Any], message: str) -> None:
+    from zbroker.config import NodeConfig
+    from zbroker.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        NodeConfig(**options)

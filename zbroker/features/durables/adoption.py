@@ -1,0 +1,198 @@
+"""The new home's side of a move (:mod:`.moves`): taking a shared durable and its messages.
+
+``adopt`` creates the durable here as a home of its own (or finds the same one here: two
+homes merging) and makes this node's consumers of it, so far consumers of the old home
+(:mod:`.members`), consumers of the durable here -- each as soon as it holds nothing
+from the old home (what the old home sent beyond that goes back to it and comes moved).
+``rows`` are stored in the order they come, with their move counts and redelivered flags;
+``done`` ends the move. From ``adopt`` until ``DEDUPE_GRACE`` seconds after ``done`` the
+durable stores each message id (origin, incarnation, sequence) once, whether it comes
+moved or published straight here: while both nodes hold interest in the pattern a
+message can reach both.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from .options import open_options
+from .remote import send
+from .selecting import mismatch
+from .shared import SharedState
+
+if TYPE_CHECKING:
+    from ...node.context import Context
+    from .feature import Durables
+    from .members import Member, Members
+    from .state import Durable
+
+__all__ = ["Adoption"]
+
+#: seconds the dedupe of a move's message ids outlives its ``done``
+DEDUPE_GRACE = 5.0
+_SPEC = ("pattern", "max_msgs", "max_bytes", "max_age", "overflow", "selector")
+MsgId = tuple[str, int, int]
+
+
+class Adoption:
+    """Durables moving to this node."""
+
+    def __init__(self, f: Durables, ctx: Context, members: Members) -> None:
+        self._f = f
+        self._ctx = ctx
+        self._members = members
+        #: durables being adopted -> the ids of the messages stored since the move began
+        self.ids: dict[str, set[MsgId]] = {}
+        self._until: dict[str, float] = {}  # dedupe ends (after ``done``)
+        self.adopted = 0  # messages moved here
+        self.moved_in: dict[str, int] = {}  # per durable
+
+    def handle(self, node: str, body: dict[str, Any]) -> bool:
+        """A move message from the old home ``node``; True: answered (sent something)."""
+        op, name = body["op"], body["name"]
+        if op == "adopt":
+            refused = self._adopt(name, body)
+            answer = {"op": "adopt_ok", "name": name, "session": body["session"]}
+            if refused is not None:
+                answer.update(op="adopt_refused", message=refused)
+            send(self._ctx, node, [answer])
+            return True
+        if op == "rows":
+            self._rows(node, name, body.get("rows"))
+        elif op == "done":
+            self._until[name] = time.monotonic() + DEDUPE_GRACE
+            self.take_over(name, final=True)
+        else:
+            self._ctx.bad(node, "shared durable message", f"unknown op {op!r}")
+        return False
+
+    def _adopt(self, name: str, body: dict[str, Any]) -> str | None:
+        """Create (or find) the durable; what refuses the move."""
+        opts = open_options({k: body.get(k) for k in _SPEC} | {"shared": True})
+        if isinstance(opts, str):
+            return opts
+        d = self._f.durables.get(name)
+        if d is None:
+            d = self._f.create(name, opts)
+        elif d.pattern != opts["pattern"] or mismatch(d, opts["selector"]) is not None:
+            return f"node {self._ctx.broker_id} holds another durable named {name!r}"
+        elif d.consumer is not None:
+            return f"node {self._ctx.broker_id} holds {name!r} with an exclusive consumer"
+        if d.shared is None:
+            d.shared = SharedState()
+        self.ids.setdefault(name, set())
+        self._until.pop(name, None)
+        self.take_over(name, final=False)
+        self._f.wake(name)
+        return None
+
+    def _rows(self, node: str, name: str, rows: Any) -> None:
+        d = self._f.durables.get(name)
+        if type(rows) is not list:
+            self._ctx.bad(node, "shared durable message", "rows without a list")
+            return
+        if d is None:  # deleted here meanwhile: what it was sent goes with it
+            self._ctx.drop("durable_move_orphan", len(rows))
+            return
+        good = [r for r in rows if _valid(r)]
+        if len(good) < len(rows):
+            self._ctx.bad(node, "shared durable message", "a malformed moved row")
+        self._store(d, good)
+
+    def _store(self, d: Durable, rows: list[list[Any]]) -> None:
+        """Store moved messages ``[moves, redelivered, msg]`` (each id once)."""
+        name = d.name
+        store, ids = self._ctx.store, self.ids.get(name)
+        assert store is not None
+        for moves, delivered, msg in rows:
+            if ids is not None:
+                key = (msg[4], msg[5], msg[6])
+                if key in ids:
+                    self._ctx.drop("durable_move_duplicate")
+                    continue
+                ids.add(key)
+            q = d.next_q
+            store.enqueue(name, q, tuple(msg))
+            store.durable_moves.set_moves(name, q, moves)
+            if delivered:
+                store.mark_delivered(name, [q])
+            d.next_q += 1
+            self.adopted += 1
+            self.moved_in[name] = self.moved_in.get(name, 0) + 1
+        self._f.wake(name)
+
+    def seen(self, name: str, m: list[Any]) -> bool:
+        """A message published straight to durable ``name`` while it is being adopted:
+        True if its id was stored already (a duplicate, dropped)."""
+        ids = self.ids[name]
+        key = (m[4], m[5], m[6])
+        if key in ids:
+            self._ctx.drop("durable_move_duplicate")
+            return True
+        ids.add(key)
+        return False
+
+    def tick(self, now: float) -> None:
+        for name in [n for n, t in self._until.items() if now >= t]:
+            del self._until[name]
+            self.ids.pop(name, None)
+
+    def take_over(self, name: str, *, final: bool) -> None:
+        """This node's consumers of ``name`` through the old home become consumers of the
+        durable here: each once it holds nothing from the old home (``final``: all of
+        them, the old home has nothing left in flight)."""
+        m = self._members.members.get(name)
+        d = self._f.durables.get(name)
+        if m is None or d is None or d.shared is None:
+            return
+        m.adopting = True
+        if m.buffer:  # (prefetched, not handed out: stored here)
+            self.keep(m, [[q, redelivered, msg] for q, redelivered, msg in m.buffer])
+            m.buffer = []
+        st, store = d.shared, self._ctx.store
+        assert store is not None
+        for ident, c in list(m.consumers.items()):
+            if c.inflight and not final:
+                continue
+            c.inflight.clear()
+            del m.consumers[ident]
+            st.consumers[ident] = c
+            store.set_attached(name, True)
+        for req, _ in m.waiting:  # (opens the old home had not answered: served here)
+            self._f.open_reply(d, req)
+        m.waiting = []
+        self._f.wake(name)
+        if not m.consumers:
+            self._members.end(m, detach=not final)
+
+    def keep(self, m: Member, rows: list[Any]) -> None:
+        """Deliveries ``[q, redelivered, msg]`` of the old home to a node whose durable
+        moved here: stored here (as moved once), acknowledged to the old home."""
+        d = self._f.durables.get(m.name)
+        good = [r for r in rows if type(r) is list and len(r) == 3 and type(r[0]) is int]
+        good = [r for r in good if _valid([1, r[1], r[2]])]
+        if d is None or len(good) < len(rows):
+            self._ctx.bad(m.home, "shared durable message", "a malformed delivery row")
+        if d is None:
+            return
+        self._store(d, [[1, bool(r[1]), r[2]] for r in good])
+        m.acks.extend(r[0] for r in good)
+
+
+def _valid(row: Any) -> bool:
+    if not (type(row) is list and len(row) == 3 and type(row[0]) is int and 0 < row[0] < 1 << 31):
+        return False
+    msg = row[2]
+    return (
+        type(msg) is list
+        and len(msg) == 8
+        and type(msg[0]) is str
+        and type(msg[1]) is bytes
+        and type(msg[2]) is int
+        and (msg[3] is None or type(msg[3]) is dict)
+        and type(msg[4]) is str
+        and type(msg[5]) is int
+        and type(msg[6]) is int
+        and type(msg[7]) in (int, float)
+    )

@@ -1,0 +1,67 @@
+"""How often each stored message of a durable has moved between nodes, and a durable's
+settings as a move hands them to the new home.
+
+A shared durable whose home has no consumer of its own moves to a node that has them
+(``features/durables/moves.py``); each message it carries counts one move more. The count
+lives in ``dqueue.moves`` (0 for a message stored where it was published), so a message
+cannot travel back and forth for ever: a durable holding a message that has moved
+``max_moves`` times stays where it is until that message is consumed (from there, over
+the network), and the messages that hit the bound are counted.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+__all__ = ["DurableMoves"]
+
+
+class DurableMoves:
+    """The ``moves`` column of ``dqueue`` (added to a store written before it)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+        columns = {row[1] for row in db.execute("PRAGMA table_info(dqueue)")}
+        if "moves" not in columns:
+            db.execute("ALTER TABLE dqueue ADD COLUMN moves INTEGER NOT NULL DEFAULT 0")
+        self._pending: list[tuple[int, str, int]] = []
+
+    def set_moves(self, name: str, q: int, moves: int) -> None:
+        """Message ``q`` of ``name`` (enqueued this pass) has moved ``moves`` times
+        (written with the pass's commit, after the message itself)."""
+        self._pending.append((moves, name, q))
+
+    def dirty(self) -> bool:
+        return bool(self._pending)
+
+    def write(self) -> None:
+        rows, self._pending = self._pending, []
+        if rows:
+            self._db.executemany("UPDATE dqueue SET moves=? WHERE name=? AND q=?", rows)
+
+    def moved(self, name: str) -> dict[int, int]:
+        """q -> moves of the messages of ``name`` that have moved at least once."""
+        sql = "SELECT q, moves FROM dqueue WHERE name=? AND moves>0"
+        return dict(self._db.execute(sql, (name,)))
+
+    def at_bound(self, name: str, limit: int) -> list[int]:
+        """The messages of ``name`` that have moved ``limit`` times or more."""
+        return [
+            q
+            for (q,) in self._db.execute(
+                "SELECT q FROM dqueue WHERE name=? AND moves>=? ORDER BY q", (name, limit)
+            )
+        ]
+
+    def spec(self, name: str) -> dict[str, Any] | None:
+        """The settings a new home creates durable ``name`` with (None: not held here)."""
+        row = self._db.execute(
+            "SELECT pattern, max_msgs, max_bytes, max_age, overflow, selector FROM durables "
+            "WHERE name=?",
+            (name,),
+        ).fetchone()
+        if row is None:
+            return None
+        keys = ("pattern", "max_msgs", "max_bytes", "max_age", "overflow", "selector")
+        return dict(zip(keys, row, strict=True))
