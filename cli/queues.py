@@ -47,12 +47,7 @@ def format_queues(rows: list[dict[str, Any]]) -> str:
         [
             [
                 "group" if r["kind"] == "group" else "shared durable",
-                r.get("group")
-                or (
-                    r["name"]
-                    if r.get("home") == r.get("node")
-                    else f"{r['name']} (home {r['home']})"
-                ),
+                r.get("group") or _durable_name(r),
                 r["pattern"],
                 r.get("policy", "-"),
                 ", ".join(f"{node}:{n}" for node, n in sorted(r["members"].items())) or "-",
@@ -68,3 +63,11 @@ def format_queues(rows: list[dict[str, Any]]) -> str:
             for r in rows
         ],
     )
+
+
+def _durable_name(r: dict[str, Any]) -> str:
+    """A shared durable's name, with where it lives when that is not this node (and the
+    other nodes holding one of that name, which should not last)."""
+    name = r["name"] if r.get("home") == r.get("node") else f"{r['name']} (home {r['home']})"
+    also = r.get("also_held_on")
+    return f"{name} (also on {', '.join(also)})" if also else name

@@ -4,6 +4,8 @@ consumed on this node lives."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -150,3 +152,77 @@ def test_an_acknowledgement_listing_a_q_twice_acknowledges_it_once() -> None:
     st.consumers[b"x"].inflight.update({5: None, 6: None})
     assert st.ack(b"x", [5, 5, 6]) == [5, 6]  # (a KeyError before: the ack was lost)
     assert st.ack(b"x", [5]) == []
+
+
+def test_a_home_that_does_not_know_an_accepted_session_answers_gone() -> None:
+    """A keepalive attach (``fresh`` False) of a session the home does not know (it
+    restarted unseen, or the durable was deleted and made again) is answered ``gone``: the
+    member drops what it holds of that session instead of acknowledging it to the new
+    queue; a fresh attach is accepted as before."""
+    from zbroker.features.durables.state import Durable
+
+    ctx = StubContext()
+    d = Durable("n", "x.>", 1, 0)
+    f = SimpleNamespace(durables={"n": d}, refuse=lambda req, msg: None, alive=lambda i: True)
+    home = Home(f, ctx)  # type: ignore[arg-type]
+    body = {"op": "attach", "name": "n", "session": "4", "pattern": "x.>", "credit": 10}
+    home.handle("C", {**body, "members": 1, "fresh": False})
+    assert ctx.sent == [(sd_topic("C"), {"op": "gone", "name": "n", "session": "4"})]
+    assert d.shared is None  # (nothing attached)
+
+
+def _adoption(tmp: str) -> tuple[StubContext, Any, Any]:
+    from zbroker.features.durables.adoption import Adoption
+    from zbroker.features.durables.shared import SharedState
+    from zbroker.features.durables.state import Durable
+    from zbroker.store import Store
+
+    ctx = StubContext()
+    ctx.store = Store(Path(tmp) / "store.db")  # type: ignore[assignment]
+    ctx.store.create_durable("n", "x.>", 0)  # type: ignore[attr-defined]
+    d = Durable("n", "x.>", 1, 0)
+    d.shared = SharedState()
+    f = SimpleNamespace(
+        durables={"n": d}, wake=lambda name: None, refuse=lambda req, msg: None, alive=bool
+    )
+    members = Members(f, ctx, Home(f, ctx))  # type: ignore[arg-type]
+    return ctx, Adoption(f, ctx, members), d  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["adopt", "rows", "done", "y"]),
+    st.dictionaries(
+        st.sampled_from(["rows", "pattern", "selector", "max_msgs", "overflow", "max_age"]),
+        _values,
+    ),
+)
+def test_fuzzed_move_bodies_never_raise(op: str, extra: dict[str, Any]) -> None:
+    """The new home's side of a move (adoption.py) takes any body: what is malformed is
+    counted as bad input, what is well formed is stored, and nothing raises."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx, adoption, _d = _adoption(tmp)
+        adoption.ids["n"] = set()
+        adoption.handle("A", {"op": op, "name": "n", "session": "1", **extra})
+        ctx.store.commit()  # type: ignore[union-attr]
+        ctx.store.close()  # type: ignore[union-attr]
+
+
+def test_moved_rows_are_stored_once_with_their_move_counts() -> None:
+    """Rows moved to the new home are stored in order with their move counts and flags;
+    a message id that came before (straight, or in an earlier row) is dropped, counted."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx, adoption, d = _adoption(tmp)
+        adoption.ids["n"] = {("P", 1, 7)}  # (published straight here during the move)
+        rows = [[n, n == 2, ["x.a", b"%d" % n, 0, None, "P", 1, 5 + n, 0.0]] for n in (1, 2, 3)]
+        rows.append(rows[0])  # (the same id twice)
+        adoption.handle("A", {"op": "rows", "name": "n", "session": "1", "rows": rows})
+        store = ctx.store
+        store.commit()  # type: ignore[union-attr]
+        kept = store.pending_durable("n", 0, 10)  # type: ignore[union-attr]
+        assert [r[2] for r in kept] == [b"1", b"3"]  # (P/1/7 came straight; P/1/6 twice)
+        assert [bool(r[9]) for r in kept] == [False, False]
+        assert store.durable_moves.moved("n") == {1: 1, 2: 3}  # type: ignore[union-attr]
+        assert ctx.dropped == ["durable_move_duplicate", "durable_move_duplicate"]
+        assert d.next_q == 3
+        store.close()  # type: ignore[union-attr]

@@ -218,6 +218,9 @@ class Members:
             "selector": m.selector,
             "credit": PREFETCH * sum(c.credit for c in m.consumers.values()),
             "members": len(m.consumers),
+            # (False once accepted: a home that does not know the session then forgot it,
+            # and answers gone, so this node drops what it holds of it and starts afresh)
+            "fresh": not m.attached,
         }
         send(self._ctx, m.home, [body])
         m.next_try = time.monotonic() + ATTACH_RETRY

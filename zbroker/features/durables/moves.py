@@ -100,6 +100,7 @@ class Moves:
         self._lonely: dict[str, float] = {}  # durable -> since when no consumer here
         self._limited: dict[str, set[int]] = {}  # messages counted at the bound
         self._refused: dict[str, set[str]] = {}  # targets that refused the durable
+        self._warned: set[str] = set()  # durables said to be held on two nodes
         self._count = 0
         self._moved: dict[str, int] = {}  # durable -> messages moved away (this move)
         self.redistributed = 0  # messages moved away from this node
@@ -207,6 +208,7 @@ class Moves:
             target = self._target(d)
             if target is None:
                 self._lonely.pop(name, None)
+                self._two_homes(name)
                 continue
             since = self._lonely.setdefault(name, now)
             if now - since >= self.delay:
@@ -228,6 +230,24 @@ class Moves:
         others = [h for h in others if h not in refused]
         lower = [h for h in others if h < me]  # (two homes: the higher moves into the lower)
         return lower[0] if lower else None
+
+    def _two_homes(self, name: str) -> None:
+        """Say once (a warning) that another node holds a durable of this name while
+        both have consumers of their own (neither moves): each stores every message."""
+        if name in self.adoption.ids:
+            return  # (moving here: the old home holds it until the handover)
+        others = self._ctx.engine.durable_homes.elsewhere(name, self._ctx.broker_id)
+        if not others:
+            self._warned.discard(name)
+        elif name not in self._warned:
+            self._warned.add(name)
+            log.warning(
+                "durable %s is also held on %s (opened on both before either knew of the "
+                "other): each stores every message; the one left without consumers of "
+                "its own moves into the other",
+                name,
+                ", ".join(others),
+            )
 
     def _offer(self, d: Durable, target: str) -> None:
         store = self._ctx.store

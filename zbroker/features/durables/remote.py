@@ -17,8 +17,10 @@ each crosses each hop exactly once, in order, across link cuts and restarts. No 
 can publish under ``$ZB``, and wildcard-led patterns never match it. Bodies (msgpack
 maps, ``op`` says which):
 
-* member -> home: ``attach`` (``session``, ``credit``, ``members``, ``pattern``; sent
-  again while unanswered and whenever the credit changes), ``ack`` and ``release``
+* member -> home: ``attach`` (``session``, ``credit``, ``members``, ``pattern``,
+  ``fresh``: not yet accepted; sent again while unanswered, whenever the credit changes
+  and as a keepalive; a home that does not know a session that is not fresh answers
+  ``gone``), ``ack`` and ``release``
   (``qs``: processed / handed back unprocessed, e.g. by a consumer that died), ``detach``.
 * home -> member: ``attached`` (``stored``), ``refused`` (``message``), ``deliver``
   (``rows``: ``[q, redelivered, msg]``), ``gone`` (the session is not known here: the
@@ -185,13 +187,19 @@ class Home:
         assert d is not None and type(credit) is int and type(members) is int
         if not self._ctx.engine.has_route(sd_topic(node), node):
             return  # its interest has not reached here yet: the node asks again
+        ident = remote_ident(node)
+        c = d.shared.consumers.get(ident) if d.shared is not None else None
+        if (c is None or c.session != session) and body.get("fresh") is False:
+            # a session accepted once that this node does not know: it restarted, or the
+            # durable was deleted and made again; the member holds messages of it that
+            # must not be acknowledged here, so it starts afresh
+            self._answer(node, name, session, "gone")
+            return
         store = self._ctx.store
         assert store is not None
         d.consumer = None
         if d.shared is None:
             d.shared = SharedState()
-        ident = remote_ident(node)
-        c = d.shared.consumers.get(ident)
         if c is None or c.session != session:
             # a new session of that node: what the old one held goes to the others
             d.shared.attach(ident, credit)
@@ -255,6 +263,9 @@ class Home:
                 if c.node is not None
             ],
             "stored": store.durable_depth(d.name),
+            # (two homes of one name: opens that crossed, a move under way, or one an old
+            # home restarted in; the one without consumers of its own moves into the other)
+            "also_held_on": self._ctx.engine.durable_homes.elsewhere(d.name, self._ctx.broker_id),
             "in_flight": st.in_flight(),
             "delivered": st.delivered,
             "redelivered": st.redelivered,
