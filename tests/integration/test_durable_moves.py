@@ -208,3 +208,39 @@ def test_bad_move_settings_are_refused(options: dict[str, Any], message: str) ->
 
     with pytest.raises(ConfigError, match=message):
         NodeConfig(**options)
+
+
+def test_a_consumer_whose_member_node_dies_reopens_through_another_node(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """A client with the address list C, A consumes A's shared durable through C (a
+    member). C stops: the client opens the durable again through A, the next node of its
+    list; what C held goes to it flagged, and every message is processed (more than once
+    only flagged)."""
+    a = broker_factory(broker_id="A", redistribution_delay=86400.0)  # (the home stays)
+    c = broker_factory(broker_id="C", links=(link("ca", a),))
+    emptied_home(client_factory, a)
+    homed(client_factory, wait_until, [a, c], "billing", "A")
+    got = Slow(0.002)
+    for _ in range(50):  # (a client picks its node at random from its list: C wanted)
+        client = client_factory(
+            f"{c.endpoint},{a.endpoint}",
+            heartbeat_interval=0.2,
+            heartbeat_timeout=1.0,
+            reconnect_initial_delay=0.1,
+            reconnect_max_delay=0.5,
+        )
+        if client.status()["broker_id"] == "C":
+            break
+        client.close()
+    client.subscribe("bill.>", got, durable="billing", shared=True, credit=10)
+    assert wait_until(lambda: (queue_row(a, "billing") or {}).get("members") == {"A": 0, "C": 1})
+    pub = client_factory(a.endpoint)
+    backlog(pub, 600)
+    assert wait_until(lambda: len(got) >= 100, WAIT)
+    c.stop()
+    assert wait_until(lambda: (queue_row(a, "billing") or {}).get("members") == {"A": 1}, WAIT)
+    assert wait_until(lambda: set(got.payloads()) == set(range(600)), WAIT), len(got)
+    time.sleep(GRACE)
+    plain = [m.payload for m in got.snapshot() if not m.redelivered]
+    assert len(plain) == len(set(plain))  # each processed once, but for flagged copies

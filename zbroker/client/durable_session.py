@@ -20,6 +20,7 @@ else the error reaches the caller.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from concurrent.futures import Future
@@ -43,6 +44,8 @@ log = logging.getLogger("zbroker.client")
 #: the refusal that redirected it, if one did: it is what the caller gets if the node it
 #: names is not found)
 _Waiting = tuple[str, int, dict[str, Any], "Future[Any]", float, BaseException | None]
+#: seconds a shared durable whose member node was lost waits to be opened elsewhere
+_REOPEN_WAIT = 3600.0
 
 
 class _HomeEvents:
@@ -56,7 +59,7 @@ class _HomeEvents:
         self._homes.met(session)
 
     def session_lost(self, session: Session, primary: bool) -> None:
-        log.warning("durables at %s paused: their home node is unreachable", self._endpoint)
+        self._homes.lost(self._endpoint)
 
     def primary_changed(self, session: Session) -> None:
         self._homes.home_up(self._endpoint, session)
@@ -93,6 +96,9 @@ class DurableHomes:
         self.home_of: dict[str, str] = {}  # durable name -> its home's endpoint
         self._nodes: dict[str, str] = {}  # broker id -> endpoint (from HELLO replies)
         self._error_home: str | None = None  # the ``home`` of the ERROR being answered
+        #: shared durables consumed through a node that is not their home (a member):
+        #: when that node is lost they are opened again through the primary
+        self._via_member: set[str] = set()
 
     # -- the client thread's loop --------------------------------------------------------
 
@@ -171,6 +177,7 @@ class DurableHomes:
         if exc is None:
             if op == wire.DURABLE_OPEN:
                 self.home_of[name] = ep
+                self._member_or_home(name, ep, body, inner.result())
             elif op == wire.DURABLE_DELETE:
                 self.home_of.pop(name, None)
             outer.set_result(inner.result())
@@ -206,6 +213,43 @@ class DurableHomes:
             self._error_home = body["home"]
         self._requests.reply(op, req_id, body)
         self._error_home = None
+
+    def _member_or_home(self, name: str, ep: str, body: dict[str, Any], reply: Any) -> None:
+        """Note a shared durable opened through a node other than its home."""
+        node = next((b for b, e in self._nodes.items() if e == ep), None)
+        home = reply.get("home") if isinstance(reply, dict) else None
+        if body.get("shared") and node is not None and home is not None and home != node:
+            self._via_member.add(name)
+        else:
+            self._via_member.discard(name)
+
+    def lost(self, ep: str) -> None:
+        """The session to ``ep`` is lost. A durable homed there waits for it (nothing
+        opens a second one elsewhere); a shared durable consumed through ``ep`` as a
+        member is opened again through the next node of the address list (its home gives
+        what ``ep`` held to other consumers, flagged)."""
+        moving = [n for n, e in self.home_of.items() if e == ep and n in self._via_member]
+        if len(moving) < sum(1 for e in self.home_of.values() if e == ep):
+            log.warning("durables at %s paused: their home node is unreachable", ep)
+        others = [c for c in self._locator.candidates() if c != ep]
+        to = others[0] if others else ep  # (the next node of the address list)
+        for name in moving:
+            body = self._durables.open_body(name)
+            del self.home_of[name]
+            self._via_member.discard(name)
+            if body is None:
+                continue
+            log.info("durable %r: its node %s is unreachable, opening it through another", name, ep)
+            fut: Future[Any] = Future()
+            fut.add_done_callback(functools.partial(self._reopened, name))
+            self._place(
+                to, (name, wire.DURABLE_OPEN, body, fut, time.monotonic() + _REOPEN_WAIT, None)
+            )
+
+    @staticmethod
+    def _reopened(name: str, fut: Future[Any]) -> None:
+        if fut.exception() is not None:
+            log.warning("durable %r could not be opened again: %s", name, fut.exception())
 
     # -- home sessions -----------------------------------------------------------------------
 

@@ -154,6 +154,14 @@ class Durables:
         self._acks.clear()
         self._acks_each.clear()
 
+    def open_body(self, name: str) -> dict[str, Any] | None:
+        """The DURABLE_OPEN body of durable subscription ``name`` (None: not open)."""
+        entry = self._open.get(name)
+        if entry is None:
+            return None
+        sub, credit, bounds = entry
+        return {"name": name, "pattern": sub.pattern, "credit": credit, **bounds}
+
     def reattach(self, session: Session, names: list[str]) -> None:
         """After a reconnect to their home: reopen durable subscriptions ``names`` (the
         unacknowledged messages come again)."""
