@@ -186,7 +186,7 @@ def _adoption(tmp: str) -> tuple[StubContext, Any, Any]:
         durables={"n": d}, wake=lambda name: None, refuse=lambda req, msg: None, alive=bool
     )
     members = Members(f, ctx, Home(f, ctx))  # type: ignore[arg-type]
-    return ctx, Adoption(f, ctx, members), d  # type: ignore[arg-type]
+    return ctx, Adoption(f, ctx, members, {}), d  # type: ignore[arg-type]
 
 
 @settings(max_examples=200, deadline=None)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import free_port
 from tests.helpers import Collector
 from tests.integration.test_shared_remote import (
     GRACE,
@@ -177,7 +178,7 @@ def test_a_message_moves_at_most_max_moves_times(
     assert wait_until(lambda: holds(c, "billing") and not holds(a, "billing"), WAIT)
     sub.unsubscribe()
     homed(client_factory, wait_until, [a, c], "billing", "C")
-    back = Slow(0.005)
+    back = Slow(0.02)
     client_factory(a.endpoint).subscribe("bill.>", back, durable="billing", shared=True, credit=5)
     assert wait_until(lambda: counters(c)["durable_move_limited"] > 0, WAIT), (
         {k: v for k, v in counters(c).items() if "durable" in k or k == "dropped"},
@@ -244,3 +245,111 @@ def test_a_consumer_whose_member_node_dies_reopens_through_another_node(
     time.sleep(GRACE)
     plain = [m.payload for m in got.snapshot() if not m.redelivered]
     assert len(plain) == len(set(plain))  # each processed once, but for flagged copies
+
+
+# -- defects found in review: crossing moves, a target or an old home stopping mid-move ----
+
+
+def test_a_durable_arriving_is_not_moved_back_while_its_move_goes_on(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """C's slow consumer holds A's messages for longer than redistribution_delay, so C
+    has no consumer of its own yet while A still advertises the durable: C must not offer
+    it back (two crossing moves ended it on both nodes, every message lost). Exactly one
+    node holds it at the end, every message consumed once, none flagged."""
+    a, c = _pair(broker_factory)
+    n = 20
+    emptied_home(client_factory, a)
+    backlog(client_factory(a.endpoint), n)
+    homed(client_factory, wait_until, [a, c], "billing", "A")
+    got = Slow(0.5)  # (its 5 in flight take 2.5 s: longer than the delay)
+    client_factory(c.endpoint).subscribe("bill.>", got, durable="billing", shared=True, credit=5)
+    assert wait_until(lambda: len(got) >= n, WAIT), len(got)
+    time.sleep(GRACE)
+    assert sorted(got.payloads()) == list(range(n))
+    assert not any(got.redelivered())
+    assert wait_until(lambda: holds(c, "billing") and not holds(a, "billing"), WAIT)
+    assert counters(c)["durable_moves"] == 0  # (nothing went back)
+
+
+def test_a_move_waits_for_a_target_that_stops_and_loses_nothing(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    wait_until: WaitUntil,
+    tmp_path: Any,
+) -> None:
+    """C, the target, stops in the middle of the move while its consumer holds 5
+    messages: A moves nothing toward it while it has no route there (a message moved
+    then was dropped: lost), and when C is back the rest moves: all 200 consumed."""
+    a = broker_factory(broker_id="A", data_dir=tmp_path / "a")
+    port = free_port()
+    hold = {"redistribution_delay": 600.0}  # (C keeps it once it has it)
+    c = broker_factory(
+        broker_id="C", links=(link("ca", a),), data_dir=tmp_path / "c", port=port, **hold
+    )
+    n = 200
+    emptied_home(client_factory, a)
+    backlog(client_factory(a.endpoint), n)
+    homed(client_factory, wait_until, [a, c], "billing", "A")
+    gate = threading.Event()
+    stuck = Collector()
+
+    def hold_then_drop(msg: Message) -> None:  # (a consumer about to die)
+        gate.wait(WAIT)
+
+    sub = client_factory(c.endpoint)
+    sub.subscribe("bill.>", hold_then_drop, durable="billing", shared=True, credit=5)
+    assert wait_until(lambda: (queue_row(a, "billing") or {}).get("moving_to") == "C", WAIT)
+    c.stop()
+    gate.set()
+    sub.close()
+    time.sleep(3.0)
+    c2 = broker_factory(
+        broker_id="C", links=(link("ca", a),), data_dir=tmp_path / "c", port=port, **hold
+    )
+    homed(client_factory, wait_until, [a, c2], "billing", "C")
+    client_factory(c2.endpoint).subscribe(
+        "bill.>", stuck, durable="billing", shared=True, credit=50
+    )
+    assert wait_until(lambda: set(stuck.payloads()) == set(range(n)), WAIT), len(stuck)
+    time.sleep(GRACE)
+    plain = [m.payload for m in stuck.snapshot() if not m.redelivered]
+    assert len(plain) == len(set(plain))
+    assert wait_until(lambda: not holds(a, "billing"), WAIT)
+
+
+def test_an_old_home_restarted_mid_move_offers_it_again(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    wait_until: WaitUntil,
+    tmp_path: Any,
+) -> None:
+    """A stops after C has taken the durable over but before the handover, and comes
+    back: the store says the move was under way, so A offers it again and ends it (it used
+    to keep it for good, storing every message a second time). What is published on A
+    after its restart reaches C's consumer once, and A ends holding nothing."""
+    port = free_port()
+    a = broker_factory(broker_id="A", data_dir=tmp_path / "a", port=port)
+    c = broker_factory(
+        broker_id="C", links=(link("ca", a),), redistribution_delay=600.0, data_dir=tmp_path / "c"
+    )
+    emptied_home(client_factory, a)
+    backlog(client_factory(a.endpoint), 50)
+    homed(client_factory, wait_until, [a, c], "billing", "A")
+    far = Collector()
+    client_factory(c.endpoint).subscribe("bill.>", far, durable="billing", shared=True, credit=5)
+    assert wait_until(lambda: (queue_row(a, "billing") or {}).get("moving_to") == "C", WAIT)
+    assert wait_until(lambda: (queue_row(a, "billing") or {}).get("remote") == [], WAIT)
+    a.stop()
+    a2 = broker_factory(broker_id="A", data_dir=tmp_path / "a", port=port)
+    backlog(client_factory(a2.endpoint), 100, start=1000)
+    assert wait_until(lambda: not holds(a2, "billing"), WAIT), queue_row(a2, "billing")
+    assert wait_until(lambda: len(far) >= 150, WAIT), len(far)
+    time.sleep(GRACE)
+    assert sorted(far.payloads()) == [*range(50), *range(1000, 1100)]
+    assert not any(far.redelivered())
+
+
+def _pair(broker_factory: BrokerFactory) -> tuple[Broker, Broker]:
+    a = broker_factory(broker_id="A")
+    return a, broker_factory(broker_id="C", links=(link("ca", a),))

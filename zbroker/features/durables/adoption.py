@@ -4,11 +4,13 @@
 homes merging) and makes this node's consumers of it, so far consumers of the old home
 (:mod:`.members`), consumers of the durable here -- each as soon as it holds nothing
 from the old home (what the old home sent beyond that goes back to it and comes moved).
-``rows`` are stored in the order they come, with their move counts and redelivered flags;
-``done`` ends the move. From ``adopt`` until ``DEDUPE_GRACE`` seconds after ``done`` the
-durable stores each message id (origin, incarnation, sequence) once, whether it comes
-moved or published straight here: while both nodes hold interest in the pattern a
-message can reach both.
+``rows`` are stored in the order they come, with their move counts and redelivered flags
+(rows for a durable deleted here meanwhile are answered ``abandon``: the old home stops);
+``done`` ends the move. From ``adopt`` until ``DEDUPE_GRACE`` seconds after ``done`` and
+every row it counts have come, the durable stores each message id (origin, incarnation,
+sequence) once, whether it comes moved or published straight here: while both nodes hold
+interest in the pattern a message can reach both. A node moving a durable away refuses
+to adopt it (two moves crossing would end it on both nodes).
 """
 
 from __future__ import annotations
@@ -38,10 +40,14 @@ MsgId = tuple[str, int, int]
 class Adoption:
     """Durables moving to this node."""
 
-    def __init__(self, f: Durables, ctx: Context, members: Members) -> None:
+    def __init__(self, f: Durables, ctx: Context, members: Members, out: dict[str, Any]) -> None:
         self._f = f
         self._ctx = ctx
         self._members = members
+        self._out = out  # (durables moving away from here: none is adopted meanwhile)
+        #: rows received per durable in the move under way, and the count ``done`` gave
+        self._received: dict[str, int] = {}
+        self._expected: dict[str, int] = {}
         #: durables being adopted -> the ids of the messages stored since the move began
         self.ids: dict[str, set[MsgId]] = {}
         self._until: dict[str, float] = {}  # dedupe ends (after ``done``)
@@ -59,9 +65,11 @@ class Adoption:
             send(self._ctx, node, [answer])
             return True
         if op == "rows":
-            self._rows(node, name, body.get("rows"))
-        elif op == "done":
-            self._until[name] = time.monotonic() + DEDUPE_GRACE
+            return self._rows(node, name, body)
+        if op == "done":
+            count = body.get("count")
+            self._expected[name] = count if type(count) is int else 0
+            self._settle(name)
             self.take_over(name, final=True)
         else:
             self._ctx.bad(node, "shared durable message", f"unknown op {op!r}")
@@ -72,6 +80,8 @@ class Adoption:
         opts = open_options({k: body.get(k) for k in _SPEC} | {"shared": True})
         if isinstance(opts, str):
             return opts
+        if name in self._out:
+            return f"node {self._ctx.broker_id} is moving {name!r} away itself"
         d = self._f.durables.get(name)
         if d is None:
             d = self._f.create(name, opts)
@@ -83,22 +93,38 @@ class Adoption:
             d.shared = SharedState()
         self.ids.setdefault(name, set())
         self._until.pop(name, None)
+        self._received[name] = 0
+        self._expected.pop(name, None)
         self.take_over(name, final=False)
         self._f.wake(name)
         return None
 
-    def _rows(self, node: str, name: str, rows: Any) -> None:
-        d = self._f.durables.get(name)
+    def _rows(self, node: str, name: str, body: dict[str, Any]) -> bool:
+        """Moved messages; True: answered (the durable is gone here: the old home stops)."""
+        d, rows = self._f.durables.get(name), body.get("rows")
         if type(rows) is not list:
             self._ctx.bad(node, "shared durable message", "rows without a list")
-            return
+            return False
+        self._received[name] = self._received.get(name, 0) + len(rows)
         if d is None:  # deleted here meanwhile: what it was sent goes with it
             self._ctx.drop("durable_move_orphan", len(rows))
-            return
+            answer = {"op": "abandon", "name": name, "session": body["session"]}
+            send(self._ctx, node, [answer])
+            return True
         good = [r for r in rows if _valid(r)]
         if len(good) < len(rows):
             self._ctx.bad(node, "shared durable message", "a malformed moved row")
         self._store(d, good)
+        self._settle(name)
+        return False
+
+    def _settle(self, name: str) -> None:
+        """Once ``done`` came and every row it counted arrived (a row can come after
+        ``done`` when its path changed), the dedupe ends after DEDUPE_GRACE."""
+        expected = self._expected.get(name)
+        if expected is not None and self._received.get(name, 0) >= expected:
+            del self._expected[name]
+            self._until[name] = time.monotonic() + DEDUPE_GRACE
 
     def _store(self, d: Durable, rows: list[list[Any]]) -> None:
         """Store moved messages ``[moves, redelivered, msg]`` (each id once)."""
@@ -137,6 +163,7 @@ class Adoption:
         for name in [n for n, t in self._until.items() if now >= t]:
             del self._until[name]
             self.ids.pop(name, None)
+            self._received.pop(name, None)
 
     def take_over(self, name: str, *, final: bool) -> None:
         """This node's consumers of ``name`` through the old home become consumers of the
@@ -170,12 +197,13 @@ class Adoption:
         """Deliveries ``[q, redelivered, msg]`` of the old home to a node whose durable
         moved here: stored here (as moved once), acknowledged to the old home."""
         d = self._f.durables.get(m.name)
+        if d is None:  # (deleted here meanwhile: the old home gives them to others)
+            m.releases.extend(r[0] for r in rows if type(r) is list and r and type(r[0]) is int)
+            return
         good = [r for r in rows if type(r) is list and len(r) == 3 and type(r[0]) is int]
         good = [r for r in good if _valid([1, r[1], r[2]])]
-        if d is None or len(good) < len(rows):
+        if len(good) < len(rows):
             self._ctx.bad(m.home, "shared durable message", "a malformed delivery row")
-        if d is None:
-            return
         self._store(d, [[1, bool(r[1]), r[2]] for r in good])
         m.acks.extend(r[0] for r in good)
 

@@ -6,11 +6,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import zmq
+
+from ... import wire
 from ...node import Request
+from ...node.context import Context
 from .shared import SharedState
 from .state import Durable
 
-__all__ = ["attach"]
+__all__ = ["alive", "attach"]
+
+
+def alive(ctx: Context, ident: bytes) -> bool:
+    """Is a consumer's connection still there (a PING it ignores: the ROUTER refuses it
+    at once when the connection is gone)?"""
+    frame = wire.encode_control(wire.PING, 0, {"incarnation": ctx.incarnation})
+    try:
+        return ctx.send_to(ident, frame)
+    except zmq.Again:
+        return True  # its queue is full: there, and slow
 
 
 def attach(

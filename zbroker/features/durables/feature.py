@@ -14,10 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import zmq
-
 from ... import wire
 from ...errors import ConfigError
+from ...links.state import Link
 from ...names import validate_broker_id
 from ...node import Feature, Op, Refusal, Request
 from ...node.context import Context
@@ -31,7 +30,7 @@ from ...node.events import (
 from ...sublist import Sublist
 from . import homes
 from .admission import admit
-from .attaching import attach
+from .attaching import alive, attach
 from .members import Members
 from .moves import Moves
 from .options import open_options, open_subjects
@@ -77,6 +76,9 @@ class Durables(Feature):
             d = Durable(name, pattern, next_q, max_msgs)
             d.selector = stored_selector(name, selectors.get(name))
             self._add(d)
+        # before any link is up: a message on $ZB.SD.<this node> that a neighbour held for
+        # it while it was down must find the interest (without it, it is taken and dropped)
+        self._members.listen()
 
     def _add(self, d: Durable) -> None:
         self._durables[d.name] = d
@@ -232,13 +234,7 @@ class Durables(Feature):
         return d
 
     def _alive(self, ident: bytes) -> bool:
-        """Is a consumer's connection still there (a PING it ignores: the ROUTER refuses
-        it at once when the connection is gone)?"""
-        frame = wire.encode_control(wire.PING, 0, {"incarnation": self._ctx.incarnation})
-        try:
-            return self._ctx.send_to(ident, frame)
-        except zmq.Again:
-            return True  # its queue is full: there, and slow
+        return alive(self._ctx, ident)
 
     def _ack(self, req: Request) -> None:
         name = self._named(req)
@@ -365,9 +361,14 @@ class Durables(Feature):
                     self._home.flush(remote)
             self.delivered += pump(self._ctx, [d for d in ready if d.shared is None])
 
+    def link_up(self, link: Link, now: float) -> None:
+        self._moves.link_changed(link.name, True, now)
+
+    def link_down(self, link: Link, now: float) -> None:
+        self._moves.link_changed(link.name, False, now)
+
     def tick(self, now: float) -> None:
         self._members.tick(now)  # (consumers here of shared durables homed elsewhere)
-        self._moves.tick(now)  # (homes without consumers of their own move to them)
         if self._durables and now >= self._next_probe:
             self._next_probe = now + DURABLE_PROBE_INTERVAL
             self._home.check()  # network consumers whose node is out of reach
@@ -379,6 +380,7 @@ class Durables(Feature):
                 locals_ = [i for i, c in d.shared.consumers.items() if c.node is None]
                 for ident in [i for i in locals_ if not self._alive(i)]:
                     self._shared_gone(d, ident, "subscriber gone")
+        self._moves.tick(now)  # (homes without consumers of their own move to them)
 
     def status(self, out: dict[str, Any]) -> None:
         out["counters"]["durable_stored"] = self.stored

@@ -15,7 +15,11 @@ across cuts and restarts):
 1. **offer** -- ``adopt`` (the durable's pattern, selector and bounds) to the target,
    which creates the durable as a home of its own (it keeps the messages' ids for the
    dedupe below) and answers ``adopt_ok`` (or ``adopt_refused``: it holds another durable
-   of that name). Meanwhile the old home serves its consumers as before; opens here wait.
+   of that name, or is moving it away itself). Meanwhile the old home serves its
+   consumers as before; an open here waits for the answer (``OFFER_WAIT``, then it is
+   refused: open it again). An offer unanswered for ``OFFER_TIMEOUT`` while the target is
+   unreachable is given up; an ``adopt_ok`` that comes later still starts the move if no
+   consumer attached here meanwhile.
 2. **move** -- the old home hands its consumers nothing more; every stored message not in
    flight goes to the new home in ``rows`` (each carrying how often it has moved), and is
    deleted here in the same commit as the internal message carrying it: each message
@@ -25,12 +29,19 @@ across cuts and restarts):
    While both nodes hold interest in the pattern a message may reach both: the new home
    stores the first copy of each message id (origin, incarnation, sequence) and drops the
    second. Opens here are served as consumers of the new home (:mod:`.members`).
-3. **handover** -- once the new home's advertisement has reached here and
-   ``HANDOVER_GRACE`` seconds passed (so publishers' routes know it), and nothing is in
-   flight to consumers here (those still holding messages after ``DRAIN_TIMEOUT`` are
-   taken back and moved, flagged), the old home deletes the durable, empty, withdraws its
-   interest and advertisement and sends ``done`` to the new home and ``moved`` to the
-   nodes consuming it, which attach to the new home at once.
+3. **handover** (:class:`~.outgoing.Outgoing`) -- once the new home's advertisement has
+   reached here and ``HANDOVER_GRACE`` seconds passed (so publishers' routes know it), and
+   nothing is in flight to consumers here (those still holding messages after
+   ``DRAIN_TIMEOUT`` are taken back and moved, flagged), the old home sends ``moved`` to
+   the other nodes consuming it (they attach to the new home at once); when every link of
+   its own has been up for ``HANDOVER_GRACE`` (a neighbour queues persistent messages for
+   this node while their link is down: they must still find the durable here), or after
+   ``LINK_WAIT``, it deletes the durable, empty, withdraws its interest and advertisement
+   and sends ``done`` (with how many messages it moved) to the new home.
+
+Nothing moves toward a target this node has no route to (an internal message without a
+route is dropped): the move waits. The target is kept in the store (``durables.
+moving_to``), so an old home restarted in the middle of a move offers it again.
 
 Bounded moves: each message counts its moves (``dqueue.moves``); a durable holding one
 that has moved ``max_moves`` times does not move (its consumers elsewhere take it over the
@@ -43,13 +54,16 @@ consumers.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
-import msgpack
-
+from ...errors import ConfigError
+from ...names import validate_broker_id
 from ...node import Request
 from .adoption import Adoption
-from .remote import CHUNK_BYTES, send
+from .outgoing import HANDOVER_GRACE, ROWS_PER_PASS, Outgoing
+from .remote import send
+from .shared import SharedState
 
 if TYPE_CHECKING:
     from ...node.context import Context
@@ -61,26 +75,10 @@ __all__ = ["Moves"]
 
 log = logging.getLogger("zbroker.node")
 
-#: seconds the old home keeps its interest after the new home's advertisement reached it
-HANDOVER_GRACE = 2.0
-#: seconds the old home waits for its consumers' in-flight messages before taking them back
-DRAIN_TIMEOUT = 5.0
-#: stored messages moved per pass at most (the rest in the next passes)
-ROWS_PER_PASS = 2000
-
-
-class Outgoing:
-    """A move of one durable away from this node."""
-
-    __slots__ = ("grace_from", "moved", "phase", "session", "target", "waiting")
-
-    def __init__(self, target: str, session: str) -> None:
-        self.target = target
-        self.session = session
-        self.phase = "offer"  # offer -> move (adopt_ok) -> done
-        self.grace_from: float | None = None  # when the new home's advertisement came
-        self.moved: dict[int, int] = {}  # q -> moves made so far (0: absent)
-        self.waiting: list[Request] = []  # opens here while the offer is unanswered
+#: seconds an open on the old home waits for the offer's answer (then refused: try again)
+OFFER_WAIT = 3.0
+#: seconds an offer to an unreachable target is kept before it is given up
+OFFER_TIMEOUT = 10.0
 
 
 class Moves:
@@ -96,11 +94,15 @@ class Moves:
         self.delay = delay
         self.max_moves = max_moves
         self.out: dict[str, Outgoing] = {}
-        self.adoption = Adoption(f, ctx, members)
+        self.adoption = Adoption(f, ctx, members, self.out)
+        self._given_up: dict[str, Outgoing] = {}  # offers given up (a late adopt_ok)
         self._lonely: dict[str, float] = {}  # durable -> since when no consumer here
         self._limited: dict[str, set[int]] = {}  # messages counted at the bound
         self._refused: dict[str, set[str]] = {}  # targets that refused the durable
         self._warned: set[str] = set()  # durables said to be held on two nodes
+        self._resume: dict[str, str] | None = None  # moves the store says were under way
+        self._down: set[str] = set()  # this node's links that are down
+        self._last_up = 0.0
         self._count = 0
         self._moved: dict[str, int] = {}  # durable -> messages moved away (this move)
         self.redistributed = 0  # messages moved away from this node
@@ -111,25 +113,40 @@ class Moves:
     # -- messages ----------------------------------------------------------------------------
 
     def handle(self, node: str, body: dict[str, Any]) -> None:
-        """A move message (``adopt_ok``/``adopt_refused`` answer this node's offers; the
-        rest are for the target side or for nodes consuming a durable that moved)."""
+        """A move message (``adopt_ok``/``adopt_refused``/``abandon`` answer this node's
+        offers; ``moved`` is for a node consuming a durable that moved; the rest are the
+        target side's)."""
         op, name = body["op"], body["name"]
-        o = self.out.get(name)
-        if op in ("adopt_ok", "adopt_refused"):
-            if o is None or o.session != body["session"] or o.phase != "offer":
-                self._ctx.drop("durable_move_stale")
-            elif op == "adopt_ok":
-                self._accepted(name, o)
-            else:
-                self._refused.setdefault(name, set()).add(o.target)
-                log.info("durable %s: node %s refused it: %s", name, o.target, body.get("message"))
-                del self.out[name]
-                for req in o.waiting:
-                    self._f.reopen(req)
+        if op in ("adopt_ok", "adopt_refused", "abandon"):
+            self._answer(op, name, body)
         elif op == "moved":
-            self._members.rehome(name, body["session"], body.get("to"))
+            to = body.get("to")
+            try:
+                validate_broker_id(to, "moved.to")
+            except ConfigError as exc:
+                self._ctx.bad(node, "shared durable message", str(exc))
+                return
+            self._members.rehome(name, body["session"], to)
         else:
             self.sent |= self.adoption.handle(node, body)
+
+    def _answer(self, op: str, name: str, body: dict[str, Any]) -> None:
+        o = self.out.get(name)
+        if o is None or o.session != body["session"]:
+            late = self._given_up.get(name)
+            if op == "adopt_ok" and late is not None and late.session == body["session"]:
+                self._late_ok(name, late)
+            else:
+                self._ctx.drop("durable_move_stale")
+        elif op == "adopt_ok" and o.phase == "offer":
+            self._accepted(name, o)
+        elif op == "adopt_refused" or op == "abandon":  # (abandon: deleted there)
+            self._refused.setdefault(name, set()).add(o.target)
+            log.info("durable %s: node %s refused it: %s", name, o.target, body.get("message"))
+            self._forget(name)
+            self._reopen(o, time.monotonic())
+        else:
+            self._ctx.drop("durable_move_stale")
 
     def _accepted(self, name: str, o: Outgoing) -> None:
         store = self._ctx.store
@@ -137,21 +154,47 @@ class Moves:
         o.phase = "move"
         o.moved = store.durable_moves.moved(name)
         self._f.wake(name)
-        for req in o.waiting:  # opens that waited: consumers of the new home now
-            self._f.reopen(req)
-        o.waiting = []
+        self._reopen(o, time.monotonic())  # (opens that waited: consumers of the new home)
         log.info("durable %s: moving to node %s, which consumes it", name, o.target)
+
+    def _late_ok(self, name: str, o: Outgoing) -> None:
+        """The target adopted an offer given up here: the move goes on if nothing here
+        consumes the durable (else both nodes hold it: the warning says so)."""
+        del self._given_up[name]
+        d = self._f.durables.get(name)
+        if d is None or d.consumer is not None or name in self.out:
+            return
+        if d.shared is not None and any(c.node is None for c in d.shared.consumers.values()):
+            return
+        if d.shared is None:
+            d.shared = SharedState()
+        self.out[name] = o
+        self._accepted(name, o)
+
+    def _reopen(self, o: Outgoing, now: float) -> None:
+        """Take again the opens that waited for the offer's answer; those whose wait
+        ended are refused (their clients are giving up: attached, they would be ghosts)."""
+        waiting, o.waiting = o.waiting, []
+        for req, until in waiting:
+            if until > now:
+                self._f.reopen(req)
+            else:
+                self._f.refuse(
+                    req,
+                    f"durable subscription {req.body.get('name')!r} is moving to node "
+                    f"{o.target}: open it again",
+                )
 
     # -- the old home ------------------------------------------------------------------------
 
     def redirect(self, req: Request, name: str) -> str | None:
         """An open here of a durable moving away: the new home (serve it as a consumer
-        there), or None (not moving). An open while the offer is unanswered waits."""
+        there), "" (it waits for the offer's answer) or None (not moving)."""
         o = self.out.get(name)
         if o is None:
             return None
         if o.phase == "offer":
-            o.waiting.append(req)
+            o.waiting.append((req, time.monotonic() + OFFER_WAIT))
             return ""
         return o.target
 
@@ -160,52 +203,35 @@ class Moves:
         return o is not None and o.phase == "move"
 
     def transfer(self, d: Durable) -> None:
-        """Move what ``d`` stores and has not handed out (after the pass's commit): rows to
-        the new home, deleted here in the same commit as the message carrying them."""
-        o, st, store = self.out[d.name], d.shared, self._ctx.store
-        assert st is not None and store is not None
-        rows: list[tuple[Any, ...]] = []
-        if st.redo:
-            take, st.redo = st.redo[:ROWS_PER_PASS], st.redo[ROWS_PER_PASS:]
-            rows = store.durable_rows(d.name, take)
-        if len(rows) < ROWS_PER_PASS:
-            fresh = store.pending_durable(d.name, st.cursor, ROWS_PER_PASS - len(rows))
-            if fresh:
-                st.cursor = fresh[-1][0]
-            rows.extend(fresh)
-        if not rows:
-            return
-        bodies, chunk, size = [], [], 0
-        for q, topic, payload, fmt, h, origin, inc, oseq, ts, delivered in rows:
-            headers = None if h is None else msgpack.unpackb(h, strict_map_key=False)
-            msg = [topic, payload, fmt, headers, origin, inc, oseq, ts]
-            chunk.append([o.moved.pop(q, 0) + 1, bool(delivered), msg])
-            size += len(payload) + len(topic) + 64
-            if size >= CHUNK_BYTES:
-                bodies.append(chunk)
-                chunk, size = [], 0
-        if chunk:
-            bodies.append(chunk)
-        send(
-            self._ctx,
-            o.target,
-            [{"op": "rows", "name": d.name, "session": o.session, "rows": c} for c in bodies],
-        )
-        store.ack_each(d.name, [r[0] for r in rows])  # (with the messages' origination)
-        self.redistributed += len(rows)
-        self._moved[d.name] = self._moved.get(d.name, 0) + len(rows)
-        self.sent = True
-        if len(rows) >= ROWS_PER_PASS:
+        """After the pass's commit: move what ``d`` holds (see Outgoing.transfer)."""
+        n = self.out[d.name].transfer(self._ctx, d)
+        if n:
+            self.redistributed += n
+            self._moved[d.name] = self._moved.get(d.name, 0) + n
+            self.sent = True
+        if n >= ROWS_PER_PASS:
             self._f.wake(d.name)
+
+    def link_changed(self, link: str, up: bool, now: float) -> None:
+        if up:
+            self._down.discard(link)
+            self._last_up = now
+        else:
+            self._down.add(link)
 
     def tick(self, now: float) -> None:
         self.adoption.tick(now)
+        if self._resume is None:
+            assert self._ctx.store is not None
+            self._resume = self._ctx.store.durable_moves.moving()
+        stable = not self._down and now >= self._last_up + HANDOVER_GRACE
         for d in list(self._f.durables.values()):
             name = d.name
-            if name in self.out:
-                self._advance(d, self.out[name], now)
+            o = self.out.get(name)
+            if o is not None:
+                self._advance(d, o, now, stable)
                 continue
-            target = self._target(d)
+            target = self._resumed(d) or self._target(d)
             if target is None:
                 self._lonely.pop(name, None)
                 self._two_homes(name)
@@ -215,21 +241,55 @@ class Moves:
                 self._lonely[name] = now  # (not moving now: asked again after a delay)
                 self._offer(d, target)
 
+    def _advance(self, d: Durable, o: Outgoing, now: float, stable: bool) -> None:
+        if o.phase == "move":
+            if o.ready(self._f, self._ctx, d, now, stable):
+                self._finish(d, o)
+            return
+        late = [w for w in o.waiting if w[1] <= now]
+        if late:  # (their clients are giving up: refused, so none is left a ghost)
+            o.waiting = [w for w in o.waiting if w[1] > now]
+            for req, _ in late:
+                self._f.refuse(
+                    req,
+                    f"durable subscription {d.name!r} is moving to node {o.target}: open it again",
+                )
+        if now >= o.since + OFFER_TIMEOUT and not o.reachable(self._ctx):
+            log.info("durable %s: node %s did not answer its offer", d.name, o.target)
+            self._forget(d.name)
+            self._given_up[d.name] = o
+            self._reopen(o, now)
+
+    def _resumed(self, d: Durable) -> str | None:
+        """The target of a move the store says was under way when this node stopped
+        (None: none, or a consumer attached here since: it keeps the durable)."""
+        target = self._resume.get(d.name) if self._resume else None
+        if target is None:
+            return None
+        local = d.shared is not None and any(c.node is None for c in d.shared.consumers.values())
+        if d.consumer is not None or local:
+            assert self._resume is not None and self._ctx.store is not None
+            del self._resume[d.name]
+            self._ctx.store.durable_moves.set_moving(d.name, None)
+            return None
+        return target
+
     def _target(self, d: Durable) -> str | None:
-        """Where ``d`` would move: None while it has a consumer here (or is exclusive)."""
-        if d.consumer is not None or d.shared is None:
-            return None  # (exclusive, or not consumed shared since this node started)
-        refused = self._refused.get(d.name, set())
+        """Where ``d`` would move: None while it has a consumer here (or is exclusive,
+        or is arriving here)."""
+        if d.consumer is not None or d.shared is None or d.name in self.adoption.ids:
+            return None
         if any(c.node is None for c in d.shared.consumers.values()):
             return None
-        nets = [c for c in d.shared.consumers.values() if c.node and c.node not in refused]
-        if nets:
-            return min(nets, key=lambda c: (-c.members, c.node or "")).node
+        refused = self._refused.get(d.name, set())
         me = self._ctx.broker_id
+        # two homes of one name: the higher moves into the lower (never both ways at once)
         others = self._ctx.engine.durable_homes.elsewhere(d.name, me)
-        others = [h for h in others if h not in refused]
-        lower = [h for h in others if h < me]  # (two homes: the higher moves into the lower)
-        return lower[0] if lower else None
+        lower = [h for h in others if h < me and h not in refused]
+        if lower:
+            return lower[0]
+        nets = [c for c in d.shared.consumers.values() if c.node and c.node not in refused]
+        return min(nets, key=lambda c: (-c.members, c.node or "")).node if nets else None
 
     def _two_homes(self, name: str) -> None:
         """Say once (a warning) that another node holds a durable of this name while
@@ -262,49 +322,35 @@ class Moves:
         spec = store.durable_moves.spec(d.name)
         assert spec is not None
         self._count += 1
-        o = self.out[d.name] = Outgoing(target, f"{self._ctx.incarnation}.m{self._count}")
+        o = Outgoing(target, f"{self._ctx.incarnation}.m{self._count}")
+        if not o.reachable(self._ctx):
+            return  # (an offer without a route would be dropped: asked again later)
+        if d.shared is None:
+            d.shared = SharedState()  # (a move the store says was under way: resumed)
+        self.out[d.name] = o
+        if self._resume:
+            self._resume.pop(d.name, None)
+        store.durable_moves.set_moving(d.name, target)
         send(self._ctx, target, [{"op": "adopt", "name": d.name, "session": o.session, **spec}])
         self.sent = True
 
-    def _advance(self, d: Durable, o: Outgoing, now: float) -> None:
-        if o.phase != "move":
-            return
-        if o.grace_from is None:
-            if o.target in self._ctx.engine.durable_homes.homes.get(d.name, ()):
-                o.grace_from = now
-            return
-        if now < o.grace_from + HANDOVER_GRACE:
-            return
-        st, store = d.shared, self._ctx.store
-        assert st is not None and store is not None
-        if st.in_flight():
-            if now >= o.grace_from + HANDOVER_GRACE + DRAIN_TIMEOUT:
-                for ident in list(st.consumers):  # their messages are moved, flagged
-                    self._f.shared_gone(d, ident, "durable moved")
-            return
-        store.commit()
-        if st.redo or store.durable_depth(d.name):
-            self._f.wake(d.name)  # (not all moved yet)
-            return
-        self._finish(d, o)
+    def _forget(self, name: str) -> None:
+        self.out.pop(name, None)
+        assert self._ctx.store is not None
+        self._ctx.store.durable_moves.set_moving(name, None)
 
     def _finish(self, d: Durable, o: Outgoing) -> None:
         """Everything moved and nothing in flight: the durable ends here."""
-        assert d.shared is not None
-        nodes = {c.node: c.session for c in d.shared.consumers.values() if c.node}
         self._f.remove(d)  # (and its move: self.out)
         self._lonely.pop(d.name, None)
         self._limited.pop(d.name, None)
         self._moved.pop(d.name, None)
         self.moves += 1
-        done = {"op": "done", "name": d.name, "session": o.session}
-        send(self._ctx, o.target, [done])
-        for node, session in nodes.items():
-            if node != o.target:
-                moved = {"op": "moved", "name": d.name, "session": session, "to": o.target}
-                send(self._ctx, node, [moved])
+        o.done(self._ctx, d.name)
         self.sent = True
         log.info("durable %s: moved to node %s (its home now)", d.name, o.target)
+
+    # -- status ------------------------------------------------------------------------------
 
     def row(self, name: str) -> dict[str, Any]:
         """For the durable's ``status()["queues"]`` row: messages moved with it (to here,

@@ -1,0 +1,145 @@
+"""One move of a shared durable away from this node, phase by phase (see :mod:`.moves`).
+
+``offer`` (``adopt`` sent, waiting for the answer) -> ``move`` (stored messages go to the
+new home, each deleted here in the commit that hands it to store-and-forward) -> the
+handover (the durable ends here, empty). Nothing is sent toward a target this node has
+no route to: an internal message with no route is dropped, so a message moved then would
+be deleted here and lost; the move waits instead.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from ...node import Request
+from .remote import CHUNK_BYTES, sd_topic, send
+
+if TYPE_CHECKING:
+    from ...node.context import Context
+    from .feature import Durables
+    from .state import Durable
+
+__all__ = ["Outgoing"]
+
+#: seconds the old home keeps its interest after the new home's advertisement reached it
+HANDOVER_GRACE = 2.0
+#: seconds the old home waits for its consumers' in-flight messages before taking them back
+DRAIN_TIMEOUT = 5.0
+#: seconds the old home waits for a link of its own that is down (what a neighbour queued
+#: for it there arrives when it comes back, and finds the durable here) before it ends the
+#: durable anyway
+LINK_WAIT = 60.0
+#: stored messages moved per pass at most (the rest in the next passes)
+ROWS_PER_PASS = 2000
+
+
+class Outgoing:
+    """A move of one durable away from this node."""
+
+    __slots__ = (
+        "count",
+        "grace_from",
+        "moved",
+        "nodes",
+        "phase",
+        "session",
+        "since",
+        "target",
+        "told",
+        "waiting",
+    )
+
+    def __init__(self, target: str, session: str) -> None:
+        self.target = target
+        self.session = session
+        self.phase = "offer"  # offer -> move (adopt_ok) -> ended
+        self.since = time.monotonic()  # (the offer's time, for its timeout)
+        self.grace_from: float | None = None  # when the new home's advertisement came
+        self.moved: dict[int, int] = {}  # q -> moves made so far (0: absent)
+        self.count = 0  # messages moved (``done`` tells the new home, for its dedupe)
+        #: the other nodes consuming it (told ``moved``) and their sessions
+        self.nodes: dict[str, str] = {}
+        self.told = False
+        #: opens here while the offer is unanswered, with when they give up
+        self.waiting: list[tuple[Request, float]] = []
+
+    def reachable(self, ctx: Context) -> bool:
+        return ctx.engine.has_route(sd_topic(self.target), self.target)
+
+    def transfer(self, ctx: Context, d: Durable) -> int:
+        """Move what ``d`` stores and has not handed out (after the pass's commit): rows to
+        the new home, deleted here in the same commit as the message carrying them.
+        Returns the messages moved (ROWS_PER_PASS: maybe more to come)."""
+        st, store = d.shared, ctx.store
+        assert st is not None and store is not None
+        if not self.reachable(ctx):
+            return 0  # (sent now it would be dropped: the move waits for a route)
+        rows: list[tuple[Any, ...]] = []
+        if st.redo:
+            take, st.redo = st.redo[:ROWS_PER_PASS], st.redo[ROWS_PER_PASS:]
+            rows = store.durable_rows(d.name, take)
+        if len(rows) < ROWS_PER_PASS:
+            fresh = store.pending_durable(d.name, st.cursor, ROWS_PER_PASS - len(rows))
+            if fresh:
+                st.cursor = fresh[-1][0]
+            rows.extend(fresh)
+        if not rows:
+            return 0
+        bodies, chunk, size = [], [], 0
+        for q, topic, payload, fmt, h, origin, inc, oseq, ts, delivered in rows:
+            headers = None if h is None else msgpack.unpackb(h, strict_map_key=False)
+            msg = [topic, payload, fmt, headers, origin, inc, oseq, ts]
+            chunk.append([self.moved.pop(q, 0) + 1, bool(delivered), msg])
+            size += len(payload) + len(topic) + 64
+            if size >= CHUNK_BYTES:
+                bodies.append(chunk)
+                chunk, size = [], 0
+        if chunk:
+            bodies.append(chunk)
+        send(
+            ctx,
+            self.target,
+            [{"op": "rows", "name": d.name, "session": self.session, "rows": c} for c in bodies],
+        )
+        store.ack_each(d.name, [r[0] for r in rows])  # (with the messages' origination)
+        self.count += len(rows)
+        return len(rows)
+
+    def ready(self, f: Durables, ctx: Context, d: Durable, now: float, stable: bool) -> bool:
+        """Move phase, at each tick: may the durable end here now? (Tells the other
+        consuming nodes to follow once nothing is in flight to them.)"""
+        if self.grace_from is None:
+            if self.target in ctx.engine.durable_homes.homes.get(d.name, ()):
+                self.grace_from = now
+            return False
+        if now < self.grace_from + HANDOVER_GRACE:
+            return False
+        st, store = d.shared, ctx.store
+        assert st is not None and store is not None
+        for c in st.consumers.values():
+            if c.node is not None and c.session is not None and c.node != self.target:
+                self.nodes[c.node] = c.session
+        if st.in_flight():
+            if now >= self.grace_from + HANDOVER_GRACE + DRAIN_TIMEOUT:
+                for ident in list(st.consumers):  # their messages are moved, flagged
+                    f.shared_gone(d, ident, "durable moved")
+            return False
+        if st.redo or store.durable_depth(d.name) or not self.reachable(ctx):
+            f.wake(d.name)  # (not all moved yet: moved rows go with the next commit)
+            return False
+        if not self.told:  # the other consuming nodes attach to the new home now
+            self.told = True
+            for node, session in self.nodes.items():
+                body = {"op": "moved", "name": d.name, "session": session, "to": self.target}
+                send(ctx, node, [body])
+        # a link of this node that is down: what a neighbour queued for it there comes
+        # when it is back, and must find the durable here to be moved on
+        return stable or now >= self.grace_from + HANDOVER_GRACE + LINK_WAIT
+
+    def done(self, ctx: Context, name: str) -> None:
+        """The durable ended here: the new home ends its dedupe once it has them all."""
+        body = {"op": "done", "name": name, "session": self.session, "count": self.count}
+        send(ctx, self.target, [body])
