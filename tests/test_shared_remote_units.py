@@ -226,3 +226,20 @@ def test_moved_rows_are_stored_once_with_their_move_counts() -> None:
         assert ctx.dropped == ["durable_move_duplicate", "durable_move_duplicate"]
         assert d.next_q == 3
         store.close()  # type: ignore[union-attr]
+
+
+def test_an_acknowledgement_of_a_q_from_a_queue_consumed_no_more_is_not_taken_for_another() -> None:
+    """A consumer held q 7 of the old home's queue when its durable moved; the new home
+    then delivers its own q 7. The consumer's first ack of 7 is for the old message (it
+    came first), so it must not acknowledge the new one; its second ack of 7 does."""
+    from zbroker.features.durables.shared import SharedState
+
+    st = SharedState()
+    st.attach(b"x", 10)
+    c = st.consumers[b"x"]
+    c.inflight.update({7: None, 8: None})
+    c.forget()  # (the queue it consumes changed)
+    c.inflight[7] = None  # (the new queue's q 7)
+    assert st.ack(b"x", [7, 8]) == []  # (the old 7 and the old 8)
+    assert 7 in c.inflight and not c.stale
+    assert st.ack(b"x", [7]) == [7]

@@ -182,7 +182,7 @@ class Adoption:
         for ident, c in list(m.consumers.items()):
             if c.inflight and not final:
                 continue
-            c.inflight.clear()
+            c.forget()
             del m.consumers[ident]
             st.consumers[ident] = c
             store.set_attached(name, True)

@@ -151,7 +151,7 @@ class Members:
         qs = qs_of(req.body)
         if m is None or c is None or qs is None:
             return
-        done = [q for q in dict.fromkeys(qs) if q in c.inflight]  # (a q listed twice: once)
+        done = [q for q in dict.fromkeys(c.current(qs)) if q in c.inflight]  # (twice: once)
         for q in done:
             del c.inflight[q]
         if m.attached:  # (an ended session's: the home gives them again, flagged)
@@ -231,7 +231,7 @@ class Members:
         m.session, m.attached = None, False
         m.acks, m.releases, m.buffer = [], [], []
         for c in m.consumers.values():
-            c.inflight.clear()
+            c.forget()
         m.next_try = 0.0
 
     # -- messages from homes ----------------------------------------------------------------

@@ -29,7 +29,7 @@ __all__ = ["SharedConsumer", "SharedState", "pump_shared"]
 
 
 class SharedConsumer:
-    __slots__ = ("credit", "ident", "inflight", "members", "node", "session", "share")
+    __slots__ = ("credit", "ident", "inflight", "members", "node", "session", "share", "stale")
 
     def __init__(self, ident: bytes, credit: int, share: int) -> None:
         self.ident = ident
@@ -41,9 +41,35 @@ class SharedConsumer:
         self.node: str | None = None
         self.session: str | None = None
         self.members = 1
+        #: q it holds from a queue it consumes no more (its home moved, or its session
+        #: ended): its acknowledgement of one of those is not for the q of that number in
+        #: the queue it consumes now (two queues number independently)
+        self.stale: dict[int, int] = {}
 
     def room(self) -> int:
         return self.credit - len(self.inflight)
+
+    def forget(self) -> None:
+        """What it holds comes from a queue it consumes no more (see ``stale``)."""
+        for q in self.inflight:
+            self.stale[q] = self.stale.get(q, 0) + 1
+        self.inflight.clear()
+
+    def current(self, qs: list[int]) -> list[int]:
+        """``qs`` acknowledged, less the first acknowledgement of each stale q (it was
+        delivered before the queue changed, so it is acknowledged first)."""
+        if not self.stale:
+            return qs
+        out = []
+        for q in qs:
+            n = self.stale.get(q)
+            if n is None:
+                out.append(q)
+            elif n > 1:
+                self.stale[q] = n - 1
+            else:
+                del self.stale[q]
+        return out
 
 
 class SharedState:
@@ -84,7 +110,7 @@ class SharedState:
         if c is None:
             return []
         # (dict.fromkeys: a q listed twice is acknowledged once, never deleted twice)
-        done = [q for q in dict.fromkeys(qs) if q in c.inflight]
+        done = [q for q in dict.fromkeys(c.current(qs)) if q in c.inflight]
         for q in done:
             del c.inflight[q]
         return done
