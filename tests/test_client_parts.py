@@ -16,11 +16,17 @@ from typing import Any, cast
 import msgpack
 import pytest
 import zmq
+from hypothesis import given
+from hypothesis import strategies as st
 
 from zbroker import wire
 from zbroker.client import Message, parse_address
 from zbroker.client.locators import StaticLocator, make_locator
-from zbroker.client.messages import encode_payload, message_from_fields
+from zbroker.client.messages import (
+    encode_payload,
+    message_from_fields,
+    messages_from_envelopes,
+)
 from zbroker.client.requests import Requests
 from zbroker.client.subscriber import Subscriber, Subscriptions
 from zbroker.errors import (
@@ -256,3 +262,48 @@ def test_a_static_locator_lists_its_addresses_in_order() -> None:
     locator = make_locator("tcp://b:2, a:1,tcp://[::1]:3", None)
     assert isinstance(locator, StaticLocator)
     assert locator.candidates() == ["tcp://b:2", "tcp://a:1", "tcp://[::1]:3"]
+
+
+_FIELD = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.floats(allow_nan=False),
+    st.text(max_size=3),
+    st.binary(max_size=3),
+    st.just(msgpack.packb({"a": 1})),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+)
+
+
+def _built(build: Any) -> Any:
+    try:
+        return ("ok", build())
+    except ProtocolError as exc:
+        return ("error", exc.reason, exc.detail)
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(
+                st.text(max_size=3),
+                st.binary(max_size=3),
+                st.sampled_from([0, 1, 2, False]),
+                st.one_of(st.none(), st.just({}), st.just({"k": "v"})),
+                st.text(max_size=2),
+                st.integers(0, 9),
+                st.integers(0, 9),
+                st.floats(0, 9),
+            ).map(list),
+            st.lists(_FIELD, min_size=8, max_size=8),
+        ),
+        max_size=6,
+    )
+)
+def test_messages_from_envelopes_answers_as_message_from_fields(envelopes: list[Any]) -> None:
+    """The subscriber's bulk builder (a bytes payload built inline) gives the messages,
+    or the error, that message_from_fields gives one envelope at a time."""
+    bulk = _built(lambda: messages_from_envelopes("P.>", envelopes))
+    one = _built(lambda: [message_from_fields("P.>", list(e)) for e in envelopes])
+    assert bulk == one

@@ -86,6 +86,27 @@ def test_publish_encoding_is_pinned() -> None:
     assert wire.encode_publish("A.B", b"", 1, {"k": 1}) == (b"\x94\xa3A.B\xc4\x00\x01\x81\xa1k\x01")
 
 
+@pytest.mark.parametrize("n", [0, 1, 255, 256, 65535, 65536, 70000])
+def test_bin_header_is_what_packb_writes(n: int) -> None:
+    data = bytes(n)
+    assert wire.bin_header(n) + data == msgpack.packb(data)
+
+
+@given(st.integers(min_value=0, max_value=(1 << 32) - 1))
+def test_bin_header_by_length(n: int) -> None:
+    head = wire.bin_header(n)
+    if n < 256:
+        assert head == bytes((0xC4, n)) and head is wire.BIN8_HEADERS[n]
+    else:
+        assert head[0] == (0xC5 if n < 1 << 16 else 0xC6)
+        assert int.from_bytes(head[1:], "big") == n and len(head) == (3 if n < 1 << 16 else 5)
+
+
+def test_bin_header_refuses_what_msgpack_cannot_hold() -> None:
+    with pytest.raises(ValueError):
+        wire.bin_header(1 << 32)
+
+
 def test_control_encoding_is_pinned() -> None:
     assert wire.encode_control(wire.PING, 7, {}) == b"\x93\x03\x07\x80"
     assert wire.encode_control(wire.ERROR, 1, {"message": "no"}) == (

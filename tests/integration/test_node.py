@@ -79,6 +79,25 @@ def test_exactly_once_in_publish_order(broker: Broker, client_factory: ClientFac
     assert c["bad_input"] == 0
 
 
+def test_payloads_at_every_bin_header_size_arrive_whole(
+    broker: Broker, client_factory: ClientFactory
+) -> None:
+    """The client writes a payload's bin header itself (bin 8, 16, 32): each size
+    crossing arrives byte for byte, alone and in a batch, and the node refuses none."""
+    publisher = client_factory(broker.endpoint)
+    subscriber = client_factory(broker.endpoint)
+    got = Collector()
+    subscriber.subscribe("BIN.>", got)
+    sizes = [0, 1, 255, 256, 65535, 65536, 70000]
+    payloads = [bytes([i % 251]) * n for i, n in enumerate(sizes * 3)]
+    for p in payloads:
+        publisher.publish("BIN.DATA", p)
+    publisher.publish("BIN.END", b"barrier")
+    assert got.wait_topic("BIN.END"), f"barrier not delivered; got {len(got)} messages"
+    assert got.payloads("BIN.DATA") == payloads
+    assert counters(broker)["bad_input"] == 0
+
+
 def test_publisher_and_subscriber_on_one_client(
     broker: Broker, client_factory: ClientFactory
 ) -> None:

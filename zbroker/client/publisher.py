@@ -43,6 +43,7 @@ log = logging.getLogger("zbroker.client")
 _TOPIC_CACHE_MAX = 4096
 _monotonic = time.monotonic
 _packb = msgpack.packb
+_BIN8, _bin_header = wire.BIN8_HEADERS, wire.bin_header  # (packb's Packer: 4x the cost)
 _NOBLOCK = zmq.NOBLOCK
 _FMT_BYTES = wire.FMT_BYTES
 # isinstance(k, str) without a generator's Python frame per header name
@@ -130,9 +131,9 @@ class Publisher:
             raise ClientClosed("client is closed")
         head = self._topic_heads.get(topic) or self._topic_head(topic)
         raw, fmt = (payload, _FMT_BYTES) if type(payload) is bytes else encode_payload(payload)
-        if headers is None:
-            # [topic, payload, fmt, nil]: the same bytes wire.encode_publish would produce
-            frame = head + _packb(raw) + (b"\x00\xc0" if fmt == 0 else b"\x01\xc0")
+        if headers is None:  # [topic, payload, fmt, nil]: as wire.encode_publish writes it
+            pre = head + (_BIN8[n] if (n := len(raw)) < 256 else _bin_header(n))
+            frame = pre + raw + (b"\x00\xc0" if fmt == 0 else b"\x01\xc0")
         else:
             frame = _frame_with_headers(topic, raw, fmt, headers)
         if self._frame_max and len(frame) > self._frame_max:

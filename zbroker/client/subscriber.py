@@ -27,7 +27,7 @@ from .. import selectors, wire
 from ..errors import ClientClosed, PermissionDenied, ProtocolError
 from ..wire.gaps import decode_gap_notice
 from .credentials import Credentials
-from .messages import Gap, Message, Subscription, message_from_fields
+from .messages import Gap, Message, Subscription, messages_from_envelopes
 
 __all__ = ["Subscriber", "Subscriptions"]
 
@@ -202,7 +202,7 @@ class Subscriber:
             pattern, first, envelopes = wire.decode_delivery_batch(frame)
             # a subscription with a selector is named ``pattern SEP selector``
             label = pattern.partition(_SEP)[0] if _SEP in pattern else pattern
-            msgs = [message_from_fields(label, f) for f in envelopes]
+            msgs = messages_from_envelopes(label, envelopes)
         except ProtocolError as exc:
             notice = decode_gap_notice(frame)  # (a notice's body is a map: rare, so here)
             if notice is None:

@@ -144,12 +144,12 @@ class Pipeline:
         drop, dirty, path = self._counters.drop, self._links.dirty, [origin]  # (path: shared)
         plans: dict[str, PublishPlan] = {}  # per topic: the route, once per batch
         prepared: Prepared = {}
+        ts = now()  # the node's receive time: one recv brought the frame's messages
         for frame, value in zip(frames, values, strict=True):
             if value is None:
                 continue
             topic, payload, fmt, headers = value
             seq += 1
-            ts = now()
             m: Any = [topic, payload, fmt, headers, origin, inc, seq, ts] if carry else None
             grouped = groups is not None and groups(m)
             plan = plans.get(topic)

@@ -18,7 +18,7 @@ for anything malformed, with a short ``reason`` the node uses as a counter key.
 
 from __future__ import annotations
 
-from .codec import array_header
+from .codec import BIN8_HEADERS, array_header, bin_header
 from .control import decode_control, encode_control
 from .delivery import (
     decode_delivery,
@@ -114,6 +114,7 @@ from .queues import (
 
 __all__ = [
     "ADVERT",
+    "BIN8_HEADERS",
     "BYE",
     "DELIVER",
     "DELIVERY_BATCH",
@@ -163,6 +164,7 @@ __all__ = [
     "STATUS",
     "SYNC_PREFIX",
     "array_header",
+    "bin_header",
     "check_link_map",
     "check_link_msg",
     "check_msgs",

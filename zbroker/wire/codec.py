@@ -44,6 +44,24 @@ def array_header(n: int) -> bytes:
     return b"\xdd" + n.to_bytes(4, "big")
 
 
+#: msgpack's bin 8 headers, by length: a publish's payload header without a Packer
+BIN8_HEADERS = tuple(bytes((0xC4, n)) for n in range(256))
+
+
+def bin_header(n: int) -> bytes:
+    """msgpack's header of a bin of ``n`` bytes (what ``packb`` writes before them).
+
+    ``msgpack.packb`` builds a Packer per call, most of its cost for a small value; a
+    publish needs only this header before its payload."""
+    if n < 256:
+        return BIN8_HEADERS[n]
+    if n < 1 << 16:
+        return b"\xc5" + n.to_bytes(2, "big")
+    if n < 1 << 32:
+        return b"\xc6" + n.to_bytes(4, "big")
+    raise ValueError("bytes object is too large")
+
+
 def str_list(value: Any, what: str) -> tuple[str, ...]:
     """``value`` as a tuple of strings (raises ProtocolError ``bad_type`` if it is not a
     msgpack array of strings; ``what`` names the field in the message)."""

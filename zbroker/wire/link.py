@@ -123,40 +123,42 @@ def check_msgs(
     ``errors``). ``caches``: paths and targets already checked, topics already valid (None: topic
     rules are the caller's)."""
     paths_ok, targets_ok, valid = caches
-    last: list[Any] = [None, None, None, None]  # the last (path, its tuple, targets, tuple)
+    last_path = path_t = last_targets = targets_t = None  # the last ones, and checked
+    # builtins and limits as locals: this loop runs once per message on every relay
+    _str, _bytes, _int, _float, _list, _dict = str, bytes, int, float, list, dict
+    i64, ts_max = I64, TS_MAX
     for i, m in enumerate(batch):
         try:
-            if type(m) is not list or len(m) != 10:
+            if type(m) is not _list or len(m) != 10:
                 raise ProtocolError("bad_shape", "MSGS entry must be a 10-element array")
             topic, payload, fmt, headers, origin, inc, seq, ts, path, targets = m
             if (
-                type(topic) is not str
-                or type(payload) is not bytes
-                or type(fmt) is not int
+                type(topic) is not _str
+                or type(payload) is not _bytes
+                or type(fmt) is not _int
                 or (fmt != 0 and fmt != 1)
-                or (headers is not None and type(headers) is not dict)
-                or type(origin) is not str
-                or type(inc) is not int
-                or type(seq) is not int
-                or type(ts) not in (float, int)
-                or type(path) is not list
-                or (targets is not None and type(targets) is not list)
+                or (headers is not None and type(headers) is not _dict)
+                or type(origin) is not _str
+                or type(inc) is not _int
+                or type(seq) is not _int
+                or (type(ts) is not _float and type(ts) is not _int)
+                or type(path) is not _list
+                or (targets is not None and type(targets) is not _list)
             ):
                 raise ProtocolError("bad_type", "MSGS entry has wrong field types")
             # in a run (the same path or targets as the last message's) the checked
             # tuple is shared: no tuple, no hashing per message
-            if path != last[0]:  # (unhashable elements: TypeError, bad_type)
-                last[:2] = path, _checked(tuple(path), paths_ok)
-            if targets is not None and targets != last[2]:
-                last[2:] = targets, _checked(tuple(targets), targets_ok)
-            if not (0 <= inc < I64 and 0 <= seq < I64 and -TS_MAX < ts < TS_MAX):
+            if path != last_path:  # (unhashable elements: TypeError, bad_type)
+                path_t = _checked(tuple(path), paths_ok)
+                last_path = path
+            if targets is not None and targets != last_targets:
+                targets_t = _checked(tuple(targets), targets_ok)
+                last_targets = targets
+            if not (0 <= inc < i64 and 0 <= seq < i64 and -ts_max < ts < ts_max):
                 # out of what the store can hold (and NaN fails every comparison)
                 raise ProtocolError("bad_value", "MSGS entry has out-of-range numbers")
             if valid is not None and topic not in valid:
-                validate_topic(topic)
-                if len(valid) >= TOPIC_CACHE_SIZE:
-                    valid.clear()
-                valid.add(topic)
+                _valid_topic(topic, valid)
         except ProtocolError as exc:
             errors.append((exc.reason, exc.detail))
         except InvalidTopic as exc:
@@ -164,10 +166,18 @@ def check_msgs(
         except TypeError as exc:  # unhashable path/targets elements
             errors.append(("bad_type", str(exc)))
         else:
-            m[8] = last[1]
-            m[9] = None if targets is None else last[3]
+            m[8] = path_t
+            m[9] = None if targets is None else targets_t
             continue
         batch[i] = None
+
+
+def _valid_topic(topic: str, valid: set[str]) -> None:
+    """Check a topic not seen yet (raises InvalidTopic) and remember it as valid."""
+    validate_topic(topic)
+    if len(valid) >= TOPIC_CACHE_SIZE:
+        valid.clear()
+    valid.add(topic)
 
 
 def _checked(items: tuple[Any, ...], checked: set[tuple[Any, ...]]) -> tuple[Any, ...]:
