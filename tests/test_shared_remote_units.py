@@ -191,7 +191,7 @@ def _adoption(tmp: str) -> tuple[StubContext, Any, Any]:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.sampled_from(["adopt", "rows", "done", "y"]),
+    st.sampled_from(["adopt", "rows", "done", "rows_ok", "y"]),
     st.dictionaries(
         st.sampled_from(["rows", "pattern", "selector", "max_msgs", "overflow", "max_age"]),
         _values,
@@ -214,9 +214,16 @@ def test_moved_rows_are_stored_once_with_their_move_counts() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ctx, adoption, d = _adoption(tmp)
         adoption.ids["n"] = {("P", 1, 7)}  # (published straight here during the move)
-        rows = [[n, n == 2, ["x.a", b"%d" % n, 0, None, "P", 1, 5 + n, 0.0]] for n in (1, 2, 3)]
+        rows = [
+            [10 + n, n, n == 2, ["x.a", b"%d" % n, 0, None, "P", 1, 5 + n, 0.0]] for n in (1, 2, 3)
+        ]
         rows.append(rows[0])  # (the same id twice)
         adoption.handle("A", {"op": "rows", "name": "n", "session": "1", "rows": rows})
+        # every row is answered (stored, or a copy of one here): the old home deletes them
+        assert ctx.sent[-1] == (
+            sd_topic("A"),
+            {"op": "rows_ok", "name": "n", "session": "1", "qs": [11, 12, 13, 11]},
+        )
         store = ctx.store
         store.commit()  # type: ignore[union-attr]
         kept = store.pending_durable("n", 0, 10)  # type: ignore[union-attr]

@@ -353,3 +353,45 @@ def test_an_old_home_restarted_mid_move_offers_it_again(
 def _pair(broker_factory: BrokerFactory) -> tuple[Broker, Broker]:
     a = broker_factory(broker_id="A")
     return a, broker_factory(broker_id="C", links=(link("ca", a),))
+
+
+def test_rows_dropped_on_the_way_to_a_target_two_hops_away_are_sent_again(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    wait_until: WaitUntil,
+    tmp_path: Any,
+) -> None:
+    """Chain A - B - C: A moves 10,000 messages to C, and C stops while rows are on their
+    way. B's route to C goes with C, so B drops what reaches it for C (an internal message
+    without a route); A had deleted those rows (lost). Now A deletes a row only when C
+    answers it stored, and sends again what is unanswered when its route goes: after C is
+    back every message is consumed."""
+    a = broker_factory(broker_id="A", data_dir=tmp_path / "a")
+    b = broker_factory(broker_id="B", links=(link("ba", a),), data_dir=tmp_path / "b")
+    port, hold = free_port(), {"redistribution_delay": 600.0}
+    c = broker_factory(
+        broker_id="C", links=(link("cb", b),), data_dir=tmp_path / "c", port=port, **hold
+    )
+    n = 10_000
+    emptied_home(client_factory, a)
+    backlog(client_factory(a.endpoint), n)
+    homed(client_factory, wait_until, [a, b, c], "billing", "A")
+    gate = threading.Event()
+    sub = client_factory(c.endpoint)
+    sub.subscribe("bill.>", lambda m: gate.wait(WAIT), durable="billing", shared=True, credit=5)
+    assert wait_until(lambda: counters(a)["durable_redistributed"] > 0, WAIT)
+    c.stop()
+    gate.set()
+    sub.close()
+    time.sleep(3.0)
+    c2 = broker_factory(
+        broker_id="C", links=(link("cb", b),), data_dir=tmp_path / "c", port=port, **hold
+    )
+    got = Collector()
+    homed(client_factory, wait_until, [a, b, c2], "billing", "C")
+    client_factory(c2.endpoint).subscribe("bill.>", got, durable="billing", shared=True, credit=500)
+    assert wait_until(lambda: set(got.payloads()) == set(range(n)), 60.0), len(set(got.payloads()))
+    time.sleep(GRACE)
+    plain = [m.payload for m in got.snapshot() if not m.redelivered]
+    assert len(plain) == len(set(plain))
+    assert wait_until(lambda: not holds(a, "billing"), WAIT)

@@ -63,6 +63,11 @@ class DurableMoves:
         sql = "SELECT q, moves FROM dqueue WHERE name=? AND moves>0"
         return dict(self._db.execute(sql, (name,)))
 
+    def stored_ids(self, name: str) -> set[tuple[str, int, int]]:
+        """The ids (origin, incarnation, sequence) of the messages ``name`` stores."""
+        sql = "SELECT origin, inc, oseq FROM dqueue WHERE name=?"
+        return {(o, i, s) for o, i, s in self._db.execute(sql, (name,))}
+
     def at_bound(self, name: str, limit: int) -> list[int]:
         """The messages of ``name`` that have moved ``limit`` times or more."""
         return [

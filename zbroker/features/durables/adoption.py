@@ -33,6 +33,11 @@ __all__ = ["Adoption"]
 
 #: seconds the dedupe of a move's message ids outlives its ``done``
 DEDUPE_GRACE = 5.0
+#: seconds the dedupe waits for a ``done`` once the old home stopped advertising it
+DONE_WAIT = 30.0
+#: seconds (by the two nodes' clocks) after which an ``adopt`` is refused as stale: the old
+#: home gives an unanswered offer up after moves.OFFER_TIMEOUT (10 s)
+STALE_OFFER = 8.0
 _SPEC = ("pattern", "max_msgs", "max_bytes", "max_age", "overflow", "selector")
 MsgId = tuple[str, int, int]
 
@@ -48,6 +53,7 @@ class Adoption:
         #: rows received per durable in the move under way, and the count ``done`` gave
         self._received: dict[str, int] = {}
         self._expected: dict[str, int] = {}
+        self._from: dict[str, str] = {}  # durable -> its old home, while it arrives
         #: durables being adopted -> the ids of the messages stored since the move began
         self.ids: dict[str, set[MsgId]] = {}
         self._until: dict[str, float] = {}  # dedupe ends (after ``done``)
@@ -58,7 +64,9 @@ class Adoption:
         """A move message from the old home ``node``; True: answered (sent something)."""
         op, name = body["op"], body["name"]
         if op == "adopt":
-            refused = self._adopt(name, body)
+            sent_at = body.get("sent_at")
+            stale = type(sent_at) is float and time.time() - sent_at > STALE_OFFER
+            refused = "the offer is stale" if stale else self._adopt(node, name, body)
             answer = {"op": "adopt_ok", "name": name, "session": body["session"]}
             if refused is not None:
                 answer.update(op="adopt_refused", message=refused)
@@ -75,7 +83,7 @@ class Adoption:
             self._ctx.bad(node, "shared durable message", f"unknown op {op!r}")
         return False
 
-    def _adopt(self, name: str, body: dict[str, Any]) -> str | None:
+    def _adopt(self, node: str, name: str, body: dict[str, Any]) -> str | None:
         """Create (or find) the durable; what refuses the move."""
         opts = open_options({k: body.get(k) for k in _SPEC} | {"shared": True})
         if isinstance(opts, str):
@@ -91,7 +99,8 @@ class Adoption:
             return f"node {self._ctx.broker_id} holds {name!r} with an exclusive consumer"
         if d.shared is None:
             d.shared = SharedState()
-        self.ids.setdefault(name, set())
+        self._ids(name)
+        self._from[name] = node
         self._until.pop(name, None)
         self._received[name] = 0
         self._expected.pop(name, None)
@@ -114,9 +123,16 @@ class Adoption:
         good = [r for r in rows if _valid(r)]
         if len(good) < len(rows):
             self._ctx.bad(node, "shared durable message", "a malformed moved row")
-        self._store(d, good)
+        if name not in self.ids:  # (this node restarted during the move)
+            self._ids(name)
+            self._from[name] = node
+        self._store(d, [r[1:] for r in good])
         self._settle(name)
-        return False
+        # stored (or a copy already here): the old home deletes them once this commits
+        qs = [r[0] for r in rows if type(r) is list and r and type(r[0]) is int]
+        answer = {"op": "rows_ok", "name": name, "session": body["session"], "qs": qs}
+        send(self._ctx, node, [answer])
+        return True
 
     def _settle(self, name: str) -> None:
         """Once ``done`` came and every row it counted arrived (a row can come after
@@ -125,6 +141,16 @@ class Adoption:
         if expected is not None and self._received.get(name, 0) >= expected:
             del self._expected[name]
             self._until[name] = time.monotonic() + DEDUPE_GRACE
+
+    def _ids(self, name: str) -> set[MsgId]:
+        """The ids the dedupe of an arriving durable starts from: those it stores now (a
+        node restarted in the middle of a move lost its set; the old home sends again
+        what it had no answer for, and what is stored here must not be stored twice)."""
+        ids = self.ids.get(name)
+        if ids is None:
+            assert self._ctx.store is not None
+            ids = self.ids[name] = self._ctx.store.durable_moves.stored_ids(name)
+        return ids
 
     def _store(self, d: Durable, rows: list[list[Any]]) -> None:
         """Store moved messages ``[moves, redelivered, msg]`` (each id once)."""
@@ -164,6 +190,13 @@ class Adoption:
             del self._until[name]
             self.ids.pop(name, None)
             self._received.pop(name, None)
+            self._from.pop(name, None)
+        homes = self._ctx.engine.durable_homes.homes
+        for name, node in self._from.items():
+            if name not in self._until and node not in homes.get(name, ()):
+                # the old home ended it (its ``done`` may be lost on the way) or went
+                # down: the dedupe ends after a longer wait
+                self._until[name] = now + DEDUPE_GRACE + DONE_WAIT
 
     def take_over(self, name: str, *, final: bool) -> None:
         """This node's consumers of ``name`` through the old home become consumers of the
@@ -201,7 +234,7 @@ class Adoption:
             m.releases.extend(r[0] for r in rows if type(r) is list and r and type(r[0]) is int)
             return
         good = [r for r in rows if type(r) is list and len(r) == 3 and type(r[0]) is int]
-        good = [r for r in good if _valid([1, r[1], r[2]])]
+        good = [r for r in good if _valid([r[0], 1, r[1], r[2]])]
         if len(good) < len(rows):
             self._ctx.bad(m.home, "shared durable message", "a malformed delivery row")
         self._store(d, [[1, bool(r[1]), r[2]] for r in good])
@@ -209,9 +242,12 @@ class Adoption:
 
 
 def _valid(row: Any) -> bool:
-    if not (type(row) is list and len(row) == 3 and type(row[0]) is int and 0 < row[0] < 1 << 31):
+    """A moved row: ``[q, moves, redelivered, msg]``."""
+    if not (type(row) is list and len(row) == 4 and type(row[0]) is int):
         return False
-    msg = row[2]
+    if not (type(row[1]) is int and 0 < row[1] < 1 << 31):
+        return False
+    msg = row[3]
     return (
         type(msg) is list
         and len(msg) == 8

@@ -49,7 +49,7 @@ OPEN_TIMEOUT = 5.0
 #: seconds between checks that local consumers are still connected (as durables do)
 PROBE_INTERVAL = 1.0
 #: messages about a durable's home moving (.moves, .adoption)
-MOVE_OPS = ("adopt", "adopt_ok", "adopt_refused", "rows", "done", "moved")
+MOVE_OPS = ("adopt", "adopt_ok", "adopt_refused", "abandon", "rows", "rows_ok", "done", "moved")
 
 
 class Member:
@@ -242,6 +242,7 @@ class Members:
         if body is not None and body["op"] in ("attach", "ack", "release", "detach"):
             self._home.handle(m[4], body)
         elif body is not None and body["op"] in MOVE_OPS:
+            body["sent_at"] = m[7]  # (when the origin sent it: an offer can be stale)
             self.on_move(m[4], body)
         elif body is not None:
             self.handle(body)
@@ -377,7 +378,8 @@ class Members:
             late = [w for w in m.waiting if w[1] < now]
             for req, _ in late:
                 self._f.refuse(req, f"node {m.home} holding durable {m.name!r} did not answer")
-                m.waiting.remove((req, _))
+                if (req, _) in m.waiting:  # (_gone below may have taken it already)
+                    m.waiting.remove((req, _))
                 if req.ident in m.consumers:
                     self._gone(m, req.ident)
             if m.name not in self.members:

@@ -53,6 +53,7 @@ consumers.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -62,7 +63,7 @@ from ...names import validate_broker_id
 from ...node import Request
 from .adoption import Adoption
 from .outgoing import HANDOVER_GRACE, ROWS_PER_PASS, Outgoing
-from .remote import send
+from .remote import qs_of, send
 from .shared import SharedState
 
 if TYPE_CHECKING:
@@ -79,6 +80,8 @@ log = logging.getLogger("zbroker.node")
 OFFER_WAIT = 3.0
 #: seconds an offer to an unreachable target is kept before it is given up
 OFFER_TIMEOUT = 10.0
+#: seconds a target that refused a durable is not offered it again
+REFUSED_FOR = 60.0
 
 
 class Moves:
@@ -98,7 +101,8 @@ class Moves:
         self._given_up: dict[str, Outgoing] = {}  # offers given up (a late adopt_ok)
         self._lonely: dict[str, float] = {}  # durable -> since when no consumer here
         self._limited: dict[str, set[int]] = {}  # messages counted at the bound
-        self._refused: dict[str, set[str]] = {}  # targets that refused the durable
+        #: targets that refused the durable, until when they are not asked again
+        self._refused: dict[str, dict[str, float]] = {}
         self._warned: set[str] = set()  # durables said to be held on two nodes
         self._resume: dict[str, str] | None = None  # moves the store says were under way
         self._down: set[str] = set()  # this node's links that are down
@@ -119,6 +123,8 @@ class Moves:
         op, name = body["op"], body["name"]
         if op in ("adopt_ok", "adopt_refused", "abandon"):
             self._answer(op, name, body)
+        elif op == "rows_ok":
+            self._rows_ok(node, name, body)
         elif op == "moved":
             to = body.get("to")
             try:
@@ -141,12 +147,25 @@ class Moves:
         elif op == "adopt_ok" and o.phase == "offer":
             self._accepted(name, o)
         elif op == "adopt_refused" or op == "abandon":  # (abandon: deleted there)
-            self._refused.setdefault(name, set()).add(o.target)
+            # (not for ever: "moving it away itself" or an exclusive holder passes)
+            self._refused.setdefault(name, {})[o.target] = time.monotonic() + REFUSED_FOR
             log.info("durable %s: node %s refused it: %s", name, o.target, body.get("message"))
             self._forget(name)
             self._reopen(o, time.monotonic())
         else:
             self._ctx.drop("durable_move_stale")
+
+    def _rows_ok(self, node: str, name: str, body: dict[str, Any]) -> None:
+        """The new home stored these rows: deleted here now."""
+        o, qs = self.out.get(name), qs_of(body)
+        if qs is None:
+            self._ctx.bad(node, "shared durable message", "rows_ok without valid qs")
+        elif o is None or o.session != body["session"]:
+            self._ctx.drop("durable_move_stale")
+        else:
+            n = o.answered(self._ctx, name, qs)
+            self.redistributed += n
+            self._moved[name] = self._moved.get(name, 0) + n
 
     def _accepted(self, name: str, o: Outgoing) -> None:
         store = self._ctx.store
@@ -206,8 +225,6 @@ class Moves:
         """After the pass's commit: move what ``d`` holds (see Outgoing.transfer)."""
         n = self.out[d.name].transfer(self._ctx, d)
         if n:
-            self.redistributed += n
-            self._moved[d.name] = self._moved.get(d.name, 0) + n
             self.sent = True
         if n >= ROWS_PER_PASS:
             self._f.wake(d.name)
@@ -243,6 +260,9 @@ class Moves:
 
     def _advance(self, d: Durable, o: Outgoing, now: float, stable: bool) -> None:
         if o.phase == "move":
+            o.resend(d, now, o.reachable(self._ctx))
+            if d.shared is not None and d.shared.redo:
+                self._f.wake(d.name)
             if o.ready(self._f, self._ctx, d, now, stable):
                 self._finish(d, o)
             return
@@ -281,7 +301,8 @@ class Moves:
             return None
         if any(c.node is None for c in d.shared.consumers.values()):
             return None
-        refused = self._refused.get(d.name, set())
+        now = time.monotonic()
+        refused = {t for t, until in self._refused.get(d.name, {}).items() if until > now}
         me = self._ctx.broker_id
         # two homes of one name: the higher moves into the lower (never both ways at once)
         others = self._ctx.engine.durable_homes.elsewhere(d.name, me)
@@ -335,7 +356,11 @@ class Moves:
         self.sent = True
 
     def _forget(self, name: str) -> None:
-        self.out.pop(name, None)
+        o, d = self.out.pop(name, None), self._f.durables.get(name)
+        if o is not None and d is not None and d.shared is not None:
+            for q in o.unanswered:  # (still stored here: to be handed out again)
+                bisect.insort(d.shared.redo, q)
+            self._f.wake(name)
         assert self._ctx.store is not None
         self._ctx.store.durable_moves.set_moving(name, None)
 

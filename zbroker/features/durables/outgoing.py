@@ -1,14 +1,18 @@
 """One move of a shared durable away from this node, phase by phase (see :mod:`.moves`).
 
 ``offer`` (``adopt`` sent, waiting for the answer) -> ``move`` (stored messages go to the
-new home, each deleted here in the commit that hands it to store-and-forward) -> the
-handover (the durable ends here, empty). Nothing is sent toward a target this node has
-no route to: an internal message with no route is dropped, so a message moved then would
-be deleted here and lost; the move waits instead.
+new home in ``rows``; each stays stored here until the new home answers ``rows_ok`` for it,
+after the commit that stored it there) -> the handover (the durable ends here, empty).
+An internal message that meets no route on its way is dropped (a relay whose link to the
+target went, or this node with none): rows not answered when this node's route to the
+target goes, or within ``RESEND_AFTER``, are sent again, and the new home's dedupe of
+message ids drops the copies. Nothing is sent toward a target without a route: the move
+waits.
 """
 
 from __future__ import annotations
 
+import bisect
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +38,8 @@ DRAIN_TIMEOUT = 5.0
 LINK_WAIT = 60.0
 #: stored messages moved per pass at most (the rest in the next passes)
 ROWS_PER_PASS = 2000
+#: seconds after which rows the new home has not answered are sent again
+RESEND_AFTER = 10.0
 
 
 class Outgoing:
@@ -45,10 +51,12 @@ class Outgoing:
         "moved",
         "nodes",
         "phase",
+        "progress",
         "session",
         "since",
         "target",
         "told",
+        "unanswered",
         "waiting",
     )
 
@@ -59,7 +67,10 @@ class Outgoing:
         self.since = time.monotonic()  # (the offer's time, for its timeout)
         self.grace_from: float | None = None  # when the new home's advertisement came
         self.moved: dict[int, int] = {}  # q -> moves made so far (0: absent)
-        self.count = 0  # messages moved (``done`` tells the new home, for its dedupe)
+        self.count = 0  # rows answered (``done`` tells the new home, for its dedupe)
+        #: q sent in ``rows`` and not yet answered ``rows_ok`` (still stored here)
+        self.unanswered: dict[int, None] = {}
+        self.progress = time.monotonic()  # the last rows_ok (or the first rows)
         #: the other nodes consuming it (told ``moved``) and their sessions
         self.nodes: dict[str, str] = {}
         self.told = False
@@ -88,11 +99,14 @@ class Outgoing:
             rows.extend(fresh)
         if not rows:
             return 0
+        if not self.unanswered:
+            self.progress = time.monotonic()
         bodies, chunk, size = [], [], 0
         for q, topic, payload, fmt, h, origin, inc, oseq, ts, delivered in rows:
             headers = None if h is None else msgpack.unpackb(h, strict_map_key=False)
             msg = [topic, payload, fmt, headers, origin, inc, oseq, ts]
-            chunk.append([self.moved.pop(q, 0) + 1, bool(delivered), msg])
+            chunk.append([q, self.moved.get(q, 0) + 1, bool(delivered), msg])
+            self.unanswered[q] = None
             size += len(payload) + len(topic) + 64
             if size >= CHUNK_BYTES:
                 bodies.append(chunk)
@@ -104,9 +118,32 @@ class Outgoing:
             self.target,
             [{"op": "rows", "name": d.name, "session": self.session, "rows": c} for c in bodies],
         )
-        store.ack_each(d.name, [r[0] for r in rows])  # (with the messages' origination)
-        self.count += len(rows)
         return len(rows)
+
+    def answered(self, ctx: Context, name: str, qs: list[int]) -> int:
+        """``rows_ok``: the new home stored these; deleted here now. Returns how many."""
+        done = [q for q in qs if q in self.unanswered]
+        for q in done:
+            del self.unanswered[q]
+            self.moved.pop(q, None)
+        self.count += len(done)
+        if done:
+            assert ctx.store is not None
+            ctx.store.ack_each(name, done)
+            self.progress = time.monotonic()
+        return len(done)
+
+    def resend(self, d: Durable, now: float, reachable: bool) -> None:
+        """Rows unanswered when the route to the target went, or for RESEND_AFTER, go
+        again (they may have been dropped on the way; the new home drops copies)."""
+        if not self.unanswered or (reachable and now < self.progress + RESEND_AFTER):
+            return
+        st = d.shared
+        assert st is not None
+        for q in self.unanswered:
+            bisect.insort(st.redo, q)
+        self.unanswered = {}
+        self.progress = now
 
     def ready(self, f: Durables, ctx: Context, d: Durable, now: float, stable: bool) -> bool:
         """Move phase, at each tick: may the durable end here now? (Tells the other
@@ -127,7 +164,7 @@ class Outgoing:
                 for ident in list(st.consumers):  # their messages are moved, flagged
                     f.shared_gone(d, ident, "durable moved")
             return False
-        if st.redo or store.durable_depth(d.name) or not self.reachable(ctx):
+        if st.redo or self.unanswered or store.durable_depth(d.name) or not self.reachable(ctx):
             f.wake(d.name)  # (not all moved yet: moved rows go with the next commit)
             return False
         if not self.told:  # the other consuming nodes attach to the new home now
