@@ -212,7 +212,10 @@ def test_bad_move_settings_are_refused(options: dict[str, Any], message: str) ->
 
 
 def test_a_consumer_whose_member_node_dies_reopens_through_another_node(
-    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    wait_until: WaitUntil,
+    dead_between: bool = False,
 ) -> None:
     """A client with the address list C, A consumes A's shared durable through C (a
     member). C stops: the client opens the durable again through A, the next node of its
@@ -223,9 +226,10 @@ def test_a_consumer_whose_member_node_dies_reopens_through_another_node(
     emptied_home(client_factory, a)
     homed(client_factory, wait_until, [a, c], "billing", "A")
     got = Slow(0.002)
+    d = broker_factory(broker_id="D", links=(link("da", a),)) if dead_between else None
     for _ in range(50):  # (a client picks its node at random from its list: C wanted)
         client = client_factory(
-            f"{c.endpoint},{a.endpoint}",
+            f"{c.endpoint},{d.endpoint},{a.endpoint}" if d else f"{c.endpoint},{a.endpoint}",
             heartbeat_interval=0.2,
             heartbeat_timeout=1.0,
             reconnect_initial_delay=0.1,
@@ -239,12 +243,24 @@ def test_a_consumer_whose_member_node_dies_reopens_through_another_node(
     pub = client_factory(a.endpoint)
     backlog(pub, 600)
     assert wait_until(lambda: len(got) >= 100, WAIT)
+    if d is not None:
+        d.stop()  # (the next node of the list does not answer: the one after it is asked)
     c.stop()
     assert wait_until(lambda: (queue_row(a, "billing") or {}).get("members") == {"A": 1}, WAIT)
     assert wait_until(lambda: set(got.payloads()) == set(range(600)), WAIT), len(got)
     time.sleep(GRACE)
     plain = [m.payload for m in got.snapshot() if not m.redelivered]
     assert len(plain) == len(set(plain))  # each processed once, but for flagged copies
+
+
+def test_a_reopen_goes_on_to_the_next_node_when_one_does_not_answer(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """As above with the list C, D, A where D stopped before C: the re-open through D
+    times out and goes on to A (it used to wait for D for good)."""
+    test_a_consumer_whose_member_node_dies_reopens_through_another_node(
+        broker_factory, client_factory, wait_until, dead_between=True
+    )
 
 
 # -- defects found in review: crossing moves, a target or an old home stopping mid-move ----

@@ -44,8 +44,11 @@ log = logging.getLogger("zbroker.client")
 #: the refusal that redirected it, if one did: it is what the caller gets if the node it
 #: names is not found)
 _Waiting = tuple[str, int, dict[str, Any], "Future[Any]", float, BaseException | None]
-#: seconds a shared durable whose member node was lost waits to be opened elsewhere
-_REOPEN_WAIT = 3600.0
+#: seconds a shared durable whose member node was lost waits for one node to open it
+#: (then the next node of the address list is asked)
+_REOPEN_WAIT = 10.0
+#: seconds between two such nodes
+_RETRY_DELAY = 1.0
 
 
 class _HomeEvents:
@@ -99,6 +102,8 @@ class DurableHomes:
         #: shared durables consumed through a node that is not their home (a member):
         #: when that node is lost they are opened again through the primary
         self._via_member: set[str] = set()
+        #: re-opens to try again: (when, name, nodes, index of the next node)
+        self._retries: list[tuple[float, str, list[str], int]] = []
 
     # -- the client thread's loop --------------------------------------------------------
 
@@ -110,6 +115,11 @@ class DurableHomes:
         return None
 
     def tick(self, now: float, primary: Session | None) -> None:
+        if self._retries:
+            due = [r for r in self._retries if r[0] <= now]
+            self._retries = [r for r in self._retries if r[0] > now]
+            for _, name, nodes, i in due:
+                self._reopen(name, nodes, i)
         for ep, sessions in list(self._homes.items()):
             sessions.tick(now)
             if not self._wanted(ep):
@@ -226,30 +236,33 @@ class DurableHomes:
     def lost(self, ep: str) -> None:
         """The session to ``ep`` is lost. A durable homed there waits for it (nothing
         opens a second one elsewhere); a shared durable consumed through ``ep`` as a
-        member is opened again through the next node of the address list (its home gives
-        what ``ep`` held to other consumers, flagged)."""
+        member is opened again through the other nodes of the address list in turn,
+        until one takes it (its home gives what ``ep`` held to other consumers, flagged)."""
         moving = [n for n, e in self.home_of.items() if e == ep and n in self._via_member]
         if len(moving) < sum(1 for e in self.home_of.values() if e == ep):
             log.warning("durables at %s paused: their home node is unreachable", ep)
-        others = [c for c in self._locator.candidates() if c != ep]
-        to = others[0] if others else ep  # (the next node of the address list)
+        others = [c for c in self._locator.candidates() if c != ep] or [ep]
         for name in moving:
-            body = self._durables.open_body(name)
             del self.home_of[name]
             self._via_member.discard(name)
-            if body is None:
-                continue
             log.info("durable %r: its node %s is unreachable, opening it through another", name, ep)
-            fut: Future[Any] = Future()
-            fut.add_done_callback(functools.partial(self._reopened, name))
-            self._place(
-                to, (name, wire.DURABLE_OPEN, body, fut, time.monotonic() + _REOPEN_WAIT, None)
-            )
+            self._reopen(name, others, 0)
 
-    @staticmethod
-    def _reopened(name: str, fut: Future[Any]) -> None:
+    def _reopen(self, name: str, nodes: list[str], i: int) -> None:
+        """Open shared durable ``name`` through ``nodes[i]`` (the next one if that
+        fails), while the subscription is open and has no node."""
+        body = self._durables.open_body(name)
+        if body is None or name in self.home_of:
+            return
+        fut: Future[Any] = Future()
+        fut.add_done_callback(functools.partial(self._reopened, name, nodes, i))
+        w = (name, wire.DURABLE_OPEN, body, fut, time.monotonic() + _REOPEN_WAIT, None)
+        self._place(nodes[i % len(nodes)], w)
+
+    def _reopened(self, name: str, nodes: list[str], i: int, fut: Future[Any]) -> None:
         if fut.exception() is not None:
             log.warning("durable %r could not be opened again: %s", name, fut.exception())
+            self._retries.append((time.monotonic() + _RETRY_DELAY, name, nodes, i + 1))
 
     # -- home sessions -----------------------------------------------------------------------
 
