@@ -71,21 +71,28 @@ def shared(eps: list[str], pub_ep: str, name: str, n: int) -> tuple[float, list[
             c.close()
 
 
+def leave_a(on_a: Client, on_c: Client, name: str, n: int) -> tuple[Counter, float]:
+    """A holds durable ``name`` with a backlog of ``n`` and one consumer, which leaves:
+    the consumer's counter (what it took before) and the time it left."""
+    on_a.subscribe(f"{name}.>", Counter(), durable=name, shared=True).unsubscribe()
+    wait_for(lambda: members(on_a, name) == {"A": 0})
+    futs = [on_a.publish(f"{name}.x", PAYLOAD, persistent=True) for _ in range(n)]
+    for f in futs:
+        f.result(120)
+    wait_for(lambda: any(r["pattern"] == f"$ZB.DURABLE.{name}" for r in on_c.routes()))
+    stay = Counter()
+    sub = on_a.subscribe(f"{name}.>", stay, durable=name, shared=True, credit=1)
+    t0 = time.perf_counter()
+    sub.unsubscribe()  # A's last consumer leaves with the backlog there
+    return stay, t0
+
+
 def move(a: str, c: str, n: int) -> float:
     """Seconds from the last consumer leaving A (backlog ``n``) to C having consumed it."""
     with Client(a) as on_a, Client(c) as on_c:
-        on_a.subscribe("mv.>", Counter(), durable="move", shared=True).unsubscribe()
-        wait_for(lambda: members(on_a, "move") == {"A": 0})
-        futs = [on_a.publish("mv.x", PAYLOAD, persistent=True) for _ in range(n)]
-        for f in futs:
-            f.result(120)
-        wait_for(lambda: any(r["pattern"] == "$ZB.DURABLE.move" for r in on_c.routes()))
-        stay = Counter()
-        sub = on_a.subscribe("mv.>", stay, durable="move", shared=True, credit=1)
+        stay, t0 = leave_a(on_a, on_c, "mv", n)
         k = Counter()
-        t0 = time.perf_counter()
-        sub.unsubscribe()  # A's last consumer leaves with the backlog there
-        on_c.subscribe("mv.>", k, durable="move", shared=True, credit=200)
+        on_c.subscribe("mv.>", k, durable="mv", shared=True, credit=200)
         wait_for(lambda: k.n + stay.n >= n, 120)
         return time.perf_counter() - t0
 
@@ -99,18 +106,10 @@ class Slow(Counter):
 def rehome(a: str, c: str, n: int) -> tuple[float, int, float]:
     """(d): seconds to A holding nothing, messages moved, seconds to all consumed."""
     with Client(a) as on_a, Client(c) as on_c:
-        on_a.subscribe("rh.>", Counter(), durable="rehome", shared=True).unsubscribe()
-        futs = [on_a.publish("rh.x", PAYLOAD, persistent=True) for _ in range(n)]
-        for f in futs:
-            f.result(120)
-        wait_for(lambda: any(r["pattern"] == "$ZB.DURABLE.rehome" for r in on_c.routes()))
-        stay = Counter()
-        sub = on_a.subscribe("rh.>", stay, durable="rehome", shared=True, credit=1)
+        stay, t0 = leave_a(on_a, on_c, "rh", n)
         k = Slow()
-        t0 = time.perf_counter()
-        sub.unsubscribe()
-        on_c.subscribe("rh.>", k, durable="rehome", shared=True, credit=50)
-        wait_for(lambda: not any(d["name"] == "rehome" for d in on_a.status()["durables"]), 120)
+        on_c.subscribe("rh.>", k, durable="rh", shared=True, credit=50)
+        wait_for(lambda: not any(d["name"] == "rh" for d in on_a.status()["durables"]), 120)
         moved_at = time.perf_counter() - t0
         wait_for(lambda: k.n + stay.n >= n, 120)
         done = time.perf_counter() - t0

@@ -22,10 +22,11 @@ across cuts and restarts):
    consumer attached here meanwhile.
 2. **move** -- the old home hands its consumers nothing more; every stored message not in
    flight goes to the new home in ``rows`` (each carrying how often it has moved), and is
-   deleted here in the same commit as the internal message carrying it: each message
-   exists in exactly one store at every instant (the link queue's copy is the travelling
-   one). What consumers had in flight is acknowledged here as usual, or given back and
-   moved, flagged redelivered; what is published meanwhile is stored here and moved too.
+   deleted here when the new home answers ``rows_ok`` (sent in the commit that stored it
+   there); what is unanswered is sent again (:class:`~.outgoing.Outgoing`), so a message
+   is never in no store. What consumers had in flight is acknowledged here as usual, or
+   given back and moved, flagged redelivered; what is published meanwhile is stored here
+   and moved too.
    While both nodes hold interest in the pattern a message may reach both: the new home
    stores the first copy of each message id (origin, incarnation, sequence) and drops the
    second. Opens here are served as consumers of the new home (:mod:`.members`).
@@ -198,11 +199,7 @@ class Moves:
             if until > now:
                 self._f.reopen(req)
             else:
-                self._f.refuse(
-                    req,
-                    f"durable subscription {req.body.get('name')!r} is moving to node "
-                    f"{o.target}: open it again",
-                )
+                self._f.refuse(req, _moving(req.body.get("name"), o.target))
 
     # -- the old home ------------------------------------------------------------------------
 
@@ -270,10 +267,7 @@ class Moves:
         if late:  # (their clients are giving up: refused, so none is left a ghost)
             o.waiting = [w for w in o.waiting if w[1] > now]
             for req, _ in late:
-                self._f.refuse(
-                    req,
-                    f"durable subscription {d.name!r} is moving to node {o.target}: open it again",
-                )
+                self._f.refuse(req, _moving(d.name, o.target))
         if now >= o.since + OFFER_TIMEOUT and not o.reachable(self._ctx):
             log.info("durable %s: node %s did not answer its offer", d.name, o.target)
             self._forget(d.name)
@@ -391,3 +385,8 @@ class Moves:
             "durable_move_limited": self.move_limited,
             "durable_moves": self.moves,
         }
+
+
+def _moving(name: Any, target: str) -> str:
+    """The error an open waiting for a move's offer gets when its wait ends."""
+    return f"durable subscription {name!r} is moving to node {target}: open it again"

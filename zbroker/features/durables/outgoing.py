@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgpack
 
@@ -82,21 +82,13 @@ class Outgoing:
 
     def transfer(self, ctx: Context, d: Durable) -> int:
         """Move what ``d`` stores and has not handed out (after the pass's commit): rows to
-        the new home, deleted here in the same commit as the message carrying them.
-        Returns the messages moved (ROWS_PER_PASS: maybe more to come)."""
+        the new home, kept here until it answers them (:meth:`answered`). Returns the
+        messages sent (ROWS_PER_PASS: maybe more to come)."""
         st, store = d.shared, ctx.store
         assert st is not None and store is not None
         if not self.reachable(ctx):
             return 0  # (sent now it would be dropped: the move waits for a route)
-        rows: list[tuple[Any, ...]] = []
-        if st.redo:
-            take, st.redo = st.redo[:ROWS_PER_PASS], st.redo[ROWS_PER_PASS:]
-            rows = store.durable_rows(d.name, take)
-        if len(rows) < ROWS_PER_PASS:
-            fresh = store.pending_durable(d.name, st.cursor, ROWS_PER_PASS - len(rows))
-            if fresh:
-                st.cursor = fresh[-1][0]
-            rows.extend(fresh)
+        rows = st.take_rows(store, d.name, ROWS_PER_PASS)
         if not rows:
             return 0
         if not self.unanswered:

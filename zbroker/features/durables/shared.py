@@ -23,6 +23,7 @@ from ... import wire
 
 if TYPE_CHECKING:
     from ...node.context import Context
+    from ...store import Store
     from .state import Durable
 
 __all__ = ["SharedConsumer", "SharedState", "pump_shared"]
@@ -115,6 +116,20 @@ class SharedState:
             del c.inflight[q]
         return done
 
+    def take_rows(self, store: Store, name: str, room: int) -> list[tuple[Any, ...]]:
+        """Up to ``room`` stored rows to hand out next: first what consumers gone left
+        (``redo``), then new ones (past ``cursor``, which moves on)."""
+        rows: list[tuple[Any, ...]] = []
+        if self.redo:
+            take, self.redo = self.redo[:room], self.redo[room:]
+            rows = store.durable_rows(name, take)  # (some may be gone: trimmed, acked)
+        if len(rows) < room:
+            fresh = store.pending_durable(name, self.cursor, room - len(rows))
+            if fresh:
+                self.cursor = fresh[-1][0]
+            rows.extend(fresh)
+        return rows
+
     def in_flight(self) -> int:
         return sum(len(c.inflight) for c in self.consumers.values())
 
@@ -137,15 +152,7 @@ def pump_shared(ctx: Context, d: Durable) -> list[tuple[SharedConsumer, int, dic
     room = sum(max(c.room(), 0) for c in st.consumers.values())
     if room <= 0:
         return []
-    rows = []
-    if st.redo:
-        take, st.redo = st.redo[:room], st.redo[room:]
-        rows = store.durable_rows(d.name, take)  # (some may be gone: trimmed, acked)
-    if len(rows) < room:
-        fresh = store.pending_durable(d.name, st.cursor, room - len(rows))
-        if fresh:
-            st.cursor = fresh[-1][0]
-        rows.extend(fresh)
+    rows = st.take_rows(store, d.name, room)
     out = []
     for q, topic, payload, fmt, h, origin, inc, oseq, ts, delivered in rows:
         c = st.next_consumer()
