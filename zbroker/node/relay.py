@@ -137,6 +137,15 @@ def _plan(pipe: Pipeline, m: list[Any], prepared: Prepared) -> Plan:
     if fwd is False:
         return False, frozenset(), [], 0, None, ()
     patterns, sends = pipe._engine.route(topic, key_path, key_targets)
+    return (fwd, patterns, *_takers(pipe, patterns, sends, prepared))
+
+
+def _takers(
+    pipe: Pipeline, patterns: frozenset[str], sends: Any, prepared: Prepared
+) -> tuple[list[tuple[Link, list[str] | None, int]], int, Selective | None, tuple[Feature, ...]]:
+    """A route's takers besides local clients: its sends resolved to links (and the
+    copies routed to links that are down), or the sends if Selective (resolved per
+    message), and the feature sinks of its local patterns."""
     links: list[tuple[Link, list[str] | None, int]] = []
     missing, selective = 0, None
     if sends:
@@ -146,7 +155,7 @@ def _plan(pipe: Pipeline, m: list[Any], prepared: Prepared) -> Plan:
             links, missing = picked(pipe, sends, prepared)
     interest = pipe._interest
     sinks = interest.sinks_for(patterns) if patterns and interest.has_sinks else ()
-    return fwd, patterns, links, missing, selective, sinks
+    return links, missing, selective, sinks
 
 
 def picked(
@@ -183,15 +192,8 @@ def publish_plan(
         patterns, sends = engine.route(topic, (), None)
     else:
         patterns, sends = engine.local_matches(topic), None
-    links: list[tuple[Link, list[str] | None, int]] = []
-    missing, selective = 0, None
-    if sends:
-        if sends.__class__ is Selective:
-            selective = sends
-        else:
-            links, missing = picked(pipe, sends, prepared)
-    interest, prefix = pipe._interest, pipe._delivery.prefix
-    sinks = interest.sinks_for(patterns) if patterns and interest.has_sinks else ()
+    links, missing, selective, sinks = _takers(pipe, patterns, sends, prepared)
+    prefix = pipe._delivery.prefix
     dests = (
         []
         if pipe._delivery.selected.by_pattern
