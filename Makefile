@@ -5,9 +5,17 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint build bench clean
 
-$(STAMP): pyproject.toml
+# the tests that run a second time on the pure-Python path (ZBROKER_PURE_PYTHON=1): the
+# compiled modules' own tests and end-to-end nodes, relays and clients (zbroker/_compiled.py)
+PURE_TESTS ?= tests/test_compiled.py tests/test_wire.py tests/test_wire_links.py \
+	tests/test_sansio.py tests/test_client_parts.py tests/test_link_duplicates.py \
+	tests/routing/test_dedupe.py tests/routing/test_engine.py tests/integration/test_node.py \
+	tests/integration/test_network.py tests/integration/test_relay_runs.py \
+	tests/integration/test_fuzz.py
+
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "zbroker needs Python 3.11+")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -18,15 +26,21 @@ run: $(STAMP)
 	$(BIN)/zbroker start $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check zbroker cli tests benchmarks examples
-	$(BIN)/ruff format --check zbroker cli tests benchmarks examples
+	$(BIN)/ruff check setup.py zbroker cli tests benchmarks examples
+	$(BIN)/ruff format --check setup.py zbroker cli tests benchmarks examples
 	$(BIN)/mypy
 
-test: lint
+# the compiled modules, rebuilt where a source changed (none without Cython or a compiler)
+build: $(STAMP)
+	$(BIN)/python setup.py -q build_ext --inplace
+
+test: lint build
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	ZBROKER_PURE_PYTHON=1 $(BIN)/python -m pytest $(PYTEST_ARGS) $(PURE_TESTS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_node.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build
+	find zbroker -name '*.so' -delete

@@ -106,7 +106,8 @@ def child_main(tree: Path, n: int, lat_s: float) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     tmp = tempfile.mkdtemp(prefix="zbroker-cmpbench-")
     stops = [ctx.Event(), ctx.Event()]
-    out: dict[str, Any] = {"digest": bn.source_digest(), "sources": src}
+    digest = f"{bn.source_digest()} ({bn.compiled_state()})"
+    out: dict[str, Any] = {"digest": digest, "sources": src}
     client = None
     nodes: list[dict[str, Any]] = []
     try:

@@ -837,7 +837,23 @@ def machine_info() -> dict[str, Any]:
         "msgpack": ".".join(map(str, msgpack.version)),
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
         "zbroker_src_sha256": source_digest(),
+        "zbroker_compiled": compiled_state(),
     }
+
+
+def compiled_state() -> str:
+    """How many of zbroker's compiled modules (zbroker/_compiled.py) run compiled here."""
+    import importlib
+
+    try:
+        from zbroker import _compiled
+    except ImportError:  # a tree from before the compiled modules
+        return "no compiled modules"
+    for name in _compiled.COMPILED:
+        importlib.import_module(name)
+    done = sum(_compiled.loaded().values())
+    pure = f" ({_compiled.ENV})" if _compiled.pure_python() else ""
+    return f"{done} of {len(_compiled.COMPILED)} compiled{pure}"
 
 
 def _fmt_rate(r: float) -> str:

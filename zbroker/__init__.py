@@ -11,6 +11,8 @@ Public API::
 
 from __future__ import annotations
 
+# first: compiled modules or their sources (ZBROKER_PURE_PYTHON), before any is imported
+from . import _compiled  # noqa: F401
 from .aio import AsyncClient
 from .broker import Broker
 from .client import Client, Gap, Message, MessageId, Subscription

@@ -1,0 +1,112 @@
+"""Which modules of the message path are compiled, and the switch back to their source.
+
+The modules in :data:`COMPILED` are plain Python, and zbroker is complete without any
+build step. When Cython and a C compiler are there at install time, ``setup.py`` compiles
+each of them (unchanged: Cython's pure-Python mode) into an extension module beside its
+source, which Python's import then prefers; that removes the interpreter's dispatch from
+the per-message loops (publisher, relay, delivery, subscriber) and nothing else changes.
+
+Importing this module (``zbroker/__init__.py`` does so first) runs :func:`install`, which
+puts a finder ahead of the path finders that imports a listed module from its ``.py``
+source instead when
+
+* ``ZBROKER_PURE_PYTHON`` is set to anything but ``""`` or ``0``: the pure-Python path on
+  demand, which the test suite runs as well (the fallback must keep working), or
+* the extension is older than its source: an edit takes effect at once, before the next
+  build (``make build``), rather than being shadowed by a stale extension.
+
+``setup.py`` reads :data:`COMPILED` from this file's text (it runs before zbroker is
+installed), so the list stays a plain tuple of strings.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+__all__ = ["COMPILED", "ENV", "install", "loaded", "pure_python"]
+
+#: the modules compiled when the build can: each one's per-message loops
+COMPILED = (
+    "zbroker.wire.codec",
+    "zbroker.wire.delivery",
+    "zbroker.wire.link",
+    "zbroker.wire.publish",
+    "zbroker.routing.dedupe",
+    "zbroker.routing.engine",
+    "zbroker.links.flush",
+    "zbroker.links.outbox",
+    "zbroker.links.table",
+    "zbroker.node.delivery",
+    "zbroker.node.kernel",
+    "zbroker.node.pipeline",
+    "zbroker.node.relay",
+    "zbroker.node.selected",
+    "zbroker.client.messages",
+    "zbroker.client.publisher",
+    "zbroker.client.subscriber",
+    "zbroker.client.thread",
+)
+#: set (not "" or "0") to import every module of COMPILED from its Python source
+ENV = "ZBROKER_PURE_PYTHON"
+
+
+def pure_python() -> bool:
+    """Whether ``ZBROKER_PURE_PYTHON`` asks for the Python sources."""
+    return os.environ.get(ENV, "") not in ("", "0")
+
+
+class _SourceFinder(importlib.abc.MetaPathFinder):
+    """Finds a module of COMPILED as its ``.py`` source when it should not be the
+    extension; otherwise leaves it to the path finders (which prefer the extension)."""
+
+    def __init__(self, pure: bool) -> None:
+        self.pure = pure
+        self.names = frozenset(COMPILED)
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.names or not path:
+            return None
+        leaf = fullname.rpartition(".")[2]
+        for folder in path:
+            source = Path(folder, leaf + ".py")
+            if source.is_file():
+                if self.pure or _stale(source):
+                    return importlib.util.spec_from_file_location(fullname, source)
+                return None
+        return None
+
+
+def _stale(source: Path) -> bool:
+    """Whether ``source`` has an extension beside it that is older than it (True), or a
+    current one or none (False: the path finders take it from here)."""
+    built = [source.with_name(source.stem + s) for s in importlib.machinery.EXTENSION_SUFFIXES]
+    times = [p.stat().st_mtime for p in built if p.is_file()]
+    return bool(times) and max(times) < source.stat().st_mtime
+
+
+def install() -> None:
+    """Put the source finder first on ``sys.meta_path`` (once)."""
+    if not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SourceFinder(pure_python()))
+
+
+def loaded() -> dict[str, bool]:
+    """Per module of COMPILED imported so far: True when it runs as an extension."""
+    return {
+        name: isinstance(getattr(sys.modules[name], "__loader__", None), _EXT_LOADER)
+        for name in COMPILED
+        if name in sys.modules
+    }
+
+
+_EXT_LOADER = importlib.machinery.ExtensionFileLoader
+install()
