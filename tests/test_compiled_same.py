@@ -1,0 +1,160 @@
+"""The compiled checks and their Python sources answer alike (zbroker/_compiled.py).
+
+A node that compiled its modules and one that could not are peers on one network: a
+frame one accepts, the other must accept with the same result, and what one refuses, the
+other must refuse for the same reason. Each case runs the module zbroker imported (an
+extension where the build compiled it) and the same module executed from its ``.py``
+source on the same inputs, valid and malformed, and compares everything they return.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import string
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import msgpack
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import zbroker
+from zbroker import wire
+from zbroker.client import messages as client_messages
+from zbroker.wire import link as wire_link
+from zbroker.wire import publish as wire_publish
+
+ROOT = Path(zbroker.__file__).resolve().parent.parent
+
+
+def _from_source(module: ModuleType) -> ModuleType:
+    """``module`` executed afresh from its ``.py`` (its package's relative imports as
+    usual), whatever zbroker imported for it."""
+    path = ROOT / (module.__name__.replace(".", "/") + ".py")
+    spec = importlib.util.spec_from_file_location(module.__name__ + "_from_source", path)
+    assert spec is not None and spec.loader is not None
+    source = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = source  # (a dataclass looks its module up by name)
+    spec.loader.exec_module(source)
+    return source
+
+
+LINK, PUBLISH, MESSAGES = (_from_source(m) for m in (wire_link, wire_publish, client_messages))
+
+_ID = st.text(alphabet=string.ascii_letters + string.digits + "_.-", min_size=1, max_size=12)
+_TOPIC = st.one_of(st.sampled_from(["A.B", "PRICE.X", "A..B", "$ZB.X", "A.*", ""]), _ID)
+_LEAF = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),  # what msgpack can carry
+    st.floats(),  # NaN and infinities too: a range check must refuse them alike
+    st.text(max_size=6),
+    st.binary(max_size=8),
+)
+_ANY = st.recursive(_LEAF, lambda inner: st.one_of(st.lists(inner, max_size=3)), max_leaves=6)
+_HEADERS = st.one_of(st.none(), st.dictionaries(st.text(max_size=4), _LEAF, max_size=3))
+_GOOD_MSG = st.tuples(
+    _TOPIC,
+    st.binary(max_size=16),
+    st.sampled_from([0, 1]),
+    _HEADERS,
+    _ID,
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 2**63 - 1),
+    st.one_of(st.floats(-1e15, 1e15), st.integers(-(10**15), 10**15)),
+    st.lists(_ID, max_size=3),
+    st.one_of(st.none(), st.lists(_ID, max_size=3)),
+).map(list)
+
+
+@st.composite
+def _msg(draw: st.DrawFn) -> Any:
+    """A MSGS entry: valid, or valid with one field replaced by anything, or anything."""
+    m = draw(_GOOD_MSG)
+    kind = draw(st.integers(0, 3))
+    if kind == 1:
+        m[draw(st.integers(0, 9))] = draw(_ANY)
+    elif kind == 2:
+        m = m[: draw(st.integers(0, 11))]
+    elif kind == 3:
+        return draw(_ANY)
+    return m
+
+
+def _run_check_msgs(module: ModuleType, batch: list[Any], topics: bool) -> Any:
+    batch = copy.deepcopy(batch)
+    errors: list[tuple[str, str]] = []
+    module.check_msgs(batch, (set(), set(), set() if topics else None), errors)
+    return batch, errors
+
+
+@settings(max_examples=300, deadline=None)
+@given(batch=st.lists(_msg(), max_size=8), topics=st.booleans())
+def test_check_msgs_compiled_and_source_agree(batch: list[Any], topics: bool) -> None:
+    assert _run_check_msgs(wire_link, batch, topics) == _run_check_msgs(LINK, batch, topics)
+
+
+def _publish_frame(draw: st.DrawFn) -> bytes:
+    kind = draw(st.integers(0, 2))
+    if kind == 0:  # what the client sends: [topic, payload, fmt(, headers)]
+        value: Any = [draw(_TOPIC), draw(st.binary(max_size=8)), draw(st.sampled_from([0, 1]))]
+        if draw(st.booleans()):
+            value.append(draw(_HEADERS))
+    elif kind == 1:
+        value = draw(st.lists(_ANY, max_size=5))
+    else:
+        return draw(st.binary(max_size=24))  # not necessarily msgpack at all
+    return msgpack.packb(value)  # type: ignore[no-any-return]
+
+
+@st.composite
+def _publish_raw(draw: st.DrawFn) -> bytes:
+    """A publish socket's frame: one publish, a batch of publish frames, or junk."""
+    if draw(st.booleans()):
+        return _publish_frame(draw)
+    return msgpack.packb([_publish_frame(draw) for _ in range(draw(st.integers(0, 4)))])  # type: ignore[no-any-return]
+
+
+def _run_publishes(module: ModuleType, raw: bytes, topics: bool) -> Any:
+    errors: list[tuple[str, str]] = []
+    elements = module.publish_elements(raw, errors)
+    values = module.check_publishes(elements, errors, set() if topics else None)
+    return list(elements), values, errors
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=_publish_raw(), topics=st.booleans())
+def test_publish_checks_compiled_and_source_agree(raw: bytes, topics: bool) -> None:
+    assert _run_publishes(wire_publish, raw, topics) == _run_publishes(PUBLISH, raw, topics)
+
+
+def _run_envelopes(module: ModuleType, envelopes: list[Any]) -> str:
+    """Every field of every message built, or the exception: as text (a NaN decoded
+    from a payload is not equal to itself, its text is)."""
+    try:
+        got = module.messages_from_envelopes("A.>", copy.deepcopy(envelopes))
+        return repr([tuple(getattr(m, k) for k in m.__slots__) for m in got])
+    except Exception as exc:  # the same exception, with the same words, on both sides
+        return repr((type(exc), str(exc)))
+
+
+_ENVELOPE = st.one_of(
+    _GOOD_MSG.map(lambda m: m[:8]),
+    st.lists(_ANY, min_size=8, max_size=8),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(envelopes=st.lists(_ENVELOPE, max_size=5))
+def test_delivery_envelopes_compiled_and_source_agree(envelopes: list[Any]) -> None:
+    assert _run_envelopes(client_messages, envelopes) == _run_envelopes(MESSAGES, envelopes)
+
+
+def test_the_source_copies_are_not_what_zbroker_imported_when_compiled() -> None:
+    # the comparison means something only if one side is the extension (where built)
+    assert LINK.check_msgs is not wire_link.check_msgs
+    assert LINK.__file__ is not None and LINK.__file__.endswith(".py")
+    assert wire.check_msgs is wire_link.check_msgs
