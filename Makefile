@@ -43,4 +43,4 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build
-	find zbroker -name '*.so' -delete
+	find zbroker \( -name '*.so' -o -name '*.source-sha256' \) -delete

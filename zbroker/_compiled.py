@@ -12,8 +12,11 @@ source instead when
 
 * ``ZBROKER_PURE_PYTHON`` is set to anything but ``""`` or ``0``: the pure-Python path on
   demand, which the test suite runs as well (the fallback must keep working), or
-* the extension is older than its source: an edit takes effect at once, before the next
-  build (``make build``), rather than being shadowed by a stale extension.
+* the extension was not built from the source beside it: the build writes the source's
+  sha256 beside each extension (``<module>.source-sha256``), and a source that no longer
+  matches it (an edit, before the next ``make build``) runs instead of the stale
+  extension. Content, not modification times: an install or a copy sets times in any
+  order.
 
 ``setup.py`` reads :data:`COMPILED` from this file's text (it runs before zbroker is
 installed), so the list stays a plain tuple of strings.
@@ -21,6 +24,7 @@ installed), so the list stays a plain tuple of strings.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -30,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["COMPILED", "ENV", "install", "loaded", "pure_python"]
+__all__ = ["COMPILED", "ENV", "STAMP", "built_from", "install", "loaded", "pure_python"]
 
 #: the modules compiled when the build can: each one's per-message loops
 COMPILED = (
@@ -55,6 +59,9 @@ COMPILED = (
 )
 #: set (not "" or "0") to import every module of COMPILED from its Python source
 ENV = "ZBROKER_PURE_PYTHON"
+#: beside each built extension, ``<module>`` + this: the sha256 of the source it was built
+#: from (written by setup.py)
+STAMP = ".source-sha256"
 
 
 def pure_python() -> bool:
@@ -79,23 +86,31 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
         for folder in path:
             source = Path(folder, leaf + ".py")
             if source.is_file():
-                if self.pure or _stale(source):
+                if self.pure or built_from(source) is False:
                     return importlib.util.spec_from_file_location(fullname, source)
                 return None
         return None
 
 
-def _stale(source: Path) -> bool:
-    """Whether ``source`` has an extension beside it that is older than it (True), or a
-    current one or none (False: the path finders take it from here)."""
-    built = [source.with_name(source.stem + s) for s in importlib.machinery.EXTENSION_SUFFIXES]
-    times = [p.stat().st_mtime for p in built if p.is_file()]
-    return bool(times) and max(times) < source.stat().st_mtime
+def built_from(source: Path) -> bool | None:
+    """Whether the extension beside ``source`` was built from it (its stamp holds the
+    source's sha256): True, False (a stale extension, or one with no stamp), or None
+    when there is no extension (the path finders then take the source anyway)."""
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    if not any(source.with_name(source.stem + s).is_file() for s in suffixes):
+        return None
+    try:
+        stamp = source.with_name(source.stem + STAMP).read_text().strip()
+    except OSError:
+        return False
+    return stamp == hashlib.sha256(source.read_bytes()).hexdigest()
 
 
 def install() -> None:
-    """Put the source finder first on ``sys.meta_path`` (once)."""
-    if not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
+    """Put the source finder first on ``sys.meta_path`` (once, even if this module is
+    reloaded: the class is told by name)."""
+    mine = (__name__, _SourceFinder.__qualname__)
+    if not any((type(f).__module__, type(f).__qualname__) == mine for f in sys.meta_path):
         sys.meta_path.insert(0, _SourceFinder(pure_python()))
 
 
