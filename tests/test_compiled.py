@@ -151,8 +151,10 @@ def test_a_wheel_install_runs_its_modules_compiled(tmp_path: Path) -> None:
     shutil.copytree(ROOT.parent / "cli", tree / "cli", ignore=ignore)
     # (pip's own build: an isolated environment with the build requirements, as a user's)
     dist = tmp_path / "dist"
+    env = {k: v for k, v in os.environ.items() if k != _compiled.ENV}  # (else: no build)
     out = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(tree)],
+        env=env,
         capture_output=True,
         text=True,
         timeout=900,
