@@ -19,11 +19,11 @@ nothing and installs the sources.
 
 from __future__ import annotations
 
-import ast
-import hashlib
+import importlib.util
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from setuptools import Extension, setup
@@ -40,15 +40,18 @@ JOBS = os.cpu_count() or 1
 UNIX_FLAGS = ["-Wno-array-bounds"]
 
 
-def _constant(name: str) -> Any:
-    """A constant of zbroker/_compiled.py, read as text (zbroker is not importable while
-    it is being built)."""
-    tree = ast.parse((HERE / "zbroker" / "_compiled.py").read_text())
-    for node in tree.body:
-        names = [getattr(t, "id", None) for t in getattr(node, "targets", ())]
-        if isinstance(node, ast.Assign) and names == [name]:
-            return ast.literal_eval(node.value)
-    raise RuntimeError(f"zbroker/_compiled.py has no {name}")
+def _rules() -> ModuleType:
+    """zbroker/_compiled.py loaded by its path (zbroker is not importable while it is being
+    built): the modules to compile, the stamp's rule, ZBROKER_PURE_PYTHON. (Loading it puts
+    its finder on this process's import path too; the build imports no zbroker module.)"""
+    spec = importlib.util.spec_from_file_location("zbroker_build", HERE / "zbroker/_compiled.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RULES = _rules()
 
 
 def _say(text: str) -> None:
@@ -59,33 +62,25 @@ def _source(name: str) -> Path:
     return HERE / (name.replace(".", "/") + ".py")
 
 
-def _digest(source: Path) -> str:
-    return hashlib.sha256(source.read_bytes()).hexdigest()
-
-
 def _stamped(source: Path, folder: Path) -> bool:
     """Whether ``folder`` holds a build of ``source`` as it is now (its stamp matches).
     Where not, the module is translated and compiled again whatever the files' times say:
     a source copied in with an old time must not keep an extension built from another."""
-    try:
-        stamp: str = (folder / (source.stem + _constant("STAMP"))).read_text().strip()
-    except OSError:
-        return False
-    return stamp == _digest(source)
+    return bool(RULES.stamped(source, folder))
 
 
 def extensions() -> list[Any]:
     """The Cython extensions to build, or none (pure Python) when that is asked for or
     Cython is not installed. A module Cython cannot translate is left out, and said."""
-    if os.environ.get("ZBROKER_PURE_PYTHON", "") not in ("", "0"):
-        _say("ZBROKER_PURE_PYTHON is set: no compiled modules")
+    if RULES.pure_python():
+        _say(f"{RULES.ENV} is set: no compiled modules")
         return []
     try:
         from Cython.Build import cythonize
     except ImportError:
         _say("Cython is not installed: zbroker runs from its Python sources")
         return []
-    names = list(_constant("COMPILED"))
+    names: list[str] = list(RULES.COMPILED)
     exts = [Extension(n, [str(_source(n).relative_to(HERE))]) for n in names]
     options: dict[str, Any] = {
         "compiler_directives": DIRECTIVES,
@@ -132,7 +127,7 @@ class OptionalBuildExt(build_ext):  # type: ignore[misc]  # (setuptools: untyped
         except Exception as exc:  # (no compiler, no headers, a C error)
             _say(f"{ext.name} not compiled ({exc}); it runs from its Python source")
             return
-        (built.parent / (source.stem + _constant("STAMP"))).write_text(_digest(source) + "\n")
+        (built.parent / (source.stem + RULES.STAMP)).write_text(RULES.digest(source) + "\n")
 
     def copy_extensions_to_source(self) -> None:
         """In place, setuptools builds into build/ and then copies each extension beside
@@ -140,7 +135,7 @@ class OptionalBuildExt(build_ext):  # type: ignore[misc]  # (setuptools: untyped
         super().copy_extensions_to_source()
         for ext in self.extensions:
             source = _source(ext.name)
-            name = source.stem + _constant("STAMP")
+            name = source.stem + RULES.STAMP
             stamp = Path(self.build_lib, *ext.name.split(".")[:-1], name)
             if stamp.is_file():
                 (source.parent / name).write_text(stamp.read_text())

@@ -18,8 +18,9 @@ source instead when
   extension. Content, not modification times: an install or a copy sets times in any
   order.
 
-``setup.py`` reads :data:`COMPILED` from this file's text (it runs before zbroker is
-installed), so the list stays a plain tuple of strings.
+``setup.py`` loads this file by its path (zbroker is not importable while it is being
+built) for :data:`COMPILED` and the stamp's rule (:func:`stamped`), so this module imports
+only the standard library.
 """
 
 from __future__ import annotations
@@ -34,7 +35,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["COMPILED", "ENV", "STAMP", "built_from", "install", "loaded", "pure_python"]
+__all__ = [
+    "COMPILED",
+    "ENV",
+    "STAMP",
+    "built_from",
+    "digest",
+    "install",
+    "loaded",
+    "pure_python",
+    "stamped",
+]
 
 #: the modules compiled when the build can: each one's per-message loops
 COMPILED = (
@@ -99,11 +110,21 @@ def built_from(source: Path) -> bool | None:
     suffixes = importlib.machinery.EXTENSION_SUFFIXES
     if not any(source.with_name(source.stem + s).is_file() for s in suffixes):
         return None
+    return stamped(source, source.parent)
+
+
+def digest(source: Path) -> str:
+    """What a stamp holds: the sha256 of ``source``, in hex."""
+    return hashlib.sha256(source.read_bytes()).hexdigest()
+
+
+def stamped(source: Path, folder: Path) -> bool:
+    """Whether ``folder`` holds the stamp of ``source`` as it is now (False: a stamp of
+    another source, or none)."""
     try:
-        stamp = source.with_name(source.stem + STAMP).read_text().strip()
+        return (folder / (source.stem + STAMP)).read_text().strip() == digest(source)
     except OSError:
         return False
-    return stamp == hashlib.sha256(source.read_bytes()).hexdigest()
 
 
 def install() -> None:
@@ -117,11 +138,12 @@ def install() -> None:
 def loaded() -> dict[str, bool]:
     """Per module of COMPILED imported so far: True when it runs as an extension."""
     return {
-        name: isinstance(getattr(sys.modules[name], "__loader__", None), _EXT_LOADER)
+        name: isinstance(
+            getattr(sys.modules[name], "__loader__", None), importlib.machinery.ExtensionFileLoader
+        )
         for name in COMPILED
         if name in sys.modules
     }
 
 
-_EXT_LOADER = importlib.machinery.ExtensionFileLoader
 install()

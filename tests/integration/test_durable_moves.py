@@ -15,6 +15,15 @@ import pytest
 
 from tests.conftest import free_port
 from tests.helpers import Collector
+from tests.integration.moves import (
+    Slow,
+    StallingTarget,
+    backlog,
+    consumed_once,
+    counters,
+    emptied_home,
+    holds,
+)
 from tests.integration.test_shared_remote import (
     GRACE,
     WAIT,
@@ -26,40 +35,7 @@ from tests.integration.test_shared_remote import (
     link,
     queue_row,
 )
-from zbroker import Broker, Client
-from zbroker.client import Message
-
-
-class Slow(Collector):
-    """A consumer that takes ``pause`` seconds per message (so a backlog lasts)."""
-
-    def __init__(self, pause: float) -> None:
-        super().__init__()
-        self.pause = pause
-
-    def __call__(self, msg: Message) -> None:
-        time.sleep(self.pause)
-        super().__call__(msg)
-
-
-def holds(broker: Broker, name: str) -> bool:
-    return any(d["name"] == name for d in broker.status()["durables"])
-
-
-def counters(broker: Broker) -> dict[str, Any]:
-    return dict(broker.status()["counters"])
-
-
-def backlog(client: Client, n: int, start: int = 0) -> None:
-    for i in range(start, start + n):
-        client.publish("bill.x", i, persistent=True, confirm=i == start + n - 1)
-
-
-def emptied_home(client_factory: ClientFactory, a: Broker) -> None:
-    """Create shared durable ``billing`` on ``a`` and leave it without consumers."""
-    client_factory(a.endpoint).subscribe(
-        "bill.>", Collector(), durable="billing", shared=True
-    ).unsubscribe()
+from zbroker import Broker
 
 
 def test_backlog_moves_to_the_consumers_node_while_publishing_goes_on(
@@ -298,40 +274,16 @@ def test_a_move_waits_for_a_target_that_stops_and_loses_nothing(
     messages: A moves nothing toward it while it has no route there (a message moved
     then was dropped: lost), and when C is back the rest moves: all 200 consumed."""
     a = broker_factory(broker_id="A", data_dir=tmp_path / "a")
-    port = free_port()
-    hold = {"redistribution_delay": 600.0}  # (C keeps it once it has it)
-    c = broker_factory(
-        broker_id="C", links=(link("ca", a),), data_dir=tmp_path / "c", port=port, **hold
-    )
+    target = StallingTarget(broker_factory, client_factory, tmp_path, a, "ca")
     n = 200
     emptied_home(client_factory, a)
     backlog(client_factory(a.endpoint), n)
-    homed(client_factory, wait_until, [a, c], "billing", "A")
-    gate = threading.Event()
-    stuck = Collector()
-
-    def hold_then_drop(msg: Message) -> None:  # (a consumer about to die)
-        gate.wait(WAIT)
-
-    sub = client_factory(c.endpoint)
-    sub.subscribe("bill.>", hold_then_drop, durable="billing", shared=True, credit=5)
+    homed(client_factory, wait_until, [a, target.node], "billing", "A")
+    target.stall()
     assert wait_until(lambda: (queue_row(a, "billing") or {}).get("moving_to") == "C", WAIT)
-    c.stop()
-    gate.set()
-    sub.close()
-    time.sleep(3.0)
-    c2 = broker_factory(
-        broker_id="C", links=(link("ca", a),), data_dir=tmp_path / "c", port=port, **hold
-    )
+    c2 = target.restart()
     homed(client_factory, wait_until, [a, c2], "billing", "C")
-    client_factory(c2.endpoint).subscribe(
-        "bill.>", stuck, durable="billing", shared=True, credit=50
-    )
-    assert wait_until(lambda: set(stuck.payloads()) == set(range(n)), WAIT), len(stuck)
-    time.sleep(GRACE)
-    plain = [m.payload for m in stuck.snapshot() if not m.redelivered]
-    assert len(plain) == len(set(plain))
-    assert wait_until(lambda: not holds(a, "billing"), WAIT)
+    consumed_once(client_factory, wait_until, a, c2, n, credit=50, timeout=WAIT)
 
 
 def test_an_old_home_restarted_mid_move_offers_it_again(
@@ -384,30 +336,13 @@ def test_rows_dropped_on_the_way_to_a_target_two_hops_away_are_sent_again(
     back every message is consumed."""
     a = broker_factory(broker_id="A", data_dir=tmp_path / "a")
     b = broker_factory(broker_id="B", links=(link("ba", a),), data_dir=tmp_path / "b")
-    port, hold = free_port(), {"redistribution_delay": 600.0}
-    c = broker_factory(
-        broker_id="C", links=(link("cb", b),), data_dir=tmp_path / "c", port=port, **hold
-    )
+    target = StallingTarget(broker_factory, client_factory, tmp_path, b, "cb")
     n = 10_000
     emptied_home(client_factory, a)
     backlog(client_factory(a.endpoint), n)
-    homed(client_factory, wait_until, [a, b, c], "billing", "A")
-    gate = threading.Event()
-    sub = client_factory(c.endpoint)
-    sub.subscribe("bill.>", lambda m: gate.wait(WAIT), durable="billing", shared=True, credit=5)
+    homed(client_factory, wait_until, [a, b, target.node], "billing", "A")
+    target.stall()
     assert wait_until(lambda: counters(a)["durable_redistributed"] > 0, WAIT)
-    c.stop()
-    gate.set()
-    sub.close()
-    time.sleep(3.0)
-    c2 = broker_factory(
-        broker_id="C", links=(link("cb", b),), data_dir=tmp_path / "c", port=port, **hold
-    )
-    got = Collector()
+    c2 = target.restart()
     homed(client_factory, wait_until, [a, b, c2], "billing", "C")
-    client_factory(c2.endpoint).subscribe("bill.>", got, durable="billing", shared=True, credit=500)
-    assert wait_until(lambda: set(got.payloads()) == set(range(n)), 60.0), len(set(got.payloads()))
-    time.sleep(GRACE)
-    plain = [m.payload for m in got.snapshot() if not m.redelivered]
-    assert len(plain) == len(set(plain))
-    assert wait_until(lambda: not holds(a, "billing"), WAIT)
+    consumed_once(client_factory, wait_until, a, c2, n, credit=500, timeout=60.0)

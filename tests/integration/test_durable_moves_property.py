@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import Collector
+from tests.integration.moves import Slow
 from tests.integration.test_shared_remote import (
     GRACE,
     BrokerFactory,
@@ -42,18 +43,6 @@ SETTLE = 30.0
 LETTERS = "ABCD"
 #: examples per run; set ZB_PROPERTY_EXAMPLES to search longer (the suite keeps it small)
 EXAMPLES = int(os.environ.get("ZB_PROPERTY_EXAMPLES", "6"))
-
-
-class Consumer(Collector):
-    """A member of the shared durable that takes ``pause`` seconds per message."""
-
-    def __init__(self, pause: float) -> None:
-        super().__init__()
-        self.pause = pause
-
-    def __call__(self, msg: Message) -> None:
-        time.sleep(self.pause)
-        super().__call__(msg)
 
 
 @st.composite
@@ -97,7 +86,7 @@ class Run:
         self.brokers: list[Broker] = []
         self.clients: list[Client] = []
         self.publishers: dict[int, Client] = {}
-        self.consumers: list[Consumer] = []
+        self.consumers: list[Slow] = []
         self.attached: list[Subscription] = []
         self.sent: list[int] = []
         self.log: list[str] = []
@@ -124,7 +113,7 @@ class Run:
         self.log.append(f"published {first}..{first + k - 1} on {LETTERS[i]}")
 
     def attach(self, i: int, credit: int, pause_us: int) -> None:
-        got = Consumer(pause_us / 1e6)
+        got = Slow(pause_us / 1e6)
         sub = self.client(i).subscribe("bill.>", got, durable=NAME, shared=True, credit=credit)
         self.consumers.append(got)
         self.attached.append(sub)
