@@ -26,6 +26,7 @@ from zbroker import _compiled
 from zbroker.client import messages as client_messages
 from zbroker.wire import link as wire_link
 from zbroker.wire import publish as wire_publish
+from zbroker.wire import runs as wire_runs
 
 ROOT = Path(zbroker.__file__).resolve().parent.parent
 
@@ -42,7 +43,9 @@ def _from_source(module: ModuleType) -> ModuleType:
     return source
 
 
-LINK, PUBLISH, MESSAGES = (_from_source(m) for m in (wire_link, wire_publish, client_messages))
+LINK, PUBLISH, MESSAGES, RUNS = (
+    _from_source(m) for m in (wire_link, wire_publish, client_messages, wire_runs)
+)
 
 _ID = st.text(alphabet=string.ascii_letters + string.digits + "_.-", min_size=1, max_size=12)
 _TOPIC = st.one_of(st.sampled_from(["A.B", "PRICE.X", "A..B", "$ZB.X", "A.*", ""]), _ID)
@@ -95,6 +98,41 @@ def _run_check_msgs(module: ModuleType, batch: list[Any], topics: bool) -> Any:
 @given(batch=st.lists(_msg(), max_size=8), topics=st.booleans())
 def test_check_msgs_compiled_and_source_agree(batch: list[Any], topics: bool) -> None:
     assert _run_check_msgs(wire_link, batch, topics) == _run_check_msgs(LINK, batch, topics)
+
+
+@st.composite
+def _run(draw: st.DrawFn) -> Any:
+    """A MSGR run: valid, or with a shared field, an entry's field or an entry replaced by
+    anything, or cut short, or anything."""
+    m = draw(_GOOD_MSG)
+    entries = [[e[1], e[2], e[3], e[6], e[7]] for e in draw(st.lists(_GOOD_MSG, max_size=4))]
+    run = [m[0], m[4], m[5], m[8], m[9], entries]
+    kind = draw(st.integers(0, 5))
+    if kind == 1:
+        run[draw(st.integers(0, 5))] = draw(_ANY)
+    elif kind == 2 and entries:
+        entries[draw(st.integers(0, len(entries) - 1))][draw(st.integers(0, 4))] = draw(_ANY)
+    elif kind == 3 and entries:
+        entries[draw(st.integers(0, len(entries) - 1))] = draw(_ANY)
+    elif kind == 4:
+        run = run[: draw(st.integers(0, 5))]
+    elif kind == 5:
+        return draw(_ANY)
+    return run
+
+
+def _run_check_runs(module: ModuleType, runs: list[Any], topics: bool) -> Any:
+    runs = copy.deepcopy(runs)
+    errors: list[tuple[str, str]] = []
+    held = module.held(runs)
+    module.check_runs(runs, (set(), set(), set() if topics else None), errors)
+    return held, runs, errors
+
+
+@settings(max_examples=300, deadline=None)
+@given(runs=st.lists(_run(), max_size=5), topics=st.booleans())
+def test_check_runs_compiled_and_source_agree(runs: list[Any], topics: bool) -> None:
+    assert _run_check_runs(wire_runs, runs, topics) == _run_check_runs(RUNS, runs, topics)
 
 
 def _publish_frame(draw: st.DrawFn) -> bytes:
@@ -158,6 +196,7 @@ def test_each_comparison_is_of_the_extension_against_the_source_where_built() ->
     # so it must have, wherever a current one is built (CI requires the build)
     for imported, source in (
         (wire_link, LINK),
+        (wire_runs, RUNS),
         (wire_publish, PUBLISH),
         (client_messages, MESSAGES),
     ):

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from zbroker import wire
 from zbroker.config import LinkConfig
@@ -19,7 +21,7 @@ from zbroker.links.handshake import (
     problem,
     welcome_body,
 )
-from zbroker.links.outbox import ADVERT_BATCH, advert_chunks, cut_msgs
+from zbroker.links.outbox import ADVERT_BATCH, advert_chunks, cut_runs, queued
 from zbroker.links.state import Due, Link, LinkKind, LinkState, due, link_key
 
 
@@ -149,26 +151,57 @@ def test_peer_frame_max_defaults_to_ours_and_is_bounded() -> None:
 # -- cutting frames --------------------------------------------------------------------------
 
 
-def _msg(size: int) -> list[Any]:
-    return ["T", b"x" * size, 0, None, "A", 1, 1, 1.0, ["A"], None]
+def _run(*sizes: int, topic: str = "T", first: int = 1) -> list[Any]:
+    entries = [[b"x" * n, 0, None, first + i, 1.0] for i, n in enumerate(sizes)]
+    return [topic, "A", 1, ["A"], None, entries]
 
 
 def _encode(chunk: list[Any]) -> bytes:
-    return wire.encode_link(wire.MSGS, chunk)
+    return wire.encode_link(wire.MSGR, chunk)
+
+
+def _counts(frames: list[tuple[bytes, int, str]]) -> list[int]:
+    return [n for _, n, _ in frames]
 
 
 def test_frames_are_cut_by_count_and_by_bytes() -> None:
-    small = [_msg(10) for _ in range(LINK_BATCH + 3)]
-    assert [len(c) for _, c in cut_msgs(small, 1 << 18, 1 << 20, _encode)] == [LINK_BATCH, 3]
-    large = [_msg(400) for _ in range(5)]
-    sizes = [len(c) for _, c in cut_msgs(large, 1000, 1 << 20, _encode)]
-    assert sizes == [2, 2, 1]  # cut before the payload that would pass 1,000 bytes
+    small = [_run(*[10] * (LINK_BATCH + 3))]
+    assert _counts(list(cut_runs(small, 1 << 18, 1 << 20, _encode))) == [LINK_BATCH, 3]
+    large = [_run(400, 400, 400, 400, 400)]
+    # cut before the payload that would pass 1,000 bytes, the run split where frames end
+    assert _counts(list(cut_runs(large, 1000, 1 << 20, _encode))) == [2, 2, 1]
+    assert queued(small + large) == LINK_BATCH + 3 + 5
 
 
 def test_a_message_too_large_for_any_frame_comes_out_alone_and_over_the_limit() -> None:
-    out = list(cut_msgs([_msg(10), _msg(5000), _msg(10)], 100_000, 2000, _encode))
-    assert [len(c) for _, c in out] == [1, 1, 1]
-    assert [len(f) > 2000 for f, _ in out] == [False, True, False]
+    out = list(cut_runs([_run(10, 5000, 10)], 100_000, 2000, _encode))
+    assert _counts(out) == [1, 1, 1]
+    assert [len(f) > 2000 for f, _, _ in out] == [False, True, False]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 3000), min_size=1, max_size=40), min_size=1, max_size=8),
+    st.integers(1, 5000),
+    st.integers(600, 20_000),
+)
+def test_cutting_runs_keeps_every_message_once_in_order(
+    runs: list[list[int]], most: int, limit: int
+) -> None:
+    """Whatever the runs and limits: every message comes out once, in order, each frame
+    within LINK_BATCH messages and (but for one message alone, too large) ``limit``
+    bytes, and each frame decodes to runs whose heads are their sources'."""
+    box = [_run(*sizes, topic=f"T{k}", first=100 * k) for k, sizes in enumerate(runs)]
+    frames = list(cut_runs(box, most, limit, _encode))
+    got = []
+    for frame, n, topic in frames:
+        value = wire.decode_frame(frame)
+        assert value[0] == wire.MSGR and 1 <= n <= LINK_BATCH
+        entries = [(r[0], e[3], len(e[0])) for r in value[1] for e in r[5]]
+        assert len(entries) == n and topic == value[1][0][0]
+        assert n == 1 or len(frame) <= limit
+        got += entries
+    assert got == [(r[0], e[3], len(e[0])) for r in box for e in r[5]]
 
 
 def test_advert_frames_hold_at_most_advert_batch_entries() -> None:

@@ -154,6 +154,61 @@ def test_msgs_round_trip(batch: list[list[Any]]) -> None:
         wire.check_link_msg(m)  # raises nothing
 
 
+@settings(max_examples=200, deadline=None)
+@given(batch=st.lists(_MSG, max_size=8), share=st.booleans())
+def test_msgr_carries_what_msgs_carries(batch: list[list[Any]], share: bool) -> None:
+    """The same messages as MSGS and as MSGR runs: the same checked messages, and a
+    flood's messages (one topic, origin, incarnation, path, targets) are one run."""
+    if share:
+        for m in batch[1:]:
+            m[0], m[4], m[5], m[8], m[9] = batch[0][0], *batch[0][4:6], *batch[0][8:]
+    errors: list[tuple[str, str]] = []
+    msgs = wire.decode_frame(wire.encode_link(wire.MSGS, batch))[1]
+    wire.check_msgs(msgs, (set(), set(), None), errors)
+    runs = wire.runs_of_msgs(msgs)
+    value = wire.decode_frame(wire.encode_link(wire.MSGR, runs))
+    assert value[0] == wire.MSGR and wire.held(value[1]) == len(batch)
+    wire.check_runs(value[1], (set(), set(), None), errors)
+    assert errors == []
+    flat = [
+        [r[0], *e[:3], r[1], r[2], *e[3:], list(r[3]), None if r[4] is None else list(r[4])]
+        for r in value[1]
+        for e in r[5]
+    ]
+    assert flat == batch
+    assert len(runs) == (min(1, len(batch)) if share else len(runs))
+
+
+def test_a_bad_run_counts_each_message_and_a_bad_entry_only_itself() -> None:
+    good = [b"p", 0, None, 1, 1.0]
+    runs: list[Any] = [
+        ["T.a", "A", 1, ["A"], None, [list(good), [b"p", 2, None, 2, 1.0], list(good)]],
+        ["T.a", "A", -1, ["A"], None, [list(good), list(good)]],  # incarnation < 0
+        ["T.a", "A", 1, ["A", 7], None, [list(good)]],  # a path of non-strings
+        ["T.a", "A", 1, [["A"]], None, [list(good)]],  # unhashable in the path
+        ["bad topic", "A", 1, ["A"], None, [list(good)]],
+        ["T.a", "A", 1, ["A"]],  # no entries
+        ["T.a", "A", 1, ["A"], None, []],  # empty: one message's worth of bad input
+        "not a run",
+    ]
+    assert wire.held(runs) == 3 + 2 + 1 + 1 + 1 + 1 + 1 + 1
+    errors: list[tuple[str, str]] = []
+    wire.check_runs(runs, (set(), set(), set()), errors)
+    assert [r for r, _ in errors] == [
+        "bad_type",  # fmt 2, alone
+        "bad_value",
+        "bad_value",
+        "bad_type",
+        "bad_type",
+        "bad_topic",
+        "bad_shape",
+        "bad_shape",
+        "bad_shape",
+    ]
+    assert runs[0][3] == ("A",) and runs[0][5] == [good, None, good]
+    assert runs[1:] == [None] * 7
+
+
 # ---------------------------------------------------------------------------------------
 # anything else: decodes, or ProtocolError with a documented reason
 # ---------------------------------------------------------------------------------------

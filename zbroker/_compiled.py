@@ -53,6 +53,7 @@ COMPILED = (
     "zbroker.wire.delivery",
     "zbroker.wire.link",
     "zbroker.wire.publish",
+    "zbroker.wire.runs",
     "zbroker.routing.dedupe",
     "zbroker.routing.engine",
     "zbroker.links.flush",

@@ -14,7 +14,9 @@ DEFAULT_PORT = 7100
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_BROKER = f"tcp://{DEFAULT_HOST}:{DEFAULT_PORT}"
 
-PROTOCOL_VERSION = 1
+#: 2: link messages travel as runs (MSGR); a node of version 1 does not read them, so the
+#: handshake refuses a peer of another version rather than lose its messages
+PROTOCOL_VERSION = 2
 
 #: bytes. Frames larger than this from a client or peer are counted and dropped.
 DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
@@ -63,9 +65,9 @@ DEFAULT_HEARTBEAT_TIMEOUT = 3.0
 DEFAULT_RECONNECT_INITIAL = 0.5
 DEFAULT_RECONNECT_MAX = 15.0
 DEFAULT_RECONNECT_MULTIPLIER = 2.0
-#: messages per MSGS frame on a link (one drain pass rarely finds more).
+#: messages per MSGR frame on a link (one drain pass rarely finds more).
 LINK_BATCH = 512
-#: bytes of payload per link frame (MSGS, PMSGS) and of entries per ADVERT frame, at most
+#: bytes of payload per link frame (MSGR, PMSGS) and of entries per ADVERT frame, at most
 #: (or the configured max_frame_bytes, if smaller): a frame is cut before the message that
 #: would pass it, so large messages travel a few per frame (or alone), never in frames
 #: the next node would refuse.

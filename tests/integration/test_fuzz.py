@@ -12,7 +12,7 @@ What is sent where (every socket on 127.0.0.1, the node is an in-thread Broker s
     every op, mutated link frames of types 17-22, random type numbers, multi-part messages;
   - ``hello``: mutated LINK_HELLO frames (some stay valid and make short-lived links);
   - ``link``: routing id ``fuzzpeer/fz``; does a real LINK_HELLO, heartbeats all along, and
-    sends mutated ADVERT / MSGS / PMSGS / PACK / HEARTBEAT / WELCOME frames and control
+    sends mutated ADVERT / MSGS / MSGR / PMSGS / PACK / HEARTBEAT / WELCOME frames and control
     requests. It never
     sends a BYE, a well-formed LINK_REFUSE or a well-formed LINK_HELLO: those end or replace
     the link by design.
@@ -309,6 +309,79 @@ def msgs_entry_outcome(m: Any) -> str | None:
     return None
 
 
+def _msgr_outcome(value: list[Any], bad: Counter[str]) -> None:
+    """MSGR: a run whose shared fields are bad loses each of its entries (one reason
+    each), a bad entry only itself (zbroker/wire/runs.py)."""
+    if len(value) != 2 or type(value[1]) is not list:
+        bad["bad_shape"] += 1
+        return
+    for run in value[1]:
+        if type(run) is not list or len(run) != 6 or type(run[5]) is not list or not run[5]:
+            bad["bad_shape"] += 1  # (a run without entries too)
+            continue
+        reason = msgr_run_outcome(run)
+        if reason is not None:
+            bad[reason] += len(run[5])
+            continue
+        for e in run[5]:
+            reason = msgr_entry_outcome(e)
+            if reason is not None:
+                bad[reason] += 1
+
+
+def msgr_run_outcome(run: list[Any]) -> str | None:
+    """The bad-input reason of a MSGR run's shared fields, None if good."""
+    topic, origin, inc, path, targets, _ = run
+    if (
+        type(topic) is not str
+        or type(origin) is not str
+        or type(inc) is not int
+        or type(path) is not list
+        or (targets is not None and type(targets) is not list)
+        or not all(type(p) is str for p in path)
+        or (targets is not None and not all(type(t) is str for t in targets))
+    ):
+        return "bad_type"
+    if not 0 <= inc < _INT64_END:
+        return "bad_value"
+    try:
+        validate_topic(topic)
+    except InvalidTopic:
+        return "bad_topic"
+    return None
+
+
+def msgr_entry_outcome(e: Any) -> str | None:
+    """The bad-input reason of a MSGR entry ``[payload, fmt, headers, seq, ts]``."""
+    if type(e) is not list or len(e) != 5:
+        return "bad_shape"
+    payload, fmt, headers, seq, ts = e
+    if (
+        type(payload) is not bytes
+        or type(fmt) is not int
+        or fmt not in (0, 1)
+        or (headers is not None and type(headers) is not dict)
+        or type(seq) is not int
+        or type(ts) not in (float, int)
+    ):
+        return "bad_type"
+    if not (0 <= seq < _INT64_END and -_TS_LIMIT < ts < _TS_LIMIT):
+        return "bad_value"
+    return None
+
+
+def as_runs(entries: list[list[Any]]) -> list[list[Any]]:
+    """MSGS entries as MSGR runs: consecutive ones of one topic, origin, incarnation,
+    path and targets share a run."""
+    runs: list[list[Any]] = []
+    for topic, payload, fmt, headers, origin, inc, seq, ts, path, targets in entries:
+        head = [topic, origin, inc, path, targets]
+        if not runs or runs[-1][:5] != head:
+            runs.append([*head, []])
+        runs[-1][5].append([payload, fmt, headers, seq, ts])
+    return runs
+
+
 def pmsgs_entry_outcome(m: Any) -> str | None:
     """The bad-input reason of a PMSGS entry the node takes under its link sequence."""
     try:
@@ -373,6 +446,9 @@ def _link_frame_outcome(value: list[Any], bad: Counter[str]) -> None:
             reason = msgs_entry_outcome(m)
             if reason is not None:
                 bad[reason] += 1
+        return
+    if op == wire.MSGR:
+        _msgr_outcome(value, bad)
         return
     if op == wire.ADVERT:
         try:
@@ -775,11 +851,17 @@ class FrameGen:
     def link(self) -> list[Any]:
         rng = self.rng
         kind = rng.choices(
-            ("msgs", "advert", "hb", "welcome", "other", "pmsgs", "pack"),
-            (40, 30, 12, 8, 10, 15, 4),
+            ("msgs", "msgr", "advert", "hb", "welcome", "other", "pmsgs", "pack"),
+            (20, 30, 30, 12, 8, 10, 15, 4),
         )[0]
         if kind == "msgs":
             return [wire.MSGS, [self.msgs_entry() for _ in range(rng.randint(1, 6))]]
+        if kind == "msgr":  # runs: a flood's messages share their run's fields
+            entries = [self.msgs_entry() for _ in range(rng.randint(1, 8))]
+            if rng.random() < 0.6:  # (mostly one origin's run on one topic and path)
+                for m in entries[1:]:
+                    m[0], m[4], m[5], m[8], m[9] = entries[0][0], *entries[0][4:6], *entries[0][8:]
+            return [wire.MSGR, as_runs(entries)]
         if kind == "pmsgs":
             entries = []
             for _ in range(rng.randint(1, 6)):

@@ -1,8 +1,9 @@
-"""The relay takes a MSGS frame run by run (zbroker/node/relay.py): a run's route, path
+"""The relay takes a link frame run by run (zbroker/node/relay.py): a run's route, path
 and buckets are worked out once, and in-order seqs pass the dedupe inline. What a node
-delivers must not depend on how a frame's messages fall into runs: repeats, gaps, loops,
-interleaved origins and topics, bad entries in a run, and runs across frames, each
-delivered exactly once, in the order received, or counted."""
+delivers must not depend on how a frame's messages fall into runs, nor on the frame's
+form (MSGS, each message whole, or MSGR, runs): repeats, gaps, loops, interleaved origins
+and topics, bad entries in a run, and runs across frames, each delivered exactly once, in
+the order received, or counted."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from zbroker import Client, Message, wire
 
-from .test_fuzz import RawPeer, _entry, counters
+from .test_fuzz import RawPeer, _entry, as_runs, counters
 from .test_fuzz import raw as raw  # (the fixture: a node and raw sockets to it)
 
 Subscriber = tuple[list[tuple[str, str, int]], threading.Lock]
@@ -34,7 +37,13 @@ def _m(origin: str, seq: int, topic: str = "T.a", **changes: Any) -> list[Any]:
     return _entry(origin=origin, seq=seq, topic=topic, path=[origin], **changes)
 
 
+def _frame(op: int, entries: list[list[Any]]) -> bytes:
+    return wire.encode_link(op, entries if op == wire.MSGS else as_runs(entries))
+
+
+@pytest.mark.parametrize("op", [wire.MSGS, wire.MSGR], ids=["MSGS", "MSGR"])
 def test_a_frame_of_mixed_runs_is_delivered_exactly_once_in_order(
+    op: int,
     raw: RawPeer,
     client_factory: Callable[..., Client],
     wait_until: Callable[..., bool],
@@ -58,10 +67,10 @@ def test_a_frame_of_mixed_runs_is_delivered_exactly_once_in_order(
         _m("o1", 9),
         _m("o1", 10, "T.a", inc=2),  # a new incarnation of o1: a new dedupe window
     ]
-    raw.link.send(wire.encode_link(wire.MSGS, first))
+    raw.link.send(_frame(op, first))
     # the next frame continues o1's run; its first entry repeats the last one taken
     second = [_m("o1", 9), *(_m("o1", s) for s in range(10, 13))]
-    raw.link.send(wire.encode_link(wire.MSGS, second))
+    raw.link.send(_frame(op, second))
     want = [
         *(("T.a", "o1", s) for s in range(1, 6)),
         ("T.b", "o2", 1),

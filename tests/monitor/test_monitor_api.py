@@ -25,6 +25,7 @@ from tests.monitor.helpers import FAST_MONITOR, get, get_json, monitor_url, samp
 from zbroker import Broker, Client, NodeConfig
 from zbroker.broker import node_features
 from zbroker.config import LinkConfig, MonitorConfig, config_from_mapping
+from zbroker.const import PROTOCOL_VERSION
 from zbroker.errors import AddressInUse, ConfigError
 from zbroker.features.monitor import Monitor
 
@@ -125,7 +126,7 @@ def test_api_matches_cli_json(broker_factory: BrokerFactory, client_factory: Cli
     assert sample(metrics, "zbroker_subscriptions") == 1
     assert sample(metrics, "zbroker_interest_routes") == 2
     assert sample(metrics, "zbroker_forward_queued_total") == 0
-    assert sample(metrics, "zbroker_info", broker_id="A", version="1") == 1
+    assert sample(metrics, "zbroker_info", broker_id="A", version=str(PROTOCOL_VERSION)) == 1
     assert (sample(metrics, "zbroker_store_bytes") or 0) > 0
     code, body = get(url + "/api/nothing")
     assert code == 404 and b"/api/status" in body

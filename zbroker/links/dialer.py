@@ -111,7 +111,7 @@ class Dialer:
         """Drain a dialer's DEALER: the handshake's answer, then the link's frames."""
         sock = link.socket
         table = self._table
-        budget = DRAIN_BATCH  # messages, not frames: a MSGS frame holds up to LINK_BATCH
+        budget = DRAIN_BATCH  # messages, not frames: a MSGR frame holds up to LINK_BATCH
         first = True
         while budget > 0:
             budget -= 1
@@ -142,10 +142,11 @@ class Dialer:
             self._refused(link, wire.check_link_map(value), now)
             return
         if op != wire.LINK_WELCOME:
-            if op == wire.MSGS and len(value) == 2 and type(value[1]) is list:
+            if op in (wire.MSGS, wire.MSGR) and len(value) == 2 and type(value[1]) is list:
                 # counted in messages: one bad frame may have held hundreds
-                link.drops += len(value[1])
-                self._table.counters.drop("link_not_ready", len(value[1]))
+                n = len(value[1]) if op == wire.MSGS else wire.held(value[1])
+                link.drops += n
+                self._table.counters.drop("link_not_ready", n)
             raise ProtocolError("unexpected", f"frame type {op} before the handshake finished")
         info = wire.check_link_map(value)
         peer = info.get("id")

@@ -1,6 +1,6 @@
-"""The end of a pass for links: every message queued for a link leaves in MSGS frames
-cut for the peer's limit (:mod:`.outbox`), then the routing engine's batched interest
-changes leave as ADVERT frames.
+"""The end of a pass for links: every message queued for a link leaves in MSGR frames
+(runs, :mod:`zbroker.wire.runs`) cut for the peer's limit (:mod:`.outbox`), then the
+routing engine's batched interest changes leave as ADVERT frames.
 
 A ROUTER adds an identity frame per send, and in pyzmq each frame costs about as much as
 a message: one frame per link per pass amortizes both, and costs no latency because a
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import wire
 from ..const import LINK_FRAME_SLACK
-from .outbox import advert_chunks, cut_msgs
+from .outbox import advert_chunks, cut_runs, queued
 from .state import Link, LinkState
 
 if TYPE_CHECKING:
@@ -26,8 +26,8 @@ __all__ = ["flush_adverts", "flush_outboxes", "too_large"]
 log = logging.getLogger("zbroker.node")
 
 
-def _encode_msgs(chunk: list[Any]) -> bytes:
-    return wire.encode_link(wire.MSGS, chunk)
+def _encode_runs(chunk: list[Any]) -> bytes:
+    return wire.encode_link(wire.MSGR, chunk)
 
 
 def flush_outboxes(table: LinkTable) -> None:
@@ -37,22 +37,23 @@ def flush_outboxes(table: LinkTable) -> None:
         box = link.outbox
         link.outbox = []
         if link.state is not LinkState.UP:
-            link.drops += len(box)
-            counters.drop("link_down", len(box))
+            n = queued(box)
+            link.drops += n
+            counters.drop("link_down", n)
             continue
         limit = link.frame_limit
-        for frame, chunk in cut_msgs(box, link.batch_bytes, limit, _encode_msgs):
+        for frame, n, topic in cut_runs(box, link.batch_bytes, limit, _encode_runs):
             if len(frame) > limit:
                 # one message the next node would refuse (its max_frame_bytes is smaller
                 # than its publisher's node's, or headers and path grew it): counted
-                too_large(table, link, f"a message of {len(frame)} bytes on {chunk[0][0]!r}")
+                too_large(table, link, f"a message of {len(frame)} bytes on {topic!r}")
             elif table.send(link, frame, now):
-                link.msgs_out += len(chunk)
-                link.unheard += len(chunk)
-                counters.forwarded += len(chunk)
+                link.msgs_out += n
+                link.unheard += n
+                counters.forwarded += n
             else:
-                link.drops += len(chunk)
-                counters.drop(table.send_error, len(chunk))
+                link.drops += n
+                counters.drop(table.send_error, n)
     table.dirty.clear()
 
 

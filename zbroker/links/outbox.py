@@ -1,10 +1,11 @@
 """Cutting link frames for the peer's limit (sans-IO).
 
 The next node refuses (counts and drops) any frame over its ``max_frame_bytes`` plus
-``LINK_FRAME_SLACK``, so a frame that holds too much is lost whole. A MSGS frame is cut at
+``LINK_FRAME_SLACK``, so a frame that holds too much is lost whole. A MSGR frame is cut at
 ``LINK_BATCH`` messages or before the message whose payload would take it past the link's
-``batch_bytes``; a frame that headers or long paths still took past the limit is halved;
-one message that fits no frame is reported as too large. ADVERT entries are cut the same
+``batch_bytes`` (a run is split where a frame ends); a frame that headers or long paths
+still took past the limit is halved; one message that fits no frame is reported as too
+large. ADVERT entries are cut the same
 way by their encoded size.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 
 from ..const import LINK_BATCH
 
-__all__ = ["ADVERT_BATCH", "advert_chunks", "cut_msgs"]
+__all__ = ["ADVERT_BATCH", "advert_chunks", "cut_runs", "queued"]
 
 #: entries per ADVERT frame at most: a receiver handles a frame's entries in one go, and
 #: counts them against its read budget per pass, so a long table costs several passes
@@ -25,57 +26,97 @@ ADVERT_BATCH = 2048
 Encode = Callable[[list[Any]], bytes]
 
 
-def cut_msgs(
+def queued(box: list[Any]) -> int:
+    """The messages an outbox holds (its runs' entries)."""
+    return sum([len(run[5]) for run in box])
+
+
+def cut_runs(
     box: list[Any], most: int, limit: int, encode: Encode
-) -> Iterator[tuple[bytes, list[Any]]]:
-    """Frames for the messages of ``box``: ``(frame, its messages)``. A frame longer than
-    ``limit`` holds one message too large for any frame the peer takes: the caller drops
-    it (counted)."""
-    for start in range(0, len(box), LINK_BATCH):
-        chunk = box[start : start + LINK_BATCH]
-        # small messages (the common case) need no look at each one: the first and last
-        # payloads tell whether the chunk may be large
-        if (len(chunk[0][1]) + len(chunk[-1][1])) * len(chunk) > 2 * most:
-            yield from _by_bytes(chunk, most, limit, encode)
-        else:
-            yield from _encode(chunk, most, limit, encode)
+) -> Iterator[tuple[bytes, int, str]]:
+    """Frames for the MSGR runs of ``box`` (``[topic, origin, inc, path, targets,
+    entries]``): ``(frame, messages it holds, its first topic)``, in order. A frame longer
+    than ``limit`` holds one message too large for any frame the peer takes: the caller
+    drops it (counted)."""
+    for chunk, n in _pieces(box, most, False):
+        yield from _encode(chunk, n, limit, encode, most)
+
+
+def _pieces(box: list[Any], most: int, exact: bool) -> Iterator[tuple[list[Any], int]]:
+    """The runs of ``box`` cut into frames of at most LINK_BATCH messages and ``most``
+    payload bytes (a larger message travels alone); a run is split where a frame ends.
+    Small messages (the common case) need no look at each one unless ``exact``: the first
+    and last payloads of a stretch tell whether it may be large."""
+    chunk: list[Any] = []
+    n = size = 0
+    for run in box:
+        entries = run[5]
+        total = len(entries)
+        start = 0
+        while start < total:
+            end = min(total, start + LINK_BATCH - n)
+            guess = (len(entries[start][0]) + len(entries[end - 1][0])) * (end - start) // 2
+            if exact or size + guess > most:
+                end, size = _by_bytes(entries, start, end, size, most, n == 0)
+            else:
+                size += guess
+            if end > start:
+                chunk.append(run if start == 0 and end == total else [*run[:5], entries[start:end]])
+                n += end - start
+                start = end
+            if start < total:  # the frame is full (by count or by bytes)
+                yield chunk, n
+                chunk, n, size = [], 0, 0
+    if chunk:
+        yield chunk, n
 
 
 def _by_bytes(
-    chunk: list[Any], most: int, limit: int, encode: Encode
-) -> Iterator[tuple[bytes, list[Any]]]:
-    """Cut before the message whose payload would take the frame past ``most`` bytes (a
-    larger message travels alone)."""
-    total = len(chunk)
-    start = 0
-    while start < total:
-        end = total
-        size = 0
-        for i in range(start, total):
-            size += len(chunk[i][1])
-            if size > most and i > start:
-                end = i
-                break
-        yield from _encode(chunk[start:end], 0, limit, encode)
-        start = end
+    entries: list[Any], start: int, end: int, size: int, most: int, empty: bool
+) -> tuple[int, int]:
+    """Where a frame holding ``size`` payload bytes (``empty``: no message yet) ends in
+    ``entries[start:end]``, and its size then."""
+    i = start
+    while i < end:
+        b = len(entries[i][0])
+        if size + b > most and not (empty and i == start):
+            break
+        size += b
+        i += 1
+    return i, size
 
 
 def _encode(
-    chunk: list[Any], most: int, limit: int, encode: Encode
-) -> Iterator[tuple[bytes, list[Any]]]:
-    """One frame; if headers or long paths took it past ``limit``: cut by payload bytes
-    (``most``, when not done yet), else in halves."""
+    chunk: list[Any], n: int, limit: int, encode: Encode, most: int
+) -> Iterator[tuple[bytes, int, str]]:
+    """One frame; if it is past ``limit``: cut by each payload's bytes (``most``, when not
+    done yet: the first and last payloads misled), else (headers or long paths took it
+    there) in halves."""
     frame = encode(chunk)
-    if len(frame) <= limit:
-        yield frame, chunk
-    elif most and len(chunk) > 1:
-        yield from _by_bytes(chunk, most, limit, encode)
-    elif len(chunk) > 1:
-        half = len(chunk) // 2
-        yield from _encode(chunk[:half], 0, limit, encode)
-        yield from _encode(chunk[half:], 0, limit, encode)
-    else:
-        yield frame, chunk
+    if len(frame) <= limit or n < 2:
+        yield frame, n, chunk[0][0]
+        return
+    if most:
+        for piece, k in _pieces(chunk, most, True):
+            yield from _encode(piece, k, limit, encode, 0)
+        return
+    half = n // 2
+    first: list[Any] = []
+    second: list[Any] = []
+    taken = 0
+    for run in chunk:
+        k = len(run[5])
+        if taken >= half:
+            second.append(run)
+        elif taken + k <= half:
+            first.append(run)
+        else:
+            cut = half - taken
+            first.append([*run[:5], run[5][:cut]])
+            second.append([*run[:5], run[5][cut:]])
+        taken += k
+    yield from _encode(first, half, limit, encode, 0)
+    yield from _encode(second, n - half, limit, encode, 0)
 
 
 def advert_chunks(entries: list[list[Any]], most: int) -> list[list[list[Any]]]:

@@ -96,7 +96,7 @@ class Link:
     outbox: list[list[Any]] = field(default_factory=list)
     msgs_in: int = 0
     msgs_out: int = 0
-    #: MSGS messages sent since the last frame heard from the peer: if the link dies
+    #: MSGR messages sent since the last frame heard from the peer: if the link dies
     #: without a goodbye, these may be lost (counted then: ``dropped.link_died``)
     unheard: int = 0
     bytes_in: int = 0

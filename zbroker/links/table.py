@@ -27,6 +27,7 @@ from ..names import validate_broker_id
 from ..routing import AdvertIn, LinkDown, LinkUp, RoutingEngine
 from ..topics import validate_pattern
 from .handshake import Me, Repeats, rival
+from .outbox import queued
 from .state import Due, Link, LinkKind, LinkState, due
 
 __all__ = ["LinkHooks", "LinkTable", "Sockets"]
@@ -41,7 +42,7 @@ _SEND_ERRORS = {"link_queue_full": "queue full", "link_peer_gone": "peer gone"}
 class LinkHooks(Protocol):
     """What the kernel does for links (implemented by the node)."""
 
-    def link_msgs(self, link: Link, batch: list[Any]) -> None: ...
+    def link_msgs(self, link: Link, op: int, batch: list[Any], n: int) -> None: ...
     def link_frame(self, link: Link, value: list[Any]) -> int | None: ...
     def link_up(self, link: Link, now: float) -> None: ...
     def link_down(self, link: Link, reason: str, was_up: bool, now: float, clean: bool) -> None: ...
@@ -171,15 +172,18 @@ class LinkTable:
         link.unheard = 0  # the peer is alive: what we sent before reached its socket
         link.bytes_in += size
         op = value[0]
-        if op == wire.MSGS:
+        if op == wire.MSGR or op == wire.MSGS:
             if len(value) != 2 or type(value[1]) is not list:
-                raise ProtocolError("bad_shape", "MSGS must be [21, messages]")
+                name = "MSGR" if op == wire.MSGR else "MSGS"
+                raise ProtocolError("bad_shape", f"{name} must be [{op}, messages]")
+            batch = value[1]
+            n = wire.held(batch) if op == wire.MSGR else len(batch)
             if not link.can_receive:
-                link.drops += len(value[1])
-                self.counters.drop("wrong_direction", len(value[1]))
+                link.drops += n
+                self.counters.drop("wrong_direction", n)
                 return 0
-            self.hooks.link_msgs(link, value[1])
-            return len(value[1])
+            self.hooks.link_msgs(link, op, batch, n)
+            return n
         if op == wire.HEARTBEAT:
             return 0
         if op == wire.ADVERT:
@@ -271,8 +275,9 @@ class LinkTable:
             self.counters.drop("link_died", link.unheard)
             link.unheard = 0
         if link.outbox:
-            link.drops += len(link.outbox)
-            self.counters.drop("link_down", len(link.outbox))
+            n = queued(link.outbox)
+            link.drops += n
+            self.counters.drop("link_down", n)
             link.outbox = []
         if link.kind is LinkKind.DISCOVERED:
             # mDNS cannot tell a crash from a pause: the link's heartbeats decide; a new

@@ -101,7 +101,7 @@ class ControlDispatch:
     def on_frames(self) -> None:
         """Drain the ROUTER: link frames to the acceptor, requests to their op."""
         events = cast("Callable[[int], int]", self.sock.getsockopt)
-        budget = DRAIN_BATCH  # messages: a link's MSGS frame counts for what it holds
+        budget = DRAIN_BATCH  # messages: a link's MSGR frame counts for what it holds
         first = True
         while budget > 0:
             budget -= 1

@@ -42,8 +42,8 @@ class KernelHooks:
         if overrides(feature, "advert_in"):
             self._adverts.append(feature)
 
-    def link_msgs(self, link: Link, batch: list[Any]) -> None:
-        self._node.pipeline.on_msgs(link, batch)
+    def link_msgs(self, link: Link, op: int, batch: list[Any], n: int) -> None:
+        self._node.pipeline.on_msgs(link, op, batch, n)
 
     def link_frame(self, link: Link, value: list[Any]) -> int | None:
         handler = self._frames.get(value[0])

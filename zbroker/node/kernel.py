@@ -9,7 +9,7 @@ A pass of the loop, in this order, for these reasons:
    deliveries); then features with waiting work do one slice (a staged commit is
    published a slice per pass, so sockets are served in between).
 2. **link flush** — the engine's batched interest changes leave as ADVERTs, then every
-   message queued for a link this pass in MSGS frames. Interest first: a link carries
+   message queued for a link this pass in MSGR frames. Interest first: a link carries
    frames in order, so interest that reached this node before a message reaches the next
    node before it too (a reply to that message finds its way back).
 3. **events** — the pass's node events, to every feature that observes them.

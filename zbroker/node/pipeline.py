@@ -1,6 +1,6 @@
 """The one message path: every message a node handles goes through here.
 
-Three ingresses — client publishes (the PULL socket), link MSGS frames, and messages
+Three ingresses — client publishes (the PULL socket), link MSGR frames, and messages
 originated on the node (persistent publishes, staged commits, PMSGS the store-and-forward
 feature took) — share one sequence of steps, each batch at a time:
 
@@ -35,11 +35,11 @@ from .. import wire
 from ..const import DRAIN_BATCH
 from ..routing import DedupeWindow, RoutingEngine
 from ..routing.selection import Selective
-from ..wire import check_msgs, check_publishes, publish_elements
+from ..wire import check_msgs, check_publishes, check_runs, publish_elements, runs_of_msgs
 from .counters import Counters
 from .delivery import Delivery
 from .interest import LocalInterest
-from .relay import Prepared, PublishPlan, picked, publish_plan, relay
+from .relay import Prepared, PublishPlan, onto, picked, publish_plan, relay
 
 if TYPE_CHECKING:
     from ..links.state import Link
@@ -56,6 +56,7 @@ Persist = Callable[[list[Send], list[Any], "int | None"], None]
 #: msgpack of (uint64 seq, float64 ts): the last two envelope fields, in one struct call
 _ENVELOPE_TAIL = struct.Struct(">BQBd")
 _EVENTS = int(zmq.EVENTS)
+_MSGR = wire.MSGR
 _POLLIN = int(zmq.POLLIN)
 
 
@@ -89,6 +90,8 @@ class Pipeline:
         # msgpack of (origin, incarnation): constant middle of every envelope we originate
         self._envelope_id = msgpack.packb(broker_id) + msgpack.packb(incarnation)
         self._sink_out: dict[Feature, list[list[Any]]] = {}
+        #: per link id, the last run :meth:`enqueue` made (it extends only its own)
+        self._enqueued: dict[str, list[Any]] = {}
         #: set by the queue groups feature: takes each message that starts here, called
         #: only while some group has members somewhere (engine.groups.active); True if
         #: some group's member gets it
@@ -105,6 +108,8 @@ class Pipeline:
         events = cast("Callable[[int], int]", sock.getsockopt)
         errors: list[tuple[str, str]] = []
         out: dict[str, list[bytes]] = {}
+        plans: dict[str, PublishPlan] = {}  # per topic: the route, once per drain
+        prepared: Prepared = {}
         budget = DRAIN_BATCH  # messages: a publish batch counts for what it holds
         first = True
         while budget > 0:
@@ -124,27 +129,28 @@ class Pipeline:
             elements = publish_elements(raw, errors)
             budget -= len(elements) or 1
             if elements:
-                self._take_publishes(
-                    elements, check_publishes(elements, errors, self._valid_topics), out
-                )
+                values = check_publishes(elements, errors, self._valid_topics)
+                self._take_publishes(elements, values, out, plans, prepared)
         for reason, detail in errors:
             self._counters.bad("publisher", reason, detail)
         self.end_batch(out, None)
 
     def _take_publishes(
-        self, frames: Sequence[bytes], values: list[list[Any] | None], out: dict[str, list[bytes]]
+        self,
+        frames: Sequence[bytes],
+        values: list[list[Any] | None],
+        out: dict[str, list[bytes]],
+        plans: dict[str, PublishPlan],
+        prepared: Prepared,
     ) -> None:
-        interest, prefix, now = self._interest, self._delivery.prefix, time.time
         tail, id_part, origin, inc = _ENVELOPE_TAIL.pack, self._envelope_id, self._me, self._inc
         seq = first = self._counters.seq
-        sink_out, unrouted, unrouted_topic = self._sink_out, 0, ""
+        prefix, sink_out, unrouted, unrouted_topic = self._delivery.prefix, self._sink_out, 0, ""
         select = self._delivery.selected.names if self._delivery.selected.by_pattern else None
         groups = self.group_hook if self._engine.groups.active else None
-        carry = groups is not None or interest.has_sinks  # (else no 8-field list is made)
+        carry = groups is not None or self._interest.has_sinks  # (else no 8-field list)
         drop, dirty, path = self._counters.drop, self._links.dirty, [origin]  # (path: shared)
-        plans: dict[str, PublishPlan] = {}  # per topic: the route, once per batch
-        prepared: Prepared = {}
-        ts = now()  # the node's receive time: one recv brought the frame's messages
+        ts = time.time()  # the node's receive time: one recv brought the frame's messages
         for frame, value in zip(frames, values, strict=True):
             if value is None:
                 continue
@@ -152,27 +158,28 @@ class Pipeline:
             seq += 1
             m: Any = [topic, payload, fmt, headers, origin, inc, seq, ts] if carry else None
             grouped = groups is not None and groups(m)
-            plan = plans.get(topic)
-            if plan is None:
-                plan = plans[topic] = publish_plan(self, topic, prepared, out)
-            patterns, links, missing, selective, sinks, dests = plan
+            plan = plans.get(topic) or publish_plan(self, topic, prepared, out, plans)
+            patterns, links, missing, selective, sinks, dests, tails = plan
+            entry = [payload, fmt, headers, seq, ts] if links or selective is not None else None
             if selective is not None:  # some targets stand behind selectors
-                links, missing = picked(self, selective.pick(headers), prepared)
+                head = [topic, origin, inc, path]
+                links, missing = self._selected(selective, prepared, tails, head, entry)
+            for j in range(len(links) if selective is None else 0):
+                # onto the run this topic's messages took on the link, if the outbox
+                # still ends with it (order is kept across topics), else a new one
+                out_link, out_targets, copies = links[j]
+                box, run = out_link.outbox, tails[j]
+                if run is None or not box or box[-1] is not run:
+                    if not box:
+                        dirty.append(out_link)
+                    run = tails[j] = [topic, origin, inc, path, out_targets, []]
+                    box.append(run)
+                run[5].append(entry) if copies == 1 else run[5].extend([entry] * copies)
             if missing:
                 drop("link_down", missing)  # routed over a down link: nowhere to wait
-            for out_link, out_targets, copies in links:
-                fm = [topic, payload, fmt, headers, origin, inc, seq, ts, path, out_targets]
-                box = out_link.outbox
-                if not box:
-                    dirty.append(out_link)
-                if copies == 1:
-                    box.append(fm)
-                else:
-                    box.extend([fm] * copies)
             if not patterns:
                 if not links and not missing and not grouped:  # no subscriber anywhere
-                    unrouted += 1  # (counted, topic kept)
-                    unrouted_topic = topic
+                    unrouted, unrouted_topic = unrouted + 1, topic  # (counted, topic kept)
                 continue
             for f in sinks:
                 sink_out.setdefault(f, []).append(m)
@@ -186,23 +193,49 @@ class Pipeline:
                 body = wire.encode_delivery_body(topic, payload, fmt, headers, origin, inc, seq, ts)
             for bucket in dests:
                 bucket.append(body)
-        self._counters.received += seq - first
-        self._counters.seq = seq
+        self._counted(seq - first, unrouted, unrouted_topic)
+
+    def _selected(
+        self,
+        selective: Selective,
+        prepared: Prepared,
+        tails: dict[tuple[int, int], list[Any]],
+        head: list[Any],
+        entry: Any,
+    ) -> tuple[list[tuple[Link, list[str] | None, int]], int]:
+        """Queue a publish whose sends depend on its headers (``entry[2]``); returns them
+        resolved to links, and the copies routed to links that are down."""
+        links, missing = picked(self, selective.pick(entry[2]), prepared)
+        dirty = self._links.dirty
+        for out_link, out_targets, copies in links:
+            onto(tails, out_link, out_targets, copies, head, entry, dirty)
+        return links, missing
+
+    def _counted(self, n: int, unrouted: int, unrouted_topic: str) -> None:
+        """Count ``n`` publishes taken, ``unrouted`` of them wanted nowhere."""
+        self._counters.received += n
+        self._counters.seq += n
         if unrouted:
             self._counters.unrouted += unrouted
             self.unrouted_topic = unrouted_topic
 
-    # -- ingress 2: link MSGS -------------------------------------------------------------
+    # -- ingress 2: link MSGR (and MSGS) ---------------------------------------------------
 
-    def on_msgs(self, link: Link, batch: list[Any]) -> None:
-        """Messages from a link: the relay's hot path."""
+    def on_msgs(self, link: Link, op: int, batch: list[Any], n: int) -> None:
+        """Messages from a link, ``n`` of them: the relay's hot path. ``op``: MSGR (runs)
+        or MSGS (messages, taken as runs)."""
         errors: list[tuple[str, str]] = []
-        check_msgs(batch, self._link_caches, errors)  # (in place: bad ones become None)
+        if op == _MSGR:
+            runs = batch
+            check_runs(runs, self._link_caches, errors)  # (in place: bad ones become None)
+        else:
+            check_msgs(batch, self._link_caches, errors)
+            runs = runs_of_msgs(batch)
         for reason, detail in errors:
             self._counters.bad(link.source, reason, detail)
-        link.msgs_in += len(batch)
+        link.msgs_in += n
         out: dict[str, list[Any]] = {}
-        loops = relay(self, batch, out)  # (runs of one route at a time: .relay)
+        loops = relay(self, runs, out)  # (a run's route once: .relay)
         if loops:
             self._counters.drop("loop", loops)
         self.end_batch(None, out)
@@ -268,7 +301,7 @@ class Pipeline:
                 if persist is not None:
                     persist(sends, m, pseq)
                 else:
-                    self.enqueue(sends, [*m, None])
+                    self.enqueue(sends, m)
             if not patterns:
                 continue
             if interest.has_sinks:
@@ -284,9 +317,15 @@ class Pipeline:
     # -- the end of a batch ---------------------------------------------------------------
 
     def enqueue(self, sends: list[Send], msg: list[Any]) -> None:
-        """Queue ``msg`` (path already ends with us) on each send's link for this pass."""
+        """Queue ``msg`` (``[topic, payload, fmt, headers, origin, inc, seq, ts, path]``,
+        the path already ending with us) on each send's link for this pass: onto the run
+        the link's outbox ends with if this method made it for the same head (a relay's
+        runs share their entries with other links: never extended), else a new one."""
         by_id = self._links.by_engine_id
         dirty = self._links.dirty
+        topic, payload, fmt, headers, origin, inc, seq, ts, path = msg[:9]
+        entry = [payload, fmt, headers, seq, ts]
+        made = self._enqueued
         for link_id, targets, copies in sends:
             link = by_id.get(link_id)
             if link is None:
@@ -294,17 +333,15 @@ class Pipeline:
                 # message has nowhere to wait, so it is lost here: counted, not silent
                 self._counters.drop("link_down", copies)
                 continue
-            m = (
-                msg
-                if targets is None and msg[9] is None
-                else [*msg[:9], None if targets is None else list(targets)]
-            )
-            if not link.outbox:
-                dirty.append(link)
-            if copies == 1:
-                link.outbox.append(m)
-            else:
-                link.outbox.extend([m] * copies)
+            head = [topic, origin, inc, path, None if targets is None else list(targets)]
+            box = link.outbox
+            run = made.get(link_id)
+            if run is None or not box or box[-1] is not run or run[:5] != head:
+                if not box:
+                    dirty.append(link)
+                run = made[link_id] = [*head, []]
+                box.append(run)
+            run[5].extend([entry] * copies)
 
     def end_batch(
         self, bodies: dict[str, list[bytes]] | None, arrays: dict[str, list[Any]] | None

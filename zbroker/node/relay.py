@@ -1,17 +1,18 @@
-"""The relay's hot loop: a MSGS frame's checked messages, taken run by run.
+"""The relay's hot loop: a link frame's checked runs, each taken whole.
 
-A link frame mostly holds runs: consecutive messages of one origin (and incarnation) on
-one topic, by one path, for the same targets (a publisher's flood, cut into frames). What
-a message needs from the node besides its own fields depends on that key only: the
-forwarded path (or a loop), the route (local patterns and sends), the sends resolved to
-links, the sinks that take it, the delivery buckets. So :func:`_plan` works them out once
-per key and frame, and the per-message work left is the dedupe, one list per outgoing
-copy and one envelope for the deliveries.
+A link frame holds runs (MSGR, :mod:`zbroker.wire.runs`): consecutive messages of one
+origin (and incarnation) on one topic, by one path, for the same targets. What a message
+needs from the node besides its own fields depends on that key only: the forwarded path
+(or a loop), the route (local patterns and sends), the sends resolved to links, the sinks
+that take it, the delivery buckets. So :func:`_plan` works them out once per key and
+frame, and the per-message work left is the dedupe and one envelope for the deliveries.
+The messages a run forwards leave as one run per outgoing link whose entries are the
+list that came in (cut-through: nothing is decoded again or copied per message), unless
+selectors decide per message.
 
 The dedupe keeps its per-origin semantics exactly (:meth:`DedupeWindow.state`): within a
 run, the next seq above an origin's floor with nothing pending above is new and just moves
-the floor, inline; any other seq (a gap, a repeat, a run's first message) goes through
-:meth:`DedupeWindow.seen`.
+the floor, inline; any other seq goes through :meth:`DedupeWindow.seen`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from .feature import Feature
     from .pipeline import Pipeline, Send
 
-__all__ = ["Prepared", "PublishPlan", "picked", "publish_plan", "relay"]
+__all__ = ["Prepared", "PublishPlan", "onto", "picked", "publish_plan", "relay"]
 
 #: entries in the cache of paths seen on links -> path forwarded (False: a loop)
 FWD_CACHE_SIZE = 4096
@@ -44,66 +45,136 @@ Plan = tuple[
 Prepared = dict[int, "tuple[list[Send], list[tuple[Link, list[str] | None, int]], int]"]
 
 
-def relay(pipe: Pipeline, batch: list[Any], out: dict[str, list[Any]]) -> int:
-    """Dedupe, route, queue, sink and bucket checked link messages; returns the loops."""
+def relay(pipe: Pipeline, runs: list[Any], out: dict[str, list[Any]]) -> int:
+    """Dedupe, route, queue, sink and bucket the checked runs of a link frame (MSGR, or
+    MSGS taken as runs); returns the loops."""
     seen, state_of, drop, prefix, sink_out, dirty, select = _locals(pipe)
     plans: dict[tuple[Any, ...], Plan] = {}
     prepared: Prepared = {}  # (shared by the plans of one frame)
     loops = 0
-    r_topic = r_path = r_targets = r_origin = r_inc = None  # the run's key (None: none yet)
-    for m in batch:
-        if m is None:
+    for run in runs:
+        if run is None:
             continue
-        topic, payload, fmt, headers, origin, inc, seq, ts, key_path, key_targets = m
-        if (
-            topic != r_topic
-            or key_path != r_path
-            or key_targets != r_targets
-            or origin != r_origin
-            or inc != r_inc
-        ):  # a new run: its plan, and the dedupe state of its origin
-            r_topic, r_path, r_targets, r_origin, r_inc = topic, key_path, key_targets, origin, inc
-            plan = plans.get((topic, key_path, key_targets))
-            if plan is None:
-                plan = plans[topic, key_path, key_targets] = _plan(pipe, m, prepared)
-            fwd, patterns, links, missing, selective, sinks = plan
-            state = state_of(origin, inc) if fwd is not False else None
-            dests: list[list[Any]] | None = None
+        topic, origin, inc, key_path, key_targets, entries = run
+        plan = plans.get((topic, key_path, key_targets))
+        if plan is None:
+            plan = plans[topic, key_path, key_targets] = _plan(
+                pipe, topic, key_path, key_targets, prepared
+            )
+        fwd, patterns, links, missing, selective, sinks = plan
         if fwd is False:
-            loops += 1
+            loops += len(entries) - entries.count(None)
             continue
-        if state is not None and seq - 1 == state.floor and not state.above:
-            state.floor = seq  # in order: what seen() would do, inline
-        elif seen(origin, inc, seq):
+        kept = _fresh(seen, state_of, origin, inc, entries)
+        if not kept:
             continue
-        elif state is None:
-            state = state_of(origin, inc)  # (the origin's first message registered it)
+        head = [topic, origin, inc, fwd]
         if selective is not None:  # some targets stand behind selectors: per message
-            links, missing = picked(pipe, selective.pick(headers), prepared)
-        if missing:
-            drop("link_down", missing)  # routed over a down link
-        for out_link, out_targets, copies in links:
-            fm = [topic, payload, fmt, headers, origin, inc, seq, ts, fwd, out_targets]
-            box = out_link.outbox
-            if not box:
-                dirty.append(out_link)
-            if copies == 1:
-                box.append(fm)
-            else:
-                box.extend([fm] * copies)
+            _selected(pipe, selective, prepared, head, kept)
+        else:
+            if missing:
+                drop("link_down", missing * len(kept))  # routed over a down link
+            for out_link, out_targets, copies in links:
+                # cut-through: the run's entries go on as they came
+                box = out_link.outbox
+                if not box:
+                    dirty.append(out_link)
+                box.append([*head, out_targets, kept if copies == 1 else _copies(kept, copies)])
         if not patterns:
             continue
-        for f in sinks:
-            sink_out.setdefault(f, []).append(m)
+        if sinks:
+            ms = [[topic, e[0], e[1], e[2], origin, inc, e[3], e[4], *run[3:5]] for e in kept]
+            for f in sinks:
+                sink_out.setdefault(f, []).extend(ms)
         if select is not None:  # subscriptions with a selector: buckets by headers
-            dests = [out.setdefault(p, []) for p in select(patterns, headers) if p in prefix]
-        elif dests is None:  # the run's buckets (created once a message reaches them)
-            dests = [out.setdefault(p, []) for p in patterns if p in prefix]
+            for e in kept:
+                dests = [out.setdefault(p, []) for p in select(patterns, e[2]) if p in prefix]
+                if dests:
+                    envelope = [topic, e[0], e[1], e[2], origin, inc, e[3], e[4]]
+                    for bucket in dests:
+                        bucket.append(envelope)
+            continue
+        dests = [out.setdefault(p, []) for p in patterns if p in prefix]
         if dests:
-            envelope = m[:8]  # [topic, payload, fmt, headers, origin, inc, seq, ts]
+            envelopes = [[topic, e[0], e[1], e[2], origin, inc, e[3], e[4]] for e in kept]
             for bucket in dests:
-                bucket.append(envelope)
+                bucket.extend(envelopes)
     return loops
+
+
+def _fresh(seen: Any, state_of: Any, origin: str, inc: int, entries: list[Any]) -> list[Any]:
+    """The entries of a run not seen before (``entries`` itself when all are new, the
+    common case). The dedupe keeps its per-origin semantics exactly: the next seq above
+    the origin's floor with nothing pending above is new and just moves the floor,
+    inline; any other seq goes through :meth:`DedupeWindow.seen`."""
+    state = state_of(origin, inc)
+    kept = None
+    for i in range(len(entries)):
+        e = entries[i]
+        if e is None:
+            new = False
+        else:
+            seq = e[3]
+            if state is not None and seq - 1 == state.floor and not state.above:
+                state.floor = seq  # in order: what seen() would do, inline
+                new = True
+            elif seen(origin, inc, seq):
+                new = False
+            else:
+                new = True
+                if state is None:
+                    state = state_of(origin, inc)  # (its first message registered it)
+        if new:
+            if kept is not None:
+                kept.append(e)
+        elif kept is None:
+            kept = entries[:i]
+    return entries if kept is None else kept
+
+
+def _copies(entries: list[Any], copies: int) -> list[Any]:
+    """Each entry ``copies`` times in a row (a link that is no conduit)."""
+    return [e for e in entries for _ in range(copies)]
+
+
+def _selected(
+    pipe: Pipeline, selective: Selective, prepared: Prepared, head: list[Any], kept: list[Any]
+) -> None:
+    """Queue a run's entries whose sends depend on their headers: each onto the run its
+    link's outbox ends with for these targets, or a new one."""
+    drop, dirty = pipe._counters.drop, pipe._links.dirty
+    tails: dict[tuple[int, int], list[Any]] = {}
+    for e in kept:
+        links, missing = picked(pipe, selective.pick(e[2]), prepared)
+        if missing:
+            drop("link_down", missing)
+        for out_link, out_targets, copies in links:
+            onto(tails, out_link, out_targets, copies, head, e, dirty)
+
+
+def onto(
+    tails: dict[tuple[int, int], list[Any]],
+    link: Link,
+    targets: list[str] | None,
+    copies: int,
+    head: list[Any],
+    e: list[Any],
+    dirty: list[Link],
+) -> None:
+    """Queue entry ``e`` on ``link`` for ``targets``: onto the run the link's outbox ends
+    with if it is the one ``tails`` made for them (same head), else onto a new one."""
+    box = link.outbox
+    key = (id(link), id(targets))
+    run = tails.get(key)
+    if run is None or not box or box[-1] is not run:
+        if not box:
+            dirty.append(link)
+        run = tails[key] = [*head, targets, []]
+        box.append(run)
+    if copies == 1:
+        run[5].append(e)
+    else:
+        run[5].extend([e] * copies)
 
 
 def _locals(pipe: Pipeline) -> tuple[Any, ...]:
@@ -124,9 +195,14 @@ def _locals(pipe: Pipeline) -> tuple[Any, ...]:
     )
 
 
-def _plan(pipe: Pipeline, m: list[Any], prepared: Prepared) -> Plan:
-    """What the messages of ``m``'s key (topic, path, targets) get here."""
-    topic, key_path, key_targets = m[0], m[8], m[9]
+def _plan(
+    pipe: Pipeline,
+    topic: str,
+    key_path: tuple[str, ...],
+    key_targets: tuple[str, ...] | None,
+    prepared: Prepared,
+) -> Plan:
+    """What the messages of a run's key (topic, path, targets) get here."""
     fwd_paths = pipe._fwd_paths
     fwd = fwd_paths.get(key_path)
     if fwd is None:
@@ -171,7 +247,9 @@ def picked(
 
 #: per topic of a client publish batch: (local patterns, sends resolved to links, copies
 #: routed to links that are down, the sends if Selective, sinks, the delivery buckets in
-#: this batch's ``out`` of the patterns clients hold)
+#: this batch's ``out`` of the patterns clients hold, per resolved send the run its
+#: link's outbox took this topic's messages into last (if Selective: by link and targets,
+#: see :func:`onto`)
 PublishPlan = tuple[
     frozenset[str],
     "list[tuple[Link, list[str] | None, int]]",
@@ -179,14 +257,20 @@ PublishPlan = tuple[
     "Selective | None",
     "tuple[Feature, ...]",
     list[list[Any]],
+    Any,
 ]
 
 
 def publish_plan(
-    pipe: Pipeline, topic: str, prepared: Prepared, out: dict[str, Any]
+    pipe: Pipeline,
+    topic: str,
+    prepared: Prepared,
+    out: dict[str, Any],
+    plans: dict[str, PublishPlan],
 ) -> PublishPlan:
     """What the client publishes of ``topic`` in one batch get here (its buckets in
-    ``out`` are made now: the batch's first message of the topic fills them)."""
+    ``out`` are made now: the batch's first message of the topic fills them), kept in
+    ``plans``."""
     engine = pipe._engine
     if engine.links:
         patterns, sends = engine.route(topic, (), None)
@@ -199,4 +283,6 @@ def publish_plan(
         if pipe._delivery.selected.by_pattern
         else [out.setdefault(p, []) for p in patterns if p in prefix]
     )
-    return patterns, links, missing, selective, sinks, dests
+    tails: Any = {} if selective is not None else [None] * len(links)  # (for relay.onto)
+    plan = plans[topic] = (patterns, links, missing, selective, sinks, dests, tails)
+    return plan

@@ -9,6 +9,7 @@ the tests alike; every name is reachable here as ``wire.NAME``:
 * :mod:`.delivery` — delivery frames and delivery batches;
 * :mod:`.control` — control requests and replies;
 * :mod:`.link` — link frames: handshake maps, HEARTBEAT, ADVERT, MSGS, BYE;
+* :mod:`.runs` — MSGR, a link frame's messages as runs;
 * :mod:`.forward` — store-and-forward frames: PMSGS and PACK;
 * :mod:`.queues` — queue group frames: QMSGS and QCAP.
 
@@ -56,6 +57,7 @@ from .frames import (
     LINK_REFUSE,
     LINK_TYPES,
     LINK_WELCOME,
+    MSGR,
     MSGS,
     OPS,
     PACK,
@@ -111,6 +113,7 @@ from .queues import (
     encode_qcap,
     encode_qmsgs,
 )
+from .runs import check_runs, held, runs_of_msgs
 
 __all__ = [
     "ADVERT",
@@ -134,6 +137,7 @@ __all__ = [
     "LINK_REFUSE",
     "LINK_TYPES",
     "LINK_WELCOME",
+    "MSGR",
     "MSGS",
     "OPS",
     "PACK",
@@ -172,6 +176,7 @@ __all__ = [
     "check_producer",
     "check_publishes",
     "check_qmsgs",
+    "check_runs",
     "decode_advert",
     "decode_advert_entries",
     "decode_advert_sticky",
@@ -194,7 +199,9 @@ __all__ = [
     "encode_publish_batch",
     "encode_qcap",
     "encode_qmsgs",
+    "held",
     "pmsgs_lseq",
     "publish_batch_elements",
     "publish_elements",
+    "runs_of_msgs",
 ]

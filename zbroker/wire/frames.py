@@ -184,6 +184,8 @@ types 16 and up, so the ROUTER tells them from control requests by the first ele
     QMSGS         [34, [[topic, payload, fmt, headers, origin, incarnation, seq, ts,
                          path: [str], [target, group key]], ...]]
     QCAP          [35, [[group key, origin, stamp, members, free credit], ...]]
+    MSGR          [36, [[topic, origin, incarnation, path: [str], targets: [str] | nil,
+                         [[payload, fmt, headers, seq, ts], ...]], ...]]
 
 ``QMSGS`` carries messages each meant for ONE member node of a queue group (see
 :mod:`zbroker.routing.groups`): a MSGS entry whose last field is ``[target, group key]``;
@@ -219,7 +221,10 @@ wants every message. A selector that does not parse makes the frame ``bad_advert
 
 ``MSGS`` batches every message one drain pass found for the link into one frame (a ROUTER
 adds an identity frame per send: amortize it), cut by count and by bytes so that no frame
-passes what the next node accepts (see ``zbroker.const.LINK_BATCH_BYTES``). An ``ADVERT``
+passes what the next node accepts (see ``zbroker.const.LINK_BATCH_BYTES``). ``MSGR`` is the
+same messages as *runs* (:mod:`.runs`): consecutive messages of one topic, origin,
+incarnation, path and targets carry those fields once, each entry only its own. A node
+sends MSGR and takes both; a message's meaning is the same in either. An ``ADVERT``
 too long for one frame is sent as several: only the first says ``full``.
 
 ``GAP`` says that a link died at ``node`` (its ``n``-th such notice): messages in flight
@@ -306,10 +311,11 @@ GAP = 27
 # 30-33 are control ops (QUEUE_*, QDELIVER)
 QMSGS = 34
 QCAP = 35
+MSGR = 36
 LINK_TYPES = frozenset(
     {
         LINK_HELLO, LINK_WELCOME, LINK_REFUSE, HEARTBEAT, ADVERT, MSGS, BYE, PMSGS, PACK, GAP,
-        QMSGS, QCAP,
+        QMSGS, QCAP, MSGR,
     }
 )  # fmt: skip
 

@@ -185,7 +185,7 @@ def _checked(items: tuple[Any, ...], checked: set[tuple[Any, ...]]) -> tuple[Any
     if items in checked:
         return items
     if not all(type(p) is str for p in items):
-        raise ProtocolError("bad_type", "MSGS path and targets must be strings")
+        raise ProtocolError("bad_type", "path and targets must be strings")
     if len(checked) >= STREAM_CACHE_SIZE:
         checked.clear()
     checked.add(items)

@@ -1,0 +1,75 @@
+"""Link outboxes hold runs (zbroker/node/relay.py, zbroker/node/pipeline.py): a relay's
+forwarded run shares its entries list with every link it goes to, so nothing may extend
+it afterwards; and frames are cut by payload bytes even where the first and last payloads
+of a stretch say it is small (zbroker/links/outbox.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+from typing import Any
+
+from zbroker import wire
+from zbroker.const import LINK_BATCH_BYTES, LINK_FRAME_SLACK
+from zbroker.links.outbox import cut_runs
+from zbroker.node import relay
+from zbroker.node.pipeline import Pipeline
+from zbroker.routing import DedupeWindow
+
+
+def test_a_forwarded_run_is_never_extended_for_one_link_only() -> None:
+    l1, l2 = NS(outbox=[]), NS(outbox=[])
+    links = NS(
+        dirty=[],
+        by_engine_id={"l1": l1, "l2": l2},
+        resolve=lambda sends: ([(l1, None, 1), (l2, None, 1)], 0),
+    )
+    drops: list[Any] = []
+    counters = NS(drop=lambda reason, n=1: drops.append((reason, n)))
+    pipe: Any = NS(
+        dedupe=DedupeWindow(),
+        _delivery=NS(selected=NS(by_pattern={}, names=None), prefix=set()),
+        _sink_out={},
+        _links=links,
+        _counters=counters,
+        _fwd_paths={},
+        _me="ME",
+        _engine=NS(route=lambda t, p, tg: (frozenset(), [("l1", None, 1), ("l2", None, 1)])),
+        _interest=NS(has_sinks=False),
+        _enqueued={},
+    )
+    # a peer's run with our own origin and an empty path: its forwarded head is the one
+    # this node gives a message of its own
+    runs: list[Any] = [["t", "ME", 7, [], None, [[b"a", 0, None, 1, 1.0]]]]
+    errors: list[Any] = []
+    wire.check_runs(runs, (set(), set(), set()), errors)
+    assert errors == []
+    relay.relay(pipe, runs, {})
+    assert l1.outbox[0][5] is l2.outbox[0][5]  # (cut-through: one list for both)
+    Pipeline.enqueue(pipe, [("l1", None, 1)], ["t", b"mine", 0, None, "ME", 7, 9, 2.0, ["ME"]])
+    assert [[e[0] for e in run[5]] for run in l2.outbox] == [[b"a"]]
+    assert [[e[0] for e in run[5]] for run in l1.outbox] == [[b"a"], [b"mine"]]
+    # a second message of ours extends the run enqueue made, not a new one
+    Pipeline.enqueue(pipe, [("l1", None, 1)], ["t", b"more", 0, None, "ME", 7, 10, 2.0, ["ME"]])
+    assert [[e[0] for e in run[5]] for run in l1.outbox] == [[b"a"], [b"mine", b"more"]]
+    assert drops == []
+
+
+def test_frames_are_cut_by_each_payload_where_the_ends_of_a_stretch_mislead() -> None:
+    """Payloads alternating 100 B and 200 KB, the first and last small: every frame of
+    more than one message still holds at most LINK_BATCH_BYTES of payload."""
+    sizes = [100 if i % 2 == 0 else 200_000 for i in range(511)]
+    entries = [[b"x" * n, 0, None, i + 1, 1.0] for i, n in enumerate(sizes)]
+    box = [["T", "A", 1, ["A"], None, entries]]
+    limit = (1 << 20) + LINK_FRAME_SLACK
+
+    def encode(chunk: list[Any]) -> bytes:
+        return wire.encode_link(wire.MSGR, chunk)
+
+    frames = list(cut_runs(box, LINK_BATCH_BYTES, limit, encode))
+    assert sum(n for _, n, _ in frames) == 511
+    got = [e[3] for f, _, _ in frames for r in wire.decode_frame(f)[1] for e in r[5]]
+    assert got == list(range(1, 512))
+    for frame, n, _ in frames:
+        payload = sum(len(e[0]) for r in wire.decode_frame(frame)[1] for e in r[5])
+        assert n == 1 or payload <= LINK_BATCH_BYTES
+        assert len(frame) <= limit
