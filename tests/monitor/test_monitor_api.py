@@ -78,9 +78,13 @@ def test_monitor_port_taken_fails_start_cleanly(broker_factory: BrokerFactory) -
     taken = monitor_url(a).rsplit(":", 1)[1]
     with pytest.raises(AddressInUse, match=f"monitor: cannot listen on 127.0.0.1:{taken}"):
         Broker(port=0, monitor=f"127.0.0.1:{taken}").start()
-    # the failed node released everything: another starts and serves
+    # the failed node released everything: another starts and serves (healthy once its
+    # loop has published its first snapshot: until then /healthz says 503 "no snapshot
+    # yet", which under a loaded suite can outlast the first request)
     b = broker_factory(monitor=FAST_MONITOR)
-    assert get(monitor_url(b) + "/healthz")[0] == 200
+    url = monitor_url(b) + "/healthz"
+    answers: list[tuple[int, bytes]] = []
+    assert wait_until(lambda: answers.append(get(url)) or answers[-1][0] == 200, 10.0), answers[-3:]
 
 
 def _cli_json(args: list[str]) -> Any:
