@@ -176,7 +176,9 @@ def test_msgr_carries_what_msgs_carries(batch: list[list[Any]], share: bool) -> 
         for e in r[5]
     ]
     assert flat == batch
-    assert len(runs) == (min(1, len(batch)) if share else len(runs))
+    # one run per change of (topic, origin, incarnation, path, targets) from the last
+    heads = [(m[0], m[4], m[5], m[8], m[9]) for m in batch]
+    assert len(runs) == sum(1 for i, h in enumerate(heads) if i == 0 or h != heads[i - 1])
 
 
 def test_a_bad_run_counts_each_message_and_a_bad_entry_only_itself() -> None:

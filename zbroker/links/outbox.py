@@ -5,8 +5,7 @@ The next node refuses (counts and drops) any frame over its ``max_frame_bytes`` 
 ``LINK_BATCH`` messages or before the message whose payload would take it past the link's
 ``batch_bytes`` (a run is split where a frame ends); a frame that headers or long paths
 still took past the limit is halved; one message that fits no frame is reported as too
-large. ADVERT entries are cut the same
-way by their encoded size.
+large. ADVERT entries are cut the same way by their encoded size.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from ..wire import check_msgs, check_publishes, check_runs, publish_elements, ru
 from .counters import Counters
 from .delivery import Delivery
 from .interest import LocalInterest
-from .relay import Prepared, PublishPlan, onto, picked, publish_plan, relay
+from .relay import Prepared, PublishPlan, publish_plan, queue_selected, relay
 
 if TYPE_CHECKING:
     from ..links.state import Link
@@ -162,8 +162,8 @@ class Pipeline:
             patterns, links, missing, selective, sinks, dests, tails = plan
             entry = [payload, fmt, headers, seq, ts] if links or selective is not None else None
             if selective is not None:  # some targets stand behind selectors
-                head = [topic, origin, inc, path]
-                links, missing = self._selected(selective, prepared, tails, head, entry)
+                head = [topic, origin, inc, path]  # (entry is a list here)
+                links, missing = queue_selected(self, selective, prepared, tails, head, entry)  # type: ignore[arg-type]
             for j in range(len(links) if selective is None else 0):
                 # onto the run this topic's messages took on the link, if the outbox
                 # still ends with it (order is kept across topics), else a new one
@@ -194,22 +194,6 @@ class Pipeline:
             for bucket in dests:
                 bucket.append(body)
         self._counted(seq - first, unrouted, unrouted_topic)
-
-    def _selected(
-        self,
-        selective: Selective,
-        prepared: Prepared,
-        tails: dict[tuple[int, int], list[Any]],
-        head: list[Any],
-        entry: Any,
-    ) -> tuple[list[tuple[Link, list[str] | None, int]], int]:
-        """Queue a publish whose sends depend on its headers (``entry[2]``); returns them
-        resolved to links, and the copies routed to links that are down."""
-        links, missing = picked(self, selective.pick(entry[2]), prepared)
-        dirty = self._links.dirty
-        for out_link, out_targets, copies in links:
-            onto(tails, out_link, out_targets, copies, head, entry, dirty)
-        return links, missing
 
     def _counted(self, n: int, unrouted: int, unrouted_topic: str) -> None:
         """Count ``n`` publishes taken, ``unrouted`` of them wanted nowhere."""

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .feature import Feature
     from .pipeline import Pipeline, Send
 
-__all__ = ["Prepared", "PublishPlan", "onto", "picked", "publish_plan", "relay"]
+__all__ = ["Prepared", "PublishPlan", "picked", "publish_plan", "queue_selected", "relay"]
 
 #: entries in the cache of paths seen on links -> path forwarded (False: a loop)
 FWD_CACHE_SIZE = 4096
@@ -70,7 +70,11 @@ def relay(pipe: Pipeline, runs: list[Any], out: dict[str, list[Any]]) -> int:
             continue
         head = [topic, origin, inc, fwd]
         if selective is not None:  # some targets stand behind selectors: per message
-            _selected(pipe, selective, prepared, head, kept)
+            tails: dict[tuple[int, int], list[Any]] = {}
+            for e in kept:
+                missing = queue_selected(pipe, selective, prepared, tails, head, e)[1]
+                if missing:
+                    drop("link_down", missing)
         else:
             if missing:
                 drop("link_down", missing * len(kept))  # routed over a down link
@@ -137,44 +141,31 @@ def _copies(entries: list[Any], copies: int) -> list[Any]:
     return [e for e in entries for _ in range(copies)]
 
 
-def _selected(
-    pipe: Pipeline, selective: Selective, prepared: Prepared, head: list[Any], kept: list[Any]
-) -> None:
-    """Queue a run's entries whose sends depend on their headers: each onto the run its
-    link's outbox ends with for these targets, or a new one."""
-    drop, dirty = pipe._counters.drop, pipe._links.dirty
-    tails: dict[tuple[int, int], list[Any]] = {}
-    for e in kept:
-        links, missing = picked(pipe, selective.pick(e[2]), prepared)
-        if missing:
-            drop("link_down", missing)
-        for out_link, out_targets, copies in links:
-            onto(tails, out_link, out_targets, copies, head, e, dirty)
-
-
-def onto(
+def queue_selected(
+    pipe: Pipeline,
+    selective: Selective,
+    prepared: Prepared,
     tails: dict[tuple[int, int], list[Any]],
-    link: Link,
-    targets: list[str] | None,
-    copies: int,
     head: list[Any],
     e: list[Any],
-    dirty: list[Link],
-) -> None:
-    """Queue entry ``e`` on ``link`` for ``targets``: onto the run the link's outbox ends
-    with if it is the one ``tails`` made for them (same head), else onto a new one."""
-    box = link.outbox
-    key = (id(link), id(targets))
-    run = tails.get(key)
-    if run is None or not box or box[-1] is not run:
-        if not box:
-            dirty.append(link)
-        run = tails[key] = [*head, targets, []]
-        box.append(run)
-    if copies == 1:
-        run[5].append(e)
-    else:
+) -> tuple[list[tuple[Link, list[str] | None, int]], int]:
+    """Queue entry ``e`` (``head``: its run's topic, origin, incarnation and path) whose
+    sends depend on its headers: onto the run each link's outbox ends with for its
+    targets, if ``tails`` made it, else a new one. Returns the sends resolved to links,
+    and the copies routed to links that are down (the caller counts them)."""
+    links, missing = picked(pipe, selective.pick(e[2]), prepared)
+    dirty = pipe._links.dirty
+    for link, targets, copies in links:
+        box = link.outbox
+        key = (id(link), id(targets))
+        run = tails.get(key)
+        if run is None or not box or box[-1] is not run:
+            if not box:
+                dirty.append(link)
+            run = tails[key] = [*head, targets, []]
+            box.append(run)
         run[5].extend([e] * copies)
+    return links, missing
 
 
 def _locals(pipe: Pipeline) -> tuple[Any, ...]:
@@ -249,7 +240,7 @@ def picked(
 #: routed to links that are down, the sends if Selective, sinks, the delivery buckets in
 #: this batch's ``out`` of the patterns clients hold, per resolved send the run its
 #: link's outbox took this topic's messages into last (if Selective: by link and targets,
-#: see :func:`onto`)
+#: see :func:`queue_selected`)
 PublishPlan = tuple[
     frozenset[str],
     "list[tuple[Link, list[str] | None, int]]",
@@ -283,6 +274,6 @@ def publish_plan(
         if pipe._delivery.selected.by_pattern
         else [out.setdefault(p, []) for p in patterns if p in prefix]
     )
-    tails: Any = {} if selective is not None else [None] * len(links)  # (for relay.onto)
+    tails: Any = {} if selective is not None else [None] * len(links)  # (queue_selected's)
     plan = plans[topic] = (patterns, links, missing, selective, sinks, dests, tails)
     return plan

@@ -32,13 +32,12 @@ def held(runs: list[Any]) -> int:
     """The messages a MSGR frame's runs hold, as the sender meant them: a run's entries,
     or one for a run too malformed to say or empty (what the read budget and counters
     count: a frame of empty runs costs its sender as much as one of messages)."""
-    n = 0
-    for run in runs:
-        if type(run) is list and len(run) == 6 and type(run[5]) is list and run[5]:
-            n += len(run[5])
-        else:
-            n += 1
-    return n
+    return sum([len(run[5]) if _shaped(run) else 1 for run in runs])
+
+
+def _shaped(run: Any) -> bool:
+    """Whether ``run`` has a run's shape: six elements, the last a non-empty array."""
+    return type(run) is list and len(run) == 6 and type(run[5]) is list and len(run[5]) > 0
 
 
 def check_runs(
@@ -52,7 +51,7 @@ def check_runs(
     paths_ok, targets_ok, valid = caches
     for i, run in enumerate(runs):
         try:
-            if type(run) is not list or len(run) != 6 or type(run[5]) is not list or not run[5]:
+            if not _shaped(run):
                 raise ProtocolError("bad_shape", "MSGR run must be a 6-element array with entries")
             topic, origin, inc, path, targets, entries = run
             if (
