@@ -26,6 +26,7 @@ from zbroker.client.messages import (
     encode_payload,
     message_from_fields,
     messages_from_envelopes,
+    messages_from_runs,
 )
 from zbroker.client.requests import Requests
 from zbroker.client.subscriber import Subscriber, Subscriptions
@@ -307,3 +308,37 @@ def test_messages_from_envelopes_answers_as_message_from_fields(envelopes: list[
     bulk = _built(lambda: messages_from_envelopes("P.>", envelopes))
     one = _built(lambda: [message_from_fields("P.>", list(e)) for e in envelopes])
     assert bulk == one
+
+
+_ENTRY = st.one_of(
+    st.tuples(
+        st.binary(max_size=3),
+        st.sampled_from([0, 1, 2, False]),
+        st.one_of(st.none(), st.just({}), st.just({"k": "v"})),
+        st.integers(0, 9),
+        st.floats(0, 9),
+    ).map(list),
+    st.lists(_FIELD, min_size=5, max_size=5),
+)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.text(max_size=3), _FIELD),
+            st.one_of(st.text(max_size=2), _FIELD),
+            st.one_of(st.integers(0, 9), _FIELD),
+            st.lists(_ENTRY, min_size=1, max_size=4),
+        ).map(list),
+        max_size=4,
+    )
+)
+def test_messages_from_runs_answers_as_the_envelopes_spelled_out(runs: list[Any]) -> None:
+    """A delivery frame's runs give the messages, or the error, that the same messages
+    as 8-element envelopes give."""
+    spelled = [
+        [t, *e[:3], origin, inc, *e[3:]] for t, origin, inc, entries in runs for e in entries
+    ]
+    assert _built(lambda: messages_from_runs("P.>", runs)) == _built(
+        lambda: messages_from_envelopes("P.>", spelled)
+    )

@@ -191,6 +191,29 @@ def test_delivery_envelopes_compiled_and_source_agree(envelopes: list[Any]) -> N
     assert _run_envelopes(client_messages, envelopes) == _run_envelopes(MESSAGES, envelopes)
 
 
+def _run_runs(module: ModuleType, runs: list[Any]) -> str:
+    """As :func:`_run_envelopes`, for a delivery frame's runs."""
+    try:
+        got = module.messages_from_runs("A.>", copy.deepcopy(runs))
+        return repr([tuple(getattr(m, k) for k in m.__slots__) for m in got])
+    except Exception as exc:
+        return repr((type(exc), str(exc)))
+
+
+_DELIVERY_RUN = st.one_of(
+    _GOOD_MSG.map(lambda m: [m[0], m[4], m[5], [[m[1], m[2], m[3], m[6], m[7]]] * 2]),
+    st.tuples(_ANY, _ANY, _ANY, st.lists(st.lists(_ANY, min_size=5, max_size=5), min_size=1)).map(
+        list
+    ),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs=st.lists(_DELIVERY_RUN, max_size=4))
+def test_delivery_runs_compiled_and_source_agree(runs: list[Any]) -> None:
+    assert _run_runs(client_messages, runs) == _run_runs(MESSAGES, runs)
+
+
 def test_each_comparison_is_of_the_extension_against_the_source_where_built() -> None:
     # the properties above compare two builds only where zbroker imported the extension:
     # so it must have, wherever a current one is built (CI requires the build)

@@ -578,6 +578,55 @@ def test_delivery_batch_malformed(body: bytes, reason: str) -> None:
     assert _reason(wire.decode_delivery_batch, frame) == reason
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    pattern=_UTF8_PATTERN,
+    envelopes=st.lists(_ENVELOPE, min_size=1, max_size=40),
+    cuts=st.lists(st.integers(min_value=1, max_value=40), max_size=40),
+    last=st.integers(min_value=40, max_value=2**64 - 1),
+)
+def test_delivery_runs_round_trip(
+    pattern: str, envelopes: list[tuple[Any, ...]], cuts: list[int], last: int
+) -> None:
+    """A batch of runs (what a node relays) numbers and spells out its messages as the
+    batch of their envelopes would: one run per stretch, its head taken from the first."""
+    runs, i = [], 0
+    for k in [*cuts, len(envelopes)]:
+        stretch = envelopes[i : i + k]
+        if stretch:
+            topic, _, _, _, origin, inc, _, _ = stretch[0]
+            runs.append([topic, origin, inc, [[e[1], e[2], e[3], e[6], e[7]] for e in stretch]])
+        i += k
+    spelled = [[r[0], *e[:3], r[1], r[2], *e[3:]] for r in runs for e in r[3]]
+    frame = pattern.encode("utf-8") + b"\0" + pack(runs) + last.to_bytes(8, "big")
+    assert wire.decode_delivery_items(frame) == (pattern, last - len(envelopes) + 1, runs, True)
+    assert wire.decode_delivery_batch(frame) == (pattern, last - len(envelopes) + 1, spelled)
+
+
+def test_delivery_items_says_which_form() -> None:
+    one = wire.encode_delivery_body("A", b"x", 0, None, "n1", 2, 3, 1.5)
+    frame = b"A\0" + one + (9).to_bytes(8, "big")
+    assert wire.decode_delivery_items(frame) == ("A", 9, [msgpack.unpackb(one)], False)
+    batch = b"A\0" + wire.encode_delivery_batch([one, one]) + (9).to_bytes(8, "big")
+    assert wire.decode_delivery_items(batch)[1:] == (8, [msgpack.unpackb(one)] * 2, False)
+
+
+@pytest.mark.parametrize(
+    "runs",
+    [
+        [["A", "n", 1, []]],  # a run holding nothing
+        [["A", "n", 1, [[b"x", 0, None, 1]]]],  # a short entry
+        [["A", "n", 1, [[b"x", 0, None, 1, 0.0]]], ["A", "n", 1, 5]],  # entries not an array
+        [["A", "n", 1, [[b"x", 0, None, 1, 0.0]]], ["A", "n", 1]],  # a short run
+        [["A", "n", 1, [[b"x", 0, None, 1, 0.0]]], [b"x", 0, None, 1, 0.0, 1, 2, 3]],
+    ],
+)
+def test_delivery_runs_malformed(runs: list[Any]) -> None:
+    frame = b"A\0" + pack(runs) + (9).to_bytes(8, "big")
+    assert _reason(wire.decode_delivery_items, frame) == "bad_shape"
+    assert _reason(wire.decode_delivery_batch, frame) == "bad_shape"
+
+
 def test_delivery_batch_needs_prefix_and_trailer() -> None:
     assert _reason(wire.decode_delivery_batch, b"A\0" + b"\x00" * 7) == "bad_shape"
     assert _reason(wire.decode_delivery_batch, b"\0" + _GOOD_BODY + b"\x00" * 8) == "bad_shape"

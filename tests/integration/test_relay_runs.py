@@ -12,10 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import zmq
 
-from zbroker import Client, Message, wire
+from zbroker import Broker, Client, Message, wire
+from zbroker.wire.gaps import decode_gap_notice
 
-from .test_fuzz import RawPeer, _entry, as_runs, counters
+from .test_fuzz import HOST, WAIT, RawPeer, _entry, as_runs, counters
 from .test_fuzz import raw as raw  # (the fixture: a node and raw sockets to it)
 
 Subscriber = tuple[list[tuple[str, str, int]], threading.Lock]
@@ -91,3 +93,60 @@ def test_a_frame_of_mixed_runs_is_delivered_exactly_once_in_order(
     assert after["duplicates"] - before["duplicates"] == 3  # o1:3, o1:7, o1:9
     assert after["bad_input"] - before["bad_input"] == 1
     assert after["delivered"] - before["delivered"] == len(want)
+
+
+def test_relayed_messages_reach_subscribers_as_delivery_runs(
+    broker_factory: Callable[..., Broker],
+    client_factory: Callable[..., Client],
+    wait_until: Callable[..., bool],
+) -> None:
+    """What a subscriber's socket receives for relayed messages: delivery frames of runs
+    (a run's topic, origin and incarnation once), cut at DELIVERY_BATCH messages or
+    DELIVERY_BATCH_BYTES of payload, numbered per message without a gap: each message
+    once, in the order the link brought them."""
+    big = b"x" * (wire.DELIVERY_BATCH_BYTES // 3 + 1)  # three of them pass the bytes bound
+    sent = [
+        *(_m("o1", s) for s in range(1, 301)),  # more than a frame's DELIVERY_BATCH
+        *(_m("o2", s, "T.b") for s in range(1, 4)),
+        *(_m("o1", s, payload=big) for s in range(301, 305)),
+    ]
+    raw = RawPeer(broker_factory())  # (the default frame limit: a frame of 88 KB)
+    client = client_factory(raw.b.endpoint)
+    sub = raw.ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    try:
+        sub.connect(f"tcp://{HOST}:{raw.b.ports['deliver']}")
+        sub.subscribe(b"T.>\0")
+        assert wait_until(lambda: "T.>" in client.status()["subscriptions"]["patterns"], WAIT)
+        raw.handshake()
+        raw.link.send(_frame(wire.MSGR, sent))
+        frames = _delivery_runs(sub, len(sent))
+        assert not sub.poll(300)  # nothing more: no duplicate
+    finally:
+        sub.close()  # (before the context ends: term() waits for every socket)
+        raw.close()
+    got = [
+        (topic, origin, e[3], e[0])
+        for _, runs in frames
+        for topic, origin, _, es in runs
+        for e in es
+    ]
+    assert got == [(m[0], m[4], m[6], m[1]) for m in sent]
+    numbers = [first + i for first, runs in frames for i in range(sum(len(r[3]) for r in runs))]
+    assert numbers == list(range(1, len(sent) + 1))
+    # a run split where a frame ends (at 256 messages, then at the payload bytes' bound)
+    assert [[len(r[3]) for r in runs] for _, runs in frames] == [[256], [44, 3, 3], [1]]
+
+
+def _delivery_runs(sub: zmq.Socket[bytes], n: int) -> list[tuple[int, list[Any]]]:
+    """Delivery frames until ``n`` messages arrived: (first pattern seq, runs) each; gap
+    notices are skipped."""
+    frames: list[tuple[int, list[Any]]] = []
+    while sum(len(r[3]) for _, runs in frames for r in runs) < n and sub.poll(int(WAIT * 1000)):
+        frame = sub.recv()
+        if decode_gap_notice(frame) is not None:
+            continue  # (not a message)
+        pattern, first, runs, are_runs = wire.decode_delivery_items(frame)
+        assert (pattern, are_runs) == ("T.>", True)
+        frames.append((first, runs))
+    return frames

@@ -27,6 +27,7 @@ __all__ = [
     "encode_payload",
     "message_from_fields",
     "messages_from_envelopes",
+    "messages_from_runs",
 ]
 
 _FMT_BYTES = wire.FMT_BYTES
@@ -178,6 +179,20 @@ def messages_from_envelopes(pattern: str, envelopes: list[list[Any]]) -> list[Me
         if fmt == _FMT_BYTES and type(topic) is str and type(raw) is bytes
         else message_from_fields(pattern, [topic, raw, fmt, headers, origin, inc, seq, ts])
         for topic, raw, fmt, headers, origin, inc, seq, ts in envelopes
+    ]
+
+
+def messages_from_runs(pattern: str, runs: list[list[Any]]) -> list[Message]:
+    """Messages from a delivery frame's runs ``[topic, origin, incarnation, entries]``,
+    each entry ``[payload, fmt, headers, seq, ts]`` (the frame's decoder checked the
+    lengths): what :func:`messages_from_envelopes` gives for the same messages spelled
+    out, built without spelling them out."""
+    return [
+        Message(topic, raw, "bytes", headers or {}, origin, inc, seq, ts, pattern, raw)
+        if fmt == _FMT_BYTES and type(topic) is str and type(raw) is bytes
+        else message_from_fields(pattern, [topic, raw, fmt, headers, origin, inc, seq, ts])
+        for topic, origin, inc, entries in runs
+        for raw, fmt, headers, seq, ts in entries
     ]
 
 

@@ -27,7 +27,7 @@ from .. import selectors, wire
 from ..errors import ClientClosed, PermissionDenied, ProtocolError
 from ..wire.gaps import decode_gap_notice
 from .credentials import Credentials
-from .messages import Gap, Message, Subscription, messages_from_envelopes
+from .messages import Gap, Message, Subscription, messages_from_envelopes, messages_from_runs
 
 __all__ = ["Subscriber", "Subscriptions"]
 
@@ -199,10 +199,10 @@ class Subscriber:
             self._synced(frame)
             return
         try:  # one decoder per frame (a frame holds one message or a batch)
-            pattern, first, envelopes = wire.decode_delivery_batch(frame)
+            pattern, first, items, runs = wire.decode_delivery_items(frame)
             # a subscription with a selector is named ``pattern SEP selector``
             label = pattern.partition(_SEP)[0] if _SEP in pattern else pattern
-            msgs = messages_from_envelopes(label, envelopes)
+            msgs = (messages_from_runs if runs else messages_from_envelopes)(label, items)
         except ProtocolError as exc:
             notice = decode_gap_notice(frame)  # (a notice's body is a map: rare, so here)
             if notice is None:

@@ -222,7 +222,7 @@ class Pipeline:
         loops = relay(self, runs, out)  # (a run's route once: .relay)
         if loops:
             self._counters.drop("loop", loops)
-        self.end_batch(None, out)
+        self.end_batch(None, None, out)
 
     # -- ingress 3: messages that start here, and persistent messages taken -----------------
 
@@ -328,9 +328,13 @@ class Pipeline:
             run[5].extend([entry] * copies)
 
     def end_batch(
-        self, bodies: dict[str, list[bytes]] | None, arrays: dict[str, list[Any]] | None
+        self,
+        bodies: dict[str, list[bytes]] | None,
+        arrays: dict[str, list[Any]] | None,
+        runs: dict[str, list[Any]] | None = None,
     ) -> None:
-        """Feature sinks take their messages, then deliveries leave."""
+        """Feature sinks take their messages, then deliveries leave: per pattern encoded
+        envelopes (publishes), envelope arrays (messages taken) or runs (relayed)."""
         if self._sink_out:
             sink_out = self._sink_out
             self._sink_out = {}
@@ -340,3 +344,5 @@ class Pipeline:
             self._delivery.send(bodies, arrays=False)
         if arrays:
             self._delivery.send(arrays, arrays=True)
+        if runs:
+            self._delivery.send_runs(runs)

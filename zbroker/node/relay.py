@@ -5,10 +5,10 @@ origin (and incarnation) on one topic, by one path, for the same targets. What a
 needs from the node besides its own fields depends on that key only: the forwarded path
 (or a loop), the route (local patterns and sends), the sends resolved to links, the sinks
 that take it, the delivery buckets. So :func:`_plan` works them out once per key and
-frame, and the per-message work left is the dedupe and one envelope for the deliveries.
-The messages a run forwards leave as one run per outgoing link whose entries are the
-list that came in (cut-through: nothing is decoded again or copied per message), unless
-selectors decide per message.
+frame, and the per-message work left is the dedupe. The messages a run forwards leave as
+one run per outgoing link whose entries are the list that came in (cut-through: nothing
+is decoded again or copied per message), and the same list goes to the subscribers as a
+delivery run, unless selectors decide per message.
 
 The dedupe keeps its per-origin semantics exactly (:meth:`DedupeWindow.state`): within a
 run, the next seq above an origin's floor with nothing pending above is new and just moves
@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 from ..routing.selection import Selective
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..links.state import Link
     from .feature import Feature
     from .pipeline import Pipeline, Send
@@ -91,19 +93,35 @@ def relay(pipe: Pipeline, runs: list[Any], out: dict[str, list[Any]]) -> int:
             for f in sinks:
                 sink_out.setdefault(f, []).extend(ms)
         if select is not None:  # subscriptions with a selector: buckets by headers
-            for e in kept:
-                dests = [out.setdefault(p, []) for p in select(patterns, e[2]) if p in prefix]
-                if dests:
-                    envelope = [topic, e[0], e[1], e[2], origin, inc, e[3], e[4]]
-                    for bucket in dests:
-                        bucket.append(envelope)
+            _selected_runs(out, prefix, select, patterns, [topic, origin, inc], kept)
             continue
-        dests = [out.setdefault(p, []) for p in patterns if p in prefix]
-        if dests:
-            envelopes = [[topic, e[0], e[1], e[2], origin, inc, e[3], e[4]] for e in kept]
-            for bucket in dests:
-                bucket.extend(envelopes)
+        # delivery runs: the entries go on as they came (the subscriber reads runs)
+        delivered = [topic, origin, inc, kept]
+        for p in patterns:
+            if p in prefix:
+                out.setdefault(p, []).append(delivered)
     return loops
+
+
+def _selected_runs(
+    out: dict[str, list[Any]],
+    prefix: dict[str, bytes],
+    select: Callable[[frozenset[str], Any], Any],
+    patterns: frozenset[str],
+    head: list[Any],
+    kept: list[Any],
+) -> None:
+    """Bucket a run's entries by the subscriptions whose selectors their headers pass:
+    per pattern, one delivery run of the entries it takes."""
+    runs: dict[str, list[Any]] = {}
+    for e in kept:
+        for p in select(patterns, e[2]):
+            if p in prefix:
+                run = runs.get(p)
+                if run is None:
+                    run = runs[p] = [*head, []]
+                    out.setdefault(p, []).append(run)
+                run[3].append(e)
 
 
 def _fresh(seen: Any, state_of: Any, origin: str, inc: int, entries: list[Any]) -> list[Any]:

@@ -25,6 +25,7 @@ from .delivery import (
     decode_delivery,
     decode_delivery_batch,
     decode_delivery_frame,
+    decode_delivery_items,
     encode_delivery_batch,
     encode_delivery_body,
 )
@@ -184,6 +185,7 @@ __all__ = [
     "decode_delivery",
     "decode_delivery_batch",
     "decode_delivery_frame",
+    "decode_delivery_items",
     "decode_frame",
     "decode_pack",
     "decode_pmsgs",

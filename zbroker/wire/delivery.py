@@ -1,7 +1,9 @@
-"""Delivery frames (node XPUB to client SUB): one envelope or a batch, with its trailer.
+"""Delivery frames (node XPUB to client SUB): one envelope, a batch, or a batch of runs,
+with its trailer.
 
-``pattern NUL msgpack(envelope | [envelope, ...]) pattern-seq``; see :mod:`.frames`. The
-encoders build the msgpack part; the node adds the pattern prefix and the trailer.
+``pattern NUL msgpack(envelope | [envelope, ...] | [run, ...]) pattern-seq``; see
+:mod:`.frames`. The encoders build the msgpack part; the node adds the pattern prefix and
+the trailer.
 """
 
 from __future__ import annotations
@@ -51,26 +53,61 @@ def _check_trailer(frame: bytes) -> None:
         raise ProtocolError("bad_shape", "delivery frame too short")
 
 
-def decode_delivery_batch(frame: bytes) -> tuple[str, int, list[list[Any]]]:
-    """A whole delivery frame of either form: (pattern, pattern sequence of its *first*
-    message, the envelopes it holds). Each envelope is an 8-element array."""
+def decode_delivery_items(frame: bytes) -> tuple[str, int, list[list[Any]], bool]:
+    """A whole delivery frame of any form: (pattern, pattern sequence of its *first*
+    message, its items, whether they are runs). Items are 8-element envelopes, or runs
+    ``[topic, origin, incarnation, [[payload, fmt, headers, seq, ts], ...]]``."""
     _check_trailer(frame)
     last = int.from_bytes(frame[-8:], "big")
     pattern, nul = _split_pattern(frame)
     value = unpack(memoryview(frame)[nul + 1 : -8])  # (a view: the body is not copied)
     if type(value) is not list or not value:
         raise ProtocolError("bad_shape", "delivery body must be a non-empty array")
-    envelopes = value if type(value[0]) is list else [value]
-    try:  # every envelope 8 long, checked at C speed (a call per frame, not per message)
-        lengths = set(map(len, envelopes))
+    batch = type(value[0]) is list
+    items = value if batch else [value]
+    lengths = _lengths(items)  # every item's length, at C speed (a call per frame)
+    if lengths == _EIGHT:
+        return pattern, last - len(items) + 1, items, False
+    if batch and lengths == _FOUR:
+        return pattern, last - _held(items) + 1, items, True
+    raise ProtocolError("bad_shape", "delivery envelope must be an 8-element array")
+
+
+def decode_delivery_batch(frame: bytes) -> tuple[str, int, list[list[Any]]]:
+    """A whole delivery frame of any form: (pattern, pattern sequence of its *first*
+    message, the envelopes it holds). Each envelope is an 8-element array (a run's
+    messages are spelled out: for readers that want one form)."""
+    pattern, first, items, runs = decode_delivery_items(frame)
+    if runs:
+        items = [
+            [topic, *e[:3], origin, inc, *e[3:]]
+            for topic, origin, inc, entries in items
+            for e in entries
+        ]
+    return pattern, first, items
+
+
+def _lengths(items: list[Any]) -> set[int]:
+    try:
+        return set(map(len, items))
     except TypeError:  # an element with no length
-        lengths = set()
-    if lengths != _EIGHT:
-        raise ProtocolError("bad_shape", "delivery envelope must be an 8-element array")
-    return pattern, last - len(envelopes) + 1, envelopes
+        return set()
+
+
+def _held(runs: list[list[Any]]) -> int:
+    """The messages runs hold (each checked: a non-empty array of 5-element entries)."""
+    n = 0
+    for run in runs:
+        entries = run[3]
+        if type(entries) is not list or _lengths(entries) != _FIVE:
+            raise ProtocolError("bad_shape", "delivery run must hold 5-element entries")
+        n += len(entries)
+    return n
 
 
 _EIGHT = {8}
+_FOUR = {4}
+_FIVE = {5}
 
 
 def decode_delivery_frame(frame: bytes) -> tuple[str, int, list[Any]]:
