@@ -175,8 +175,9 @@ class Delivery:
     def send(self, out: dict[str, list[Any]], *, arrays: bool) -> None:
         """Per pattern, one frame per DELIVERY_BATCH messages (or DELIVERY_BATCH_BYTES).
         ``out`` holds encoded envelopes (a batch frame joins them under an array header),
-        or with ``arrays`` envelope arrays as a link brought them (8 fields; one msgpack
-        call per frame packs them, no per-message encode)."""
+        or with ``arrays`` envelope arrays (8 fields: messages taken whole, persistent ones
+        from a link or ones that start here; one msgpack call per frame packs them).
+        Relayed messages leave as runs: :meth:`send_runs`."""
         send = self._send
         prefix = self.prefix
         pseq = self._pseq
