@@ -438,7 +438,13 @@ def test_protocol_error_is_a_zbroker_error() -> None:
 # fuzzing: any input either decodes or raises ProtocolError
 # ---------------------------------------------------------------------------------------
 
-FUZZ_DECODERS = [wire.decode_publish, wire.decode_control, wire.decode_delivery]
+FUZZ_DECODERS = [
+    wire.decode_publish,
+    wire.decode_control,
+    wire.decode_delivery,
+    wire.decode_delivery_items,
+    wire.decode_delivery_batch,
+]
 
 
 def _decode_or_protocol_error(decoder: Callable[[bytes], Any], frame: bytes) -> None:
@@ -597,7 +603,13 @@ def test_delivery_runs_round_trip(
             topic, _, _, _, origin, inc, _, _ = stretch[0]
             runs.append([topic, origin, inc, [[e[1], e[2], e[3], e[6], e[7]] for e in stretch]])
         i += k
-    spelled = [[r[0], *e[:3], r[1], r[2], *e[3:]] for r in runs for e in r[3]]
+    heads = []  # per message, its run's head (topic, origin, incarnation)
+    for r in runs:
+        heads.extend([(r[0], r[1], r[2])] * len(r[3]))
+    spelled = [
+        [h[0], e[1], e[2], e[3], h[1], h[2], e[6], e[7]]
+        for h, e in zip(heads, envelopes, strict=True)
+    ]
     frame = pattern.encode("utf-8") + b"\0" + pack(runs) + last.to_bytes(8, "big")
     assert wire.decode_delivery_items(frame) == (pattern, last - len(envelopes) + 1, runs, True)
     assert wire.decode_delivery_batch(frame) == (pattern, last - len(envelopes) + 1, spelled)
@@ -619,6 +631,10 @@ def test_delivery_items_says_which_form() -> None:
         [["A", "n", 1, [[b"x", 0, None, 1, 0.0]]], ["A", "n", 1, 5]],  # entries not an array
         [["A", "n", 1, [[b"x", 0, None, 1, 0.0]]], ["A", "n", 1]],  # a short run
         [["A", "n", 1, [[b"x", 0, None, 1, 0.0]]], [b"x", 0, None, 1, 0.0, 1, 2, 3]],
+        [["A", "n", 1, [[b"x", 0, None, 1, 0.0]]], {"a": 1, "b": 2, "c": 3, "d": 4}],
+        [["A", "n", 1, [[b"x", 0, None, 1, 0.0]]], {0: "A", 1: "n", 2: 1, 3: 3}],
+        [["A", "n", 1, [{"a": 1, "b": 2, "c": 3, "d": 4, "e": 5}]]],  # a map for an entry
+        [["A", "n", 1, [[b"x", 0, None, 1, 0.0], "abcde"]]],  # a str for an entry
     ],
 )
 def test_delivery_runs_malformed(runs: list[Any]) -> None:

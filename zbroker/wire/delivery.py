@@ -65,6 +65,8 @@ def decode_delivery_items(frame: bytes) -> tuple[str, int, list[list[Any]], bool
         raise ProtocolError("bad_shape", "delivery body must be a non-empty array")
     batch = type(value[0]) is list
     items = value if batch else [value]
+    if batch and not _arrays(items):  # (a map has a length too)
+        raise ProtocolError("bad_shape", "delivery batch must hold arrays")
     lengths = _lengths(items)  # every item's length, at C speed (a call per frame)
     if lengths == _EIGHT:
         return pattern, last - len(items) + 1, items, False
@@ -94,17 +96,25 @@ def _lengths(items: list[Any]) -> set[int]:
         return set()
 
 
+def _arrays(items: list[Any]) -> bool:
+    """Whether every one of ``items`` (not empty) is an array, at C speed."""
+    return set(map(type, items)) == _LIST
+
+
 def _held(runs: list[list[Any]]) -> int:
-    """The messages runs hold (each checked: a non-empty array of 5-element entries)."""
+    """The messages runs hold (each checked: a non-empty array of 5-element arrays)."""
     n = 0
     for run in runs:
         entries = run[3]
-        if type(entries) is not list or _lengths(entries) != _FIVE:
+        if type(entries) is not list or not entries or not _arrays(entries):
+            raise ProtocolError("bad_shape", "delivery run must hold arrays of entries")
+        if _lengths(entries) != _FIVE:
             raise ProtocolError("bad_shape", "delivery run must hold 5-element entries")
         n += len(entries)
     return n
 
 
+_LIST = {list}
 _EIGHT = {8}
 _FOUR = {4}
 _FIVE = {5}
