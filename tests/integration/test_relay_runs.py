@@ -150,3 +150,27 @@ def _delivery_runs(sub: zmq.Socket[bytes], n: int) -> list[tuple[int, list[Any]]
         assert (pattern, are_runs) == ("T.>", True)
         frames.append((first, runs))
     return frames
+
+
+def test_relayed_runs_reach_selector_subscriptions_by_their_headers(
+    raw: RawPeer, client_factory: Callable[..., Client], wait_until: Callable[..., bool]
+) -> None:
+    """A relayed run's entries reach a plain subscription all, and a subscription with a
+    selector those its headers pass, each once, in order: one delivery run per
+    subscription of the entries it takes (relay._selected_runs)."""
+    client = client_factory(raw.b.endpoint)
+    plain, plain_lock = _subscribe(client, "T.>")
+    eu: list[int] = []
+    client.subscribe("T.>", lambda m: eu.append(m.id.seq), selector="region = 'EU'")
+    raw.handshake()
+    regions = ["EU", "US", "EU", None, "EU", "US"]
+    sent = [
+        _m("o1", s, headers=None if r is None else {"region": r})
+        for s, r in enumerate(regions, start=1)
+    ]
+    raw.link.send(_frame(wire.MSGR, sent))
+    assert wait_until(lambda: len(plain) >= len(sent) and len(eu) >= 3, timeout=30.0)
+    assert raw.ping(raw.link)  # (anything more would have arrived by now)
+    with plain_lock:
+        assert plain == [("T.a", "o1", s) for s in range(1, 7)]
+    assert eu == [1, 3, 5]
