@@ -193,12 +193,12 @@ class Subscriber:
             self._deliver(frame, pseq)
 
     def _deliver(self, frame: bytes, pseq: dict[str, int]) -> None:
-        """One frame: a sync key's echo, or deliveries (one message or a batch), numbered
-        in ``pseq`` (the sequences of the node that sent it)."""
+        """One frame: a sync key's echo, or deliveries (one message, a batch, or a batch of
+        runs), numbered in ``pseq`` (the sequences of the node that sent it)."""
         if frame[0] == _SYNC:
             self._synced(frame)
             return
-        try:  # one decoder per frame (a frame holds one message or a batch)
+        try:  # one decoder per frame, whichever form it has
             pattern, first, items, runs = wire.decode_delivery_items(frame)
             # a subscription with a selector is named ``pattern SEP selector``
             label = pattern.partition(_SEP)[0] if _SEP in pattern else pattern
