@@ -166,9 +166,27 @@ def _frame(pattern: str, last: int, seqs: list[int]) -> bytes:
     return pattern.encode() + b"\0" + body + last.to_bytes(8, "big")
 
 
-def test_the_subscriber_delivers_batches_and_counts_gaps_in_messages() -> None:
+def _runs_frame(pattern: str, last: int, seqs: list[int]) -> bytes:
+    """The same messages as :func:`_frame`'s, as a batch of runs (split in two runs when
+    there are several, as a frame holding two origins' runs would be)."""
+    entries = [[b"%d" % s, wire.FMT_BYTES, None, s, 0.0] for s in seqs]
+    half = len(entries) // 2 or 1
+    runs = [["A.B", "N", 1, part] for part in (entries[:half], entries[half:]) if part]
+    return pattern.encode() + b"\0" + msgpack.packb(runs) + last.to_bytes(8, "big")
+
+
+_MALFORMED = {  # a frame each form's reader must drop (and live on)
+    "envelopes": msgpack.packb([1, 2]),
+    "runs": msgpack.packb([["A.B", "N", 1, [[b"x", 0, None, 4, 0.0]]], {"a": 1, "b": 2}]),
+}
+
+
+@pytest.mark.parametrize("form", ["envelopes", "runs"])
+def test_the_subscriber_delivers_batches_and_counts_gaps_in_messages(form: str) -> None:
     """One frame of three messages, then a lost frame of two, then one: the callback
-    sees every message that came, in order, and the gap is two messages."""
+    sees every message that came, in order, and the gap is two messages. The same with
+    batches of runs, and a malformed frame in the middle is dropped without harm."""
+    frame = _frame if form == "envelopes" else _runs_frame
     ctx = zmq.Context()
     xpub = ctx.socket(zmq.XPUB)
     xpub.bind("inproc://client-parts")
@@ -181,9 +199,9 @@ def test_the_subscriber_delivers_batches_and_counts_gaps_in_messages() -> None:
         subscriber.subscribe("A.>", Future())
         assert xpub.poll(5000) and xpub.recv() == b"\x01A.>\0"
         xpub.recv()  # the sync key
-        xpub.send(_frame("A.>", 3, [1, 2, 3]))
-        xpub.send(b"A.>\0" + msgpack.packb([1, 2]) + (4).to_bytes(8, "big"))  # malformed
-        xpub.send(_frame("A.>", 6, [6]))
+        xpub.send(frame("A.>", 3, [1, 2, 3]))
+        xpub.send(b"A.>\0" + _MALFORMED[form] + (4).to_bytes(8, "big"))
+        xpub.send(frame("A.>", 6, [6]))
         deadline = time.monotonic() + 5.0
         while len(got) < 4 and time.monotonic() < deadline:
             if subscriber.sock.poll(100):
