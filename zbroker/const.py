@@ -18,6 +18,11 @@ DEFAULT_BROKER = f"tcp://{DEFAULT_HOST}:{DEFAULT_PORT}"
 #: handshake refuses a peer of another version rather than lose its messages
 PROTOCOL_VERSION = 2
 
+#: the client protocol: 2 reads delivery frames of runs, which a node of this release
+#: sends for relayed messages. A client says its number in HELLO (``client_protocol``);
+#: a node warns about a client that says none or a lower one (it would drop those frames)
+CLIENT_PROTOCOL = 2
+
 #: bytes. Frames larger than this from a client or peer are counted and dropped.
 DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
 #: bytes of UTF-8 in a topic name or pattern.

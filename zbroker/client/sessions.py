@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import zmq
 
 from .. import wire
+from ..const import CLIENT_PROTOCOL
 from ..errors import ProtocolError
 from .credentials import Credentials
 from .locators import Locator, endpoint
@@ -189,7 +190,7 @@ class Sessions:
         self._sessions[endpoint] = session
         self._by_socket[dealer] = session
         self._poller.register(dealer, zmq.POLLIN)
-        dealer.send(wire.encode_control(wire.HELLO, 0, {}))
+        dealer.send(wire.encode_control(wire.HELLO, 0, {"client_protocol": CLIENT_PROTOCOL}))
 
     def _close(self, session: Session) -> None:
         self._sessions.pop(session.endpoint, None)

@@ -7,10 +7,11 @@ restart its reconnect hid), ROUTES (the interest table, optionally narrowed by p
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from .. import wire
-from ..const import PROTOCOL_VERSION
+from ..const import CLIENT_PROTOCOL, PROTOCOL_VERSION
 from ..errors import InvalidTopic
 from ..node import Feature, Op, Request
 from ..node.context import Context
@@ -18,12 +19,18 @@ from ..topics import patterns_overlap, validate_pattern
 
 __all__ = ["Introspection"]
 
+log = logging.getLogger("zbroker.node")
+
+#: clients (routing ids) already warned about their protocol: bounded, then no more warnings
+_WARNED_MAX = 1024
+
 
 class Introspection(Feature):
     name = "introspection"
 
     def attach(self, ctx: Context) -> None:
         self._ctx = ctx
+        self._warned: set[bytes] = set()
 
     def ops(self) -> Sequence[Op]:
         return (
@@ -35,10 +42,14 @@ class Introspection(Feature):
 
     def _hello(self, req: Request) -> None:
         ctx = self._ctx
+        said = req.body.get("client_protocol")
+        if not (type(said) is int and said >= CLIENT_PROTOCOL):
+            self._older_client(req.ident, said)
         hello = {
             "broker_id": ctx.broker_id,
             "incarnation": ctx.incarnation,
             "version": PROTOCOL_VERSION,
+            "client_protocol": CLIENT_PROTOCOL,
             "endpoints": ctx.endpoints,
             "ports": ctx.ports,
             # this node reads publish batches of up to this many bytes (a client batches
@@ -51,6 +62,20 @@ class Introspection(Feature):
             hello["user"] = sec.user
             hello["permissions"] = sec.permissions(sec.user)
         ctx.reply(req, wire.HELLO, hello)
+
+    def _older_client(self, ident: bytes, said: object) -> None:
+        """A client that does not say it reads delivery runs: its subscriptions would
+        drop (and count as missed) every message this node relays to it. Said once per
+        client, so an operator learns why, not only that messages go missing."""
+        if ident in self._warned or len(self._warned) >= _WARNED_MAX:
+            return
+        self._warned.add(ident)
+        log.warning(
+            "a client said HELLO with client_protocol %r, this node's is %d: a client "
+            "library older than this node's cannot read the runs it delivers relayed "
+            "messages in, and drops them; upgrade the client (routing id %r)",
+            said, CLIENT_PROTOCOL, ident[:64],
+        )  # fmt: skip
 
     def _ping(self, req: Request) -> None:
         self._ctx.reply(req, wire.PING, {"incarnation": self._ctx.incarnation})

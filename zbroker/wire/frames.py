@@ -91,8 +91,11 @@ Control (client or peer DEALER → node ROUTER, ``PORT``)::
 =========  =====  ===========================================================
 op         value  body
 =========  =====  ===========================================================
-HELLO      1      request ``{}``; reply ``{broker_id, incarnation, version, endpoints,
-                  ports: {control, publish, deliver}, publish_batch}``
+HELLO      1      request ``{client_protocol}``; reply ``{broker_id, incarnation, version,
+                  client_protocol, endpoints, ports: {control, publish, deliver},
+                  publish_batch}`` (a request without ``client_protocol`` >= the node's
+                  is answered, and the node logs that the client is too old to read
+                  delivery runs)
 STATUS     2      request ``{}``; reply: the node's status map
 PING       3      request ``{}``; reply ``{}``
 GAPS       13     one-way ``{pattern: missed, ...}``: deliveries a subscriber's queue dropped
