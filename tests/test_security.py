@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 import zmq
 from click.testing import CliRunner
@@ -235,3 +236,46 @@ def test_start_without_keys_says_how_to_make_them(tmp_path: Path, procs: Any) ->
     rc, _, err = procs.run("start", "--port", "0", "--data-dir", str(tmp_path / "n"), "--secure")
     assert rc == 1
     assert "no key pair" in err and "zbroker keygen" in err
+
+
+def test_the_publish_filter_cuts_refused_runs_out_of_a_batch_of_runs() -> None:
+    """The permission filter's part for batches of runs (client protocol 3): refused runs
+    go, each message counted; a malformed run is left for the publish handler to count;
+    a frame with nothing left is dropped (None)."""
+    from zbroker.security.publish_filter import _runs_allowed
+
+    refused: list[str] = []
+
+    def refuse(what: str, user: str, topic: str) -> str:
+        refused.append(topic)
+        return ""
+
+    def may(user: str, topic: str) -> bool:
+        return topic.startswith("Y.")
+
+    ok, no = [b"p", 0, None], [b"q", 0, None]
+    runs: list[Any] = [["Y.a", [ok]], ["X.b", [no, no, no]], "junk", ["Y.c", [ok, ok]]]
+    kept = _runs_allowed(wire.encode_publish_runs(runs), "bob", may, refuse)
+    assert kept is not None
+    assert msgpack.unpackb(kept) == [["Y.a", [ok]], "junk", ["Y.c", [ok, ok]]]
+    assert refused == ["X.b"] * 3
+    whole = wire.encode_publish_runs([["Y.a", [ok]]])
+    assert _runs_allowed(whole, "bob", may, refuse) is whole  # nothing cut: as it came
+    refused.clear()
+    assert _runs_allowed(wire.encode_publish_runs([["X.b", []]]), "bob", may, refuse) is None
+    assert refused == ["X.b"]  # a refused run is counted even when it holds nothing
+
+
+@pytest.mark.parametrize("runs", [1, 15, 16, 70_000])
+def test_the_publish_filter_knows_a_batch_of_runs_of_any_size(runs: int) -> None:
+    """Arrays of 16 or more elements have a longer header: a batch of 16 runs or more
+    (or of 16-entry runs) is still one, so no run gets past the permission check."""
+    from zbroker.security.publish_filter import _is_runs
+
+    batch = [["X.b", [[b"q", 0, None]] * 20]] * runs
+    assert _is_runs(wire.encode_publish_runs(batch))
+    assert not _is_runs(
+        wire.encode_publish_batch([wire.encode_publish("X.b", b"q", 0, None)] * runs)
+    )
+    assert not _is_runs(wire.encode_publish("X.b", b"q", 0, None))
+    assert not _is_runs(b"") and not _is_runs(b"\x91") and not _is_runs(b"\xdc\x00")

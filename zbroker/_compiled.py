@@ -62,6 +62,7 @@ COMPILED = (
     "zbroker.node.delivery",
     "zbroker.node.kernel",
     "zbroker.node.pipeline",
+    "zbroker.node.publishes",
     "zbroker.node.relay",
     "zbroker.node.selected",
     "zbroker.client.messages",

@@ -18,10 +18,17 @@ DEFAULT_BROKER = f"tcp://{DEFAULT_HOST}:{DEFAULT_PORT}"
 #: handshake refuses a peer of another version rather than lose its messages
 PROTOCOL_VERSION = 2
 
-#: the client protocol: 2 reads delivery frames of runs, which a node of this release
-#: sends for relayed messages. A client says its number in HELLO (``client_protocol``);
-#: a node warns about a client that says none or a lower one (it would drop those frames)
-CLIENT_PROTOCOL = 2
+#: the client protocol. 2: the client reads delivery frames of runs, which a node of this
+#: release sends for publishes and relayed messages; 3: the node reads batches of publish
+#: runs (:data:`PUBLISH_RUNS`). A client says its number in HELLO (``client_protocol``) and
+#: the node says its own in the reply: a client sends publish runs only to a node of 3 or
+#: more, and a node warns about a client below :data:`CLIENT_READS_RUNS` (it would drop
+#: those frames)
+CLIENT_PROTOCOL = 3
+#: the lowest client protocol that reads every delivery frame a node of this release sends
+CLIENT_READS_RUNS = 2
+#: the lowest client protocol of a node that reads batches of publish runs
+PUBLISH_RUNS = 3
 
 #: bytes. Frames larger than this from a client or peer are counted and dropped.
 DEFAULT_MAX_FRAME_BYTES = 1024 * 1024

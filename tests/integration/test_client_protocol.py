@@ -13,7 +13,7 @@ import pytest
 import zmq
 
 from zbroker import Broker, Client, wire
-from zbroker.const import CLIENT_PROTOCOL
+from zbroker.const import CLIENT_PROTOCOL, CLIENT_READS_RUNS, PUBLISH_RUNS
 
 HOST = "127.0.0.1"
 
@@ -47,3 +47,25 @@ def test_a_client_too_old_for_delivery_runs_is_named_once(
     said = _warnings(caplog)
     assert len(said) == 1, said  # once per client
     assert "client_protocol None" in said[0] and "b'old-client'" in said[0], said[0]
+
+
+def test_a_client_of_protocol_2_reads_everything_and_draws_no_warning(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Protocol 3 only adds what a client may send (batches of publish runs); a client
+    that says 2 reads every delivery frame, so the node has nothing to warn about, and
+    its reply tells the client it may send runs."""
+    caplog.set_level(logging.WARNING, logger="zbroker.node")
+    ctx = zmq.Context.instance()
+    two = ctx.socket(zmq.DEALER)
+    two.setsockopt(zmq.LINGER, 0)
+    try:
+        two.connect(f"tcp://{HOST}:{broker.ports['control']}")
+        two.send(wire.encode_control(wire.HELLO, 1, {"client_protocol": CLIENT_READS_RUNS}))
+        assert two.poll(10_000), "no HELLO reply"
+        op, _, body = msgpack.unpackb(two.recv())
+        assert (op, body["client_protocol"]) == (wire.HELLO, CLIENT_PROTOCOL)
+        assert CLIENT_PROTOCOL >= PUBLISH_RUNS > CLIENT_READS_RUNS == 2
+    finally:
+        two.close()
+    assert _warnings(caplog) == []

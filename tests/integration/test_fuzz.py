@@ -125,6 +125,8 @@ def publish_outcome(frame: bytes) -> tuple[Counter[str], int]:
     except ProtocolError as exc:
         bad[exc.reason] += 1
         return bad, 0
+    if elements and type(elements[0]) is list:
+        return _publish_runs_outcome(elements)
     accepted = 0
     for element in [frame] if elements is None else elements:
         if type(element) is not bytes:
@@ -135,6 +137,39 @@ def publish_outcome(frame: bytes) -> tuple[Counter[str], int]:
             accepted += 1
         else:
             bad[reason] += 1
+    return bad, accepted
+
+
+def _publish_runs_outcome(runs: list[Any]) -> tuple[Counter[str], int]:
+    """A batch of runs, ``[[topic, [[payload, fmt, headers], ...]], ...]``: a run not of
+    that shape counts once as bad_shape; a run whose topic is bad counts every entry (at
+    least one) by the topic's fault; each entry is judged as the publish frame it stands
+    for, except that an entry not of 3 elements is bad_shape."""
+    bad: Counter[str] = Counter()
+    accepted = 0
+    for run in runs:
+        if type(run) is not list or len(run) != 2 or type(run[1]) is not list:
+            bad["bad_shape"] += 1
+            continue
+        topic, entries = run
+        if type(topic) is not str:
+            bad["bad_type"] += len(entries) or 1
+            continue
+        try:
+            validate_publish_topic(topic)
+        except InvalidTopic:
+            bad["bad_topic"] += len(entries) or 1
+            continue
+        for e in entries:
+            reason = (
+                _single_publish_outcome(pack([topic, *e]))
+                if type(e) is list and len(e) == 3
+                else "bad_shape"
+            )
+            if reason is None:
+                accepted += 1
+            else:
+                bad[reason] += 1
     return bad, accepted
 
 
@@ -751,6 +786,31 @@ class FrameGen:
         frame = pack(elements)
         return self.mutate_bytes(frame)[:GUARD] if rng.random() < 0.2 else frame[:GUARD]
 
+    def publish_runs(self) -> bytes:
+        """A batch of publish runs, valid or with a run, a topic, an entry or an entry's
+        field fuzzed (or a mutated one)."""
+        rng = self.rng
+        runs: list[Any] = []
+        for _ in range(rng.choice((1, 2, 4, 9))):
+            entries: list[Any] = [self.publish()[1:] for _ in range(rng.choice((0, 1, 3, 20)))]
+            run: Any = [self.topic(), entries]
+            r = rng.random()
+            if r < 0.1:
+                run = self.value()
+            elif r < 0.2:
+                run[0] = self.wrong(run[0])
+            elif r < 0.3 and entries:
+                entries[rng.randrange(len(entries))] = self.value()
+            elif r < 0.4 and entries:
+                e = entries[rng.randrange(len(entries))]
+                i = rng.randrange(3)
+                e[i] = self.wrong(e[i])
+            runs.append(run)
+        if type(runs[0]) is not list:
+            runs[0] = [self.topic(), []]  # a batch of runs starts with an array
+        frame = pack(runs)
+        return self.mutate_bytes(frame)[:GUARD] if rng.random() < 0.2 else frame[:GUARD]
+
     def control(self) -> list[Any]:
         rng = self.rng
         op = rng.choices(_OPS, _OP_WEIGHTS)[0]
@@ -1282,8 +1342,11 @@ class Fuzz:
     def publish_frame(self) -> None:
         gen = self.gen
         while True:
-            if gen.rng.random() < 0.1:
+            r = gen.rng.random()
+            if r < 0.1:
                 frame = gen.publish_batch()
+            elif r < 0.2:
+                frame = gen.publish_runs()
             else:
                 fuzzed = gen.fuzz(gen.publish)
                 if isinstance(fuzzed, list):  # a PULL takes each part as a frame of its own

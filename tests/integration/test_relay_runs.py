@@ -157,7 +157,7 @@ def test_relayed_runs_reach_selector_subscriptions_by_their_headers(
 ) -> None:
     """A relayed run's entries reach a plain subscription all, and a subscription with a
     selector those its headers pass, each once, in order: one delivery run per
-    subscription of the entries it takes (relay._selected_runs)."""
+    subscription of the entries it takes (relay.selected_runs)."""
     client = client_factory(raw.b.endpoint)
     plain, plain_lock = _subscribe(client, "T.>")
     eu: list[int] = []

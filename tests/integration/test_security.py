@@ -616,3 +616,32 @@ def test_publish_batches_are_checked_element_by_element(
     finally:
         push.close(linger=0)
         ctx.term()
+
+
+def test_a_batch_of_runs_loses_only_the_runs_its_sender_may_not_publish(
+    broker_factory: Callable[..., Broker],
+    client_factory: Callable[..., Client],
+    keys: Keys,
+    wait_until: Callable[..., bool],
+) -> None:
+    """A client that skips its own check sends bursts mixing a topic it may publish to and
+    one it may not: they leave batched, as runs of one topic (client protocol 3). The node
+    cuts out the refused runs, counting each of their messages, and takes the rest in
+    order; whatever the batching, the counts are exact."""
+    b = broker_factory(broker_id="b", **keys.options("b"))
+    server_key = keys.node_public("b")
+    alice = client_factory(b.endpoint, keys=keys.client("alice"), server_key=server_key)
+    bob = client_factory(b.endpoint, keys=keys.client("bob"), server_key=server_key)
+    got: list[tuple[str, bytes]] = []
+    alice.subscribe("X.>", lambda m: got.append((m.topic, m.payload)))  # (all alice may)
+    bob.subscribe("Y.*", lambda m: got.append((m.topic, m.payload)))
+    bob._credentials.check = lambda hello, kind, what: None  # type: ignore[method-assign]
+    n = 600
+    for i in range(n):  # runs of 3 on a topic, alternating: X.T refused, Y.Z allowed
+        bob.publish("X.T" if i // 3 % 2 == 0 else "Y.Z", b"%d" % i)
+    bob.publish("Y.Z", b"end")
+    assert wait_until(lambda: ("Y.Z", b"end") in got, 10)
+    time.sleep(0.3)
+    assert got == [("Y.Z", b"%d" % i) for i in range(n) if i // 3 % 2 == 1] + [("Y.Z", b"end")]
+    assert b.status()["security"]["refused"] == {"publish": n // 2}
+    assert b.status()["counters"]["received"] == n // 2 + 1

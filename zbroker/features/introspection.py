@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 
 from .. import wire
-from ..const import CLIENT_PROTOCOL, PROTOCOL_VERSION
+from ..const import CLIENT_PROTOCOL, CLIENT_READS_RUNS, PROTOCOL_VERSION
 from ..errors import InvalidTopic
 from ..node import Feature, Op, Request
 from ..node.context import Context
@@ -43,7 +43,7 @@ class Introspection(Feature):
     def _hello(self, req: Request) -> None:
         ctx = self._ctx
         said = req.body.get("client_protocol")
-        if not (type(said) is int and said >= CLIENT_PROTOCOL):
+        if not (type(said) is int and said >= CLIENT_READS_RUNS):
             self._older_client(req.ident, said)
         hello = {
             "broker_id": ctx.broker_id,
@@ -65,16 +65,16 @@ class Introspection(Feature):
 
     def _older_client(self, ident: bytes, said: object) -> None:
         """A client that does not say it reads delivery runs: its subscriptions would
-        drop (and count as missed) every message this node relays to it. Said once per
+        drop (and count as missed) every message this node delivers to it. Said once per
         client, so an operator learns why, not only that messages go missing."""
         if ident in self._warned or len(self._warned) >= _WARNED_MAX:
             return
         self._warned.add(ident)
         log.warning(
             "a client said HELLO with client_protocol %r, this node's is %d: a client "
-            "library older than this node's cannot read the runs it delivers relayed "
-            "messages in, and drops them; upgrade the client (routing id %r)",
-            said, CLIENT_PROTOCOL, ident[:64],
+            "library below %d cannot read the runs it delivers messages in, and drops "
+            "them; upgrade the client (routing id %r)",
+            said, CLIENT_PROTOCOL, CLIENT_READS_RUNS, ident[:64],
         )  # fmt: skip
 
     def _ping(self, req: Request) -> None:

@@ -1,8 +1,9 @@
 """Delivery to subscribers: the XPUB socket, its subscriptions, and batch frames.
 
 A delivery frame is ``pattern NUL body seq8``: ``body`` one msgpack envelope, an array
-of them (a batch), or an array of runs (what links brought: a run's topic, origin and
-incarnation once, then its entries as the link frame had them), and ``seq8`` the
+of them (a batch), or an array of runs (publishes and what links brought: a run's topic,
+origin and incarnation once, then its entries as the publish or link frame had them), and
+``seq8`` the
 pattern's running message count, by which a subscriber sees (and reports, GAPS) what its
 full queue lost. What one pipeline batch produced for a pattern leaves as frames of up
 to ``wire.DELIVERY_BATCH`` messages or about ``wire.DELIVERY_BATCH_BYTES``. Subscribers
@@ -172,34 +173,26 @@ class Delivery:
 
     # -- sending --------------------------------------------------------------------------
 
-    def send(self, out: dict[str, list[Any]], *, arrays: bool) -> None:
+    def send(self, out: dict[str, list[Any]]) -> None:
         """Per pattern, one frame per DELIVERY_BATCH messages (or DELIVERY_BATCH_BYTES).
-        ``out`` holds encoded envelopes (a batch frame joins them under an array header),
-        or with ``arrays`` envelope arrays (8 fields: messages taken whole, persistent ones
+        ``out`` holds envelope arrays (8 fields: messages taken whole, persistent ones
         from a link or ones that start here; one msgpack call per frame packs them).
-        Relayed messages leave as runs: :meth:`send_runs`."""
+        Publishes and relayed messages leave as runs: :meth:`send_runs`."""
         send = self._send
         prefix = self.prefix
         pseq = self._pseq
         u64 = U64.pack
         packb = msgpack.packb
-        header = wire.array_header
         noblock = zmq.NOBLOCK
-        field = 1 if arrays else None
         delivered = 0
         for pattern, items in out.items():
             pfx = prefix[pattern]
             n = pseq[pattern]
             delivered += len(items)
-            for start, end in _ONE if len(items) == 1 else _cuts(items, field):
+            for start, end in _ONE if len(items) == 1 else _cuts(items):
                 k = end - start
                 n += k
-                if arrays:
-                    body = packb(items[start]) if k == 1 else packb(items[start:end])
-                elif k == 1:
-                    body = items[start]
-                else:
-                    body = header(k) + b"".join(items[start:end])
+                body = packb(items[start]) if k == 1 else packb(items[start:end])
                 send(pfx + body + u64(n), noblock)
             pseq[pattern] = n
         self._counters.delivered += delivered
@@ -263,10 +256,9 @@ def _run_cuts(runs: list[list[Any]]) -> list[tuple[list[list[Any]], int]]:
 _ONE = ((0, 1),)
 
 
-def _cuts(items: list[Any], field: int | None) -> list[tuple[int, int]]:
-    """(start, end) of each frame: at most DELIVERY_BATCH items, cut once past
-    DELIVERY_BATCH_BYTES, counting each item's length (``field`` None: encoded bodies)
-    or its ``field``'s (envelope arrays: the payload, the bulk of a message)."""
+def _cuts(items: list[Any]) -> list[tuple[int, int]]:
+    """(start, end) of each frame: at most DELIVERY_BATCH envelope arrays, cut once past
+    DELIVERY_BATCH_BYTES, counting each one's payload (the bulk of a message)."""
     most = wire.DELIVERY_BATCH
     most_bytes = wire.DELIVERY_BATCH_BYTES
     total = len(items)
@@ -276,7 +268,7 @@ def _cuts(items: list[Any], field: int | None) -> list[tuple[int, int]]:
         end = min(start + most, total)
         size = 0
         for i in range(start, end):
-            size += len(items[i]) if field is None else len(items[i][field])
+            size += len(items[i][1])
             if size >= most_bytes:
                 end = i + 1
                 break

@@ -7,39 +7,48 @@ feature took) — share one sequence of steps, each batch at a time:
 1. checks (:mod:`zbroker.wire`, once per batch) and, for a relayed message, the loop check
    (our ID on its path) and dedupe by message ID;
 2. route (the engine's cached ``(local patterns, sends)`` per topic, path and targets),
-   worked out once per run of a batch, not per message (:mod:`.relay`: a publish batch's
+   worked out once per run of a batch, not per message (:mod:`.relay`: a publish run's
    topic, a link frame's topic, path and targets);
 3. link outboxes: one copy per send, on the link's outbox for this pass (the link table
    cuts and sends frames when the pass ends), or for a persistent message the
    store-and-forward hook;
 4. feature sinks: messages whose local patterns hold a feature's interest, in order,
    one call per feature per batch;
-5. delivery buckets: per pattern that clients hold, sent as batch frames at batch end.
+5. delivery buckets: per pattern that clients hold, sent as batch frames at batch end
+   (publishes and relayed messages as delivery runs, other messages as envelopes).
 
 The hot loops are written for speed: locals for everything, no per-message objects beyond
-the decoded frame (a publish's delivery envelope reuses its frame's bytes), counters
-summed per batch.
+the decoded frame (a publish run's entries get their sequence and time appended in place,
+and the same entry lists go to the links and to the subscribers), counters summed per
+batch.
 """
 
 from __future__ import annotations
 
-import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-import msgpack
 import zmq
 
 from .. import wire
 from ..const import DRAIN_BATCH
 from ..routing import DedupeWindow, RoutingEngine
 from ..routing.selection import Selective
-from ..wire import check_msgs, check_publishes, check_runs, publish_elements, runs_of_msgs
+from ..wire import (
+    check_msgs,
+    check_publish_runs,
+    check_publishes,
+    check_runs,
+    publish_elements,
+    runs_of_msgs,
+    runs_of_publishes,
+)
 from .counters import Counters
 from .delivery import Delivery
 from .interest import LocalInterest
-from .relay import Prepared, PublishPlan, publish_plan, queue_selected, relay
+from .publishes import PublishPlan, take_runs
+from .relay import Prepared, relay
 
 if TYPE_CHECKING:
     from ..links.state import Link
@@ -53,8 +62,6 @@ Send = tuple[str, tuple[str, ...] | None, int]
 #: the store-and-forward hook: (sends, message fields up to its path [and its
 #: [producer, pseq]], pseq or None)
 Persist = Callable[[list[Send], list[Any], "int | None"], None]
-#: msgpack of (uint64 seq, float64 ts): the last two envelope fields, in one struct call
-_ENVELOPE_TAIL = struct.Struct(">BQBd")
 _EVENTS = int(zmq.EVENTS)
 _MSGR = wire.MSGR
 _POLLIN = int(zmq.POLLIN)
@@ -87,8 +94,6 @@ class Pipeline:
         self._valid_topics: set[str] = set()  # publishable topics seen (no $ZB)
         self._link_caches: tuple[set[Any], set[Any], set[str]] = (set(), set(), set())
         self._fwd_paths: dict[tuple[str, ...], list[str] | bool] = {}
-        # msgpack of (origin, incarnation): constant middle of every envelope we originate
-        self._envelope_id = msgpack.packb(broker_id) + msgpack.packb(incarnation)
         self._sink_out: dict[Feature, list[list[Any]]] = {}
         #: per link id, the last run :meth:`enqueue` made (it extends only its own)
         self._enqueued: dict[str, list[Any]] = {}
@@ -104,14 +109,18 @@ class Pipeline:
 
     def on_publish(self, sock: zmq.Socket[bytes], recv: Callable[[int], bytes], limit: int) -> None:
         """Drain the publish socket (up to DRAIN_BATCH messages) into one batch: each
-        frame's messages are routed as it is read, deliveries leave when the drain ends."""
+        frame's messages are routed as it is read, deliveries leave when the drain ends.
+        Every form is taken as runs (a batch of runs as it came, publish frames grouped
+        by :func:`runs_of_publishes`), so messages keep their order whatever form each
+        publisher sends."""
         events = cast("Callable[[int], int]", sock.getsockopt)
         errors: list[tuple[str, str]] = []
-        out: dict[str, list[bytes]] = {}
+        out: dict[str, list[Any]] = {}
         plans: dict[str, PublishPlan] = {}  # per topic: the route, once per drain
         prepared: Prepared = {}
         budget = DRAIN_BATCH  # messages: a publish batch counts for what it holds
         first = True
+        valid = self._valid_topics
         while budget > 0:
             # after the frame poll() announced, ask the socket rather than end on
             # zmq.Again: an exception per pass is a node's largest cost at low rates
@@ -127,73 +136,19 @@ class Pipeline:
                 errors.append(("oversized", f"{len(raw)} bytes > {limit}"))
                 continue
             elements = publish_elements(raw, errors)
-            budget -= len(elements) or 1
-            if elements:
-                values = check_publishes(elements, errors, self._valid_topics)
-                self._take_publishes(elements, values, out, plans, prepared)
+            if not elements:
+                budget -= 1
+                continue
+            if type(elements[0]) is list:  # a batch of runs (client protocol 3)
+                budget -= check_publish_runs(elements, errors, valid) or 1
+                runs = elements
+            else:
+                budget -= len(elements)
+                runs = runs_of_publishes(check_publishes(elements, errors, valid))
+            self._counted(*take_runs(self, runs, out, plans, prepared))
         for reason, detail in errors:
             self._counters.bad("publisher", reason, detail)
-        self.end_batch(out, None)
-
-    def _take_publishes(
-        self,
-        frames: Sequence[bytes],
-        values: list[list[Any] | None],
-        out: dict[str, list[bytes]],
-        plans: dict[str, PublishPlan],
-        prepared: Prepared,
-    ) -> None:
-        tail, id_part, origin, inc = _ENVELOPE_TAIL.pack, self._envelope_id, self._me, self._inc
-        seq = first = self._counters.seq
-        prefix, sink_out, unrouted, unrouted_topic = self._delivery.prefix, self._sink_out, 0, ""
-        select = self._delivery.selected.names if self._delivery.selected.by_pattern else None
-        groups = self.group_hook if self._engine.groups.active else None
-        carry = groups is not None or self._interest.has_sinks  # (else no 8-field list)
-        drop, dirty, path = self._counters.drop, self._links.dirty, [origin]  # (path: shared)
-        ts = time.time()  # the node's receive time: one recv brought the frame's messages
-        for frame, value in zip(frames, values, strict=True):
-            if value is None:
-                continue
-            topic, payload, fmt, headers = value
-            seq += 1
-            m: Any = [topic, payload, fmt, headers, origin, inc, seq, ts] if carry else None
-            grouped = groups is not None and groups(m)
-            plan = plans.get(topic) or publish_plan(self, topic, prepared, out, plans)
-            patterns, links, missing, selective, sinks, dests, tails = plan
-            entry = [payload, fmt, headers, seq, ts] if links or selective is not None else None
-            if selective is not None:  # some targets stand behind selectors
-                head = [topic, origin, inc, path]  # (entry is a list here)
-                links, missing = queue_selected(self, selective, prepared, tails, head, entry)  # type: ignore[arg-type]
-            for j in range(len(links) if selective is None else 0):
-                # onto the run this topic's messages took on the link, if the outbox
-                # still ends with it (order is kept across topics), else a new one
-                out_link, out_targets, copies = links[j]
-                box, run = out_link.outbox, tails[j]
-                if run is None or not box or box[-1] is not run:
-                    if not box:
-                        dirty.append(out_link)
-                    run = tails[j] = [topic, origin, inc, path, out_targets, []]
-                    box.append(run)
-                run[5].append(entry) if copies == 1 else run[5].extend([entry] * copies)
-            if missing:
-                drop("link_down", missing)  # routed over a down link: nowhere to wait
-            if not patterns:
-                if not links and not missing and not grouped:  # no subscriber anywhere
-                    unrouted, unrouted_topic = unrouted + 1, topic  # (counted, topic kept)
-                continue
-            for f in sinks:
-                sink_out.setdefault(f, []).append(m)
-            if select is not None:  # subscriptions with a selector: buckets by headers
-                dests = [out.setdefault(p, []) for p in select(patterns, headers) if p in prefix]
-            if not dests:
-                continue  # interest of features only, no client on the XPUB
-            if frame[0] == 0x94:  # fixarray of 4: reuse its elements verbatim
-                body = b"\x98" + frame[1:] + id_part + tail(0xCF, seq, 0xCB, ts)
-            else:  # another encoder's (valid) array form: encode afresh
-                body = wire.encode_delivery_body(topic, payload, fmt, headers, origin, inc, seq, ts)
-            for bucket in dests:
-                bucket.append(body)
-        self._counted(seq - first, unrouted, unrouted_topic)
+        self.end_batch(None, out)
 
     def _counted(self, n: int, unrouted: int, unrouted_topic: str) -> None:
         """Count ``n`` publishes taken, ``unrouted`` of them wanted nowhere."""
@@ -222,7 +177,7 @@ class Pipeline:
         loops = relay(self, runs, out)  # (a run's route once: .relay)
         if loops:
             self._counters.drop("loop", loops)
-        self.end_batch(None, None, out)
+        self.end_batch(None, out)
 
     # -- ingress 3: messages that start here, and persistent messages taken -----------------
 
@@ -296,7 +251,7 @@ class Pipeline:
             for pattern in patterns:
                 if pattern in prefix:
                     out.setdefault(pattern, []).append(m[:8])
-        self.end_batch(None, out)
+        self.end_batch(out)
 
     # -- the end of a batch ---------------------------------------------------------------
 
@@ -328,21 +283,16 @@ class Pipeline:
             run[5].extend([entry] * copies)
 
     def end_batch(
-        self,
-        bodies: dict[str, list[bytes]] | None,
-        arrays: dict[str, list[Any]] | None,
-        runs: dict[str, list[Any]] | None = None,
+        self, arrays: dict[str, list[Any]] | None, runs: dict[str, list[Any]] | None = None
     ) -> None:
-        """Feature sinks take their messages, then deliveries leave: per pattern encoded
-        envelopes (publishes), envelope arrays (messages taken) or runs (relayed)."""
+        """Feature sinks take their messages, then deliveries leave: per pattern envelope
+        arrays (messages taken) or runs (publishes, relayed messages)."""
         if self._sink_out:
             sink_out = self._sink_out
             self._sink_out = {}
             for f, batch in sink_out.items():
                 f.sink(batch)
-        if bodies:
-            self._delivery.send(bodies, arrays=False)
         if arrays:
-            self._delivery.send(arrays, arrays=True)
+            self._delivery.send(arrays)
         if runs:
             self._delivery.send_runs(runs)

@@ -28,7 +28,14 @@ if TYPE_CHECKING:
     from .feature import Feature
     from .pipeline import Pipeline, Send
 
-__all__ = ["Prepared", "PublishPlan", "picked", "publish_plan", "queue_selected", "relay"]
+__all__ = [
+    "Prepared",
+    "picked",
+    "queue_selected",
+    "relay",
+    "selected_runs",
+    "takers",
+]
 
 #: entries in the cache of paths seen on links -> path forwarded (False: a loop)
 FWD_CACHE_SIZE = 4096
@@ -93,7 +100,7 @@ def relay(pipe: Pipeline, runs: list[Any], out: dict[str, list[Any]]) -> int:
             for f in sinks:
                 sink_out.setdefault(f, []).extend(ms)
         if select is not None:  # subscriptions with a selector: buckets by headers
-            _selected_runs(out, prefix, select, patterns, [topic, origin, inc], kept)
+            selected_runs(out, prefix, select, patterns, [topic, origin, inc], kept)
             continue
         # delivery runs: the entries go on as they came (the subscriber reads runs)
         delivered = [topic, origin, inc, kept]
@@ -103,7 +110,7 @@ def relay(pipe: Pipeline, runs: list[Any], out: dict[str, list[Any]]) -> int:
     return loops
 
 
-def _selected_runs(
+def selected_runs(
     out: dict[str, list[Any]],
     prefix: dict[str, bytes],
     select: Callable[[frozenset[str], Any], Any],
@@ -222,10 +229,10 @@ def _plan(
     if fwd is False:
         return False, frozenset(), [], 0, None, ()
     patterns, sends = pipe._engine.route(topic, key_path, key_targets)
-    return (fwd, patterns, *_takers(pipe, patterns, sends, prepared))
+    return (fwd, patterns, *takers(pipe, patterns, sends, prepared))
 
 
-def _takers(
+def takers(
     pipe: Pipeline, patterns: frozenset[str], sends: Any, prepared: Prepared
 ) -> tuple[list[tuple[Link, list[str] | None, int]], int, Selective | None, tuple[Feature, ...]]:
     """A route's takers besides local clients: its sends resolved to links (and the
@@ -252,46 +259,3 @@ def picked(
     if prep is None or prep[0] is not sends:
         prep = prepared[id(sends)] = (sends, *pipe._links.resolve(sends))
     return prep[1], prep[2]
-
-
-#: per topic of a client publish batch: (local patterns, sends resolved to links, copies
-#: routed to links that are down, the sends if Selective, sinks, the delivery buckets in
-#: this batch's ``out`` of the patterns clients hold, per resolved send the run its
-#: link's outbox took this topic's messages into last (if Selective: by link and targets,
-#: see :func:`queue_selected`)
-PublishPlan = tuple[
-    frozenset[str],
-    "list[tuple[Link, list[str] | None, int]]",
-    int,
-    "Selective | None",
-    "tuple[Feature, ...]",
-    list[list[Any]],
-    Any,
-]
-
-
-def publish_plan(
-    pipe: Pipeline,
-    topic: str,
-    prepared: Prepared,
-    out: dict[str, Any],
-    plans: dict[str, PublishPlan],
-) -> PublishPlan:
-    """What the client publishes of ``topic`` in one batch get here (its buckets in
-    ``out`` are made now: the batch's first message of the topic fills them), kept in
-    ``plans``."""
-    engine = pipe._engine
-    if engine.links:
-        patterns, sends = engine.route(topic, (), None)
-    else:
-        patterns, sends = engine.local_matches(topic), None
-    links, missing, selective, sinks = _takers(pipe, patterns, sends, prepared)
-    prefix = pipe._delivery.prefix
-    dests = (
-        []
-        if pipe._delivery.selected.by_pattern
-        else [out.setdefault(p, []) for p in patterns if p in prefix]
-    )
-    tails: Any = {} if selective is not None else [None] * len(links)  # (queue_selected's)
-    plan = plans[topic] = (patterns, links, missing, selective, sinks, dests, tails)
-    return plan

@@ -100,12 +100,15 @@ from .link import (
     encode_link,
 )
 from .publish import (
+    check_publish_runs,
     check_publishes,
     decode_publish,
     encode_publish,
     encode_publish_batch,
+    encode_publish_runs,
     publish_batch_elements,
     publish_elements,
+    runs_of_publishes,
 )
 from .queues import (
     check_qmsgs,
@@ -175,6 +178,7 @@ __all__ = [
     "check_msgs",
     "check_pmsgs_entry",
     "check_producer",
+    "check_publish_runs",
     "check_publishes",
     "check_qmsgs",
     "check_runs",
@@ -199,6 +203,7 @@ __all__ = [
     "encode_pmsgs",
     "encode_publish",
     "encode_publish_batch",
+    "encode_publish_runs",
     "encode_qcap",
     "encode_qmsgs",
     "held",
@@ -206,4 +211,5 @@ __all__ = [
     "publish_batch_elements",
     "publish_elements",
     "runs_of_msgs",
+    "runs_of_publishes",
 ]

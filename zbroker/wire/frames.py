@@ -26,6 +26,21 @@ A node announces in its HELLO reply (``publish_batch``: bytes) that it reads bat
 large they may be; a client batches only publishes that come faster than
 :data:`~zbroker.const.PUBLISH_LINGER` apart, so a lone publish still leaves at once.
 
+Batch of publish runs (same socket; client protocol 3), consecutive publishes on one topic
+sent as one run::
+
+    [[topic: str, [[payload: bytes, fmt: int, headers: map | nil], ...]], ...]
+
+An array whose first element is an array is a batch of runs. The rules are a publish
+frame's: a run that is not a 2-element array with an array of entries second is counted
+once as ``bad_shape``; a run whose topic is not a publishable name counts every entry it
+holds (once if none) as ``bad_type`` (not a string) or ``bad_topic``; an entry that is not
+a 3-element array counts as ``bad_shape``, one with a wrong type as ``bad_type``, and the
+rest of its run is taken. The node decodes the frame once, checks and routes a run's topic once, and
+gives each message its sequence in order, so a batch of runs delivers exactly what the same
+publishes sent one by one would. A client sends runs only to a node whose HELLO reply says
+``client_protocol`` 3 or more (to an older node: publish batches as above).
+
 Delivery (node XPUB → client SUB, ``PORT+2``)::
 
     pattern-utf8  NUL  msgpack([topic, payload, fmt, headers, origin, incarnation, seq, ts])
@@ -93,9 +108,10 @@ op         value  body
 =========  =====  ===========================================================
 HELLO      1      request ``{client_protocol}``; reply ``{broker_id, incarnation, version,
                   client_protocol, endpoints, ports: {control, publish, deliver},
-                  publish_batch}`` (a request without ``client_protocol`` >= the node's
-                  is answered, and the node logs that the client is too old to read
-                  delivery runs)
+                  publish_batch}`` (a request without ``client_protocol`` >= 2 is
+                  answered, and the node logs that the client is too old to read
+                  delivery runs; a client sends batches of publish runs only to a
+                  node whose reply says 3 or more)
 STATUS     2      request ``{}``; reply: the node's status map
 PING       3      request ``{}``; reply ``{}``
 GAPS       13     one-way ``{pattern: missed, ...}``: deliveries a subscriber's queue dropped
