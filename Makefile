@@ -12,6 +12,7 @@ STAMP := $(VENV)/.installed-stamp
 # tests/test_compiled.py sets the variable itself for each path it checks)
 PURE_TESTS ?= tests/test_wire.py tests/test_wire_links.py tests/test_link_state.py \
 	tests/test_sansio.py tests/test_client_parts.py tests/test_link_duplicates.py \
+	tests/test_publish_runs.py tests/integration/test_publish_runs.py \
 	tests/routing/test_dedupe.py tests/routing/test_engine.py tests/integration/test_node.py \
 	tests/integration/test_network.py tests/integration/test_relay_runs.py \
 	tests/integration/test_fuzz.py

@@ -4,8 +4,11 @@
 socket nothing else touches; the client thread only connects and disconnects it (under the
 same lock) as it fails over, and sends the tail of a batch nobody filled
 (:meth:`Publisher.flush_tail`). Publishes that come faster than ``PUBLISH_LINGER`` apart
-leave together in one frame (``[frame: bin, ...]``, at most ``PUBLISH_BATCH``), sized for
-the node that answered (:meth:`Publisher.attach`); a lone publish leaves at once.
+leave together in one frame (at most ``PUBLISH_BATCH``), sized for the node that answered
+(:meth:`Publisher.attach`); a lone publish leaves at once. The batch is held as runs of
+one topic whose entries are encoded as each publish was made, and leaves as a batch of
+runs (their bytes joined: :mod:`.publish_wire`) to a node of client protocol 3 or more,
+as a publish batch (``[frame: bin, ...]``) to an older one.
 
 With ``fanout`` every frame goes to every node's own PUSH socket instead (no batches).
 Persistent publishes are control requests: they go through the client thread, after
@@ -26,12 +29,14 @@ import zmq
 import zmq.backend
 
 from .. import wire
-from ..const import PUBLISH_BATCH, PUBLISH_BATCH_BYTES, PUBLISH_LINGER
+from ..const import PUBLISH_BATCH, PUBLISH_BATCH_BYTES, PUBLISH_LINGER, PUBLISH_RUNS
 from ..errors import ClientClosed, PayloadError, PublishTimeout
 from ..topics import validate_publish_topic
+from . import publish_wire
 from .credentials import Credentials
 from .messages import encode_payload
 from .persistent import Persistent
+from .publish_wire import batch_frame, too_large, with_headers
 
 if TYPE_CHECKING:
     from .fanout import Fanout
@@ -43,11 +48,11 @@ log = logging.getLogger("zbroker.client")
 _TOPIC_CACHE_MAX = 4096
 _monotonic = time.monotonic
 _packb = msgpack.packb
-_BIN8, _bin_header = wire.BIN8_HEADERS, wire.bin_header  # (packb's Packer: 4x the cost)
+_bin_header = wire.bin_header
+#: fixarray(3) and a bin8 header of each length: the start of a small payload's entry
+_ENTRY_BIN8 = tuple(b"\x93" + h for h in wire.BIN8_HEADERS)
 _NOBLOCK = zmq.NOBLOCK
 _FMT_BYTES = wire.FMT_BYTES
-# isinstance(k, str) without a generator's Python frame per header name
-_is_str = str.__instancecheck__
 
 
 def new_push(ctx: zmq.Context[zmq.Socket[bytes]], hwm: int, timeout: float) -> zmq.Socket[bytes]:
@@ -97,14 +102,21 @@ class Publisher:
         self._push = new_push(ctx, hwm, publish_timeout)
         # the backend's send, bound: skips pyzmq's Python-level Socket.send wrapper
         self._send: Callable[[bytes, int], Any] = zmq.backend.Socket.send.__get__(self._push)
-        # the batch: at most PUBLISH_BATCH frames, leaves once past _batch_full bytes
+        # the batch: at most PUBLISH_BATCH entries, [payload, fmt, headers] encoded as
+        # publish() made them (the headers as they were then), in runs of one topic (per
+        # run its topic and first index); it leaves once past _batch_full bytes (as
+        # publish frames count)
         self._batch: list[bytes] = []
+        self._starts: list[tuple[str, int]] = []
+        self._run_head: bytes | None = None  # the last run's topic head (None: start one)
         self._batch_bytes = 0
+        self._flushes = 0  # batches sent: a batched publish waits for this to change
         self._batch_since = 0.0  # when the oldest publish in the batch was made
         self._last_send = 0.0  # when a frame last went to the PUSH socket
         self._batch_item_max = 0  # a larger frame goes alone; 0: the node takes no batches
         self._frame_max = 0  # the node's max_frame_bytes (from its HELLO); 0: not known
         self._batch_full = 0  # bytes after which a batch leaves
+        self._runs = False  # the node reads batches of runs (its client_protocol >= 3)
         #: the client thread flushes batch tails while armed (see flush_tail)
         self.armed = False
 
@@ -130,29 +142,27 @@ class Publisher:
         if self._closed:
             raise ClientClosed("client is closed")
         head = self._topic_heads.get(topic) or self._topic_head(topic)
-        raw, fmt = (payload, _FMT_BYTES) if type(payload) is bytes else encode_payload(payload)
-        if headers is None:  # [topic, payload, fmt, nil]: as wire.encode_publish writes it
-            pre = head + (_BIN8[n] if (n := len(raw)) < 256 else _bin_header(n))
-            frame = pre + raw + (b"\x00\xc0" if fmt == 0 else b"\x01\xc0")
-        else:
-            frame = _frame_with_headers(topic, raw, fmt, headers)
-        if self._frame_max and len(frame) > self._frame_max:
-            raise PayloadError(self._too_large(len(frame)))  # the node would drop it
+        entry = _entry(topic, head, payload, headers)
+        size = len(head) + len(entry) - 1  # as a publish frame of its own
+        if self._frame_max and size > self._frame_max:
+            raise PayloadError(too_large(size, self._frame_max))  # the node would drop it
         if self._fanout is not None:
-            return self._fanout.publish(frame)
+            return self._fanout.publish(head + entry[1:])
         with self._lock:
             if self._closed:
                 raise ClientClosed("client is closed")
             now = _monotonic()
             batch = self._batch
-            if len(frame) <= self._batch_item_max and (
+            if size <= self._batch_item_max and (
                 batch or now - self._last_send < PUBLISH_LINGER
             ):  # publishes are coming fast: this one joins (or starts) a batch
                 if not batch:
-                    self._batch_since = now
-                    self._batch_bytes = 0
-                batch.append(frame)
-                self._batch_bytes += len(frame) + 5  # + its bin header, at most 5 bytes
+                    self._batch_since = now  # (its bytes are 0: _flush_batch reset them)
+                if head is not self._run_head:  # a new run (None when the batch is new)
+                    self._run_head = head
+                    self._starts.append((topic, len(batch)))
+                batch.append(entry)
+                self._batch_bytes += size
                 if (
                     len(batch) < PUBLISH_BATCH
                     and self._batch_bytes <= self._batch_full
@@ -164,17 +174,17 @@ class Publisher:
                     return None
                 if self._flush_batch(now):
                     return None
-                queued = True  # no room: wait for the batch to leave
+                wait, flushes = entry, self._flushes  # no room: until the batch leaves
             else:
-                queued = False
+                wait, flushes = head + entry[1:], -1  # the publish frame
                 if not batch or self._flush_batch(now):  # what came before leaves first
                     try:
-                        self._send(frame, _NOBLOCK)
+                        self._send(wait, _NOBLOCK)
                         self._last_send = now
                         return None
                     except zmq.Again:
                         pass
-        return self._wait_taken(frame, queued)
+        return self._wait_taken(wait, flushes)
 
     def _topic_head(self, topic: str) -> bytes:
         """The start of every publish frame on ``topic``, once the topic is checked (the
@@ -191,56 +201,75 @@ class Publisher:
         """Check every topic afresh (another node, other permissions)."""
         self._topic_heads.clear()
 
-    def _wait_taken(self, frame: bytes, queued: bool) -> None:
-        """No room, or between nodes during a failover: wait until ``frame`` (or the batch
-        it joined, if ``queued``) has left, without holding the lock between tries, so
+    def _wait_taken(self, item: Any, flushes: int) -> None:
+        """No room, or between nodes during a failover: wait until ``item`` has left (a
+        frame, ``flushes`` -1; or a batched message, which has once the batch sent when
+        there were ``flushes`` before has), without holding the lock between tries, so
         the client thread can connect the next node. PublishTimeout after
-        publish_timeout; a queued frame not taken by then is taken out of the batch."""
+        publish_timeout; a batched message not taken by then is taken out of the batch."""
         deadline = _monotonic() + self._timeout
         while True:
             with self._lock:
                 if self._closed:
                     raise ClientClosed("client is closed")
                 now = _monotonic()
-                if queued:
-                    if not any(f is frame for f in self._batch) or self._flush_batch(now):
+                if flushes >= 0:
+                    if self._flushes != flushes or self._flush_batch(now):
                         return  # our batch has left (here, or from another thread)
                 elif not self._batch or self._flush_batch(now):
                     try:
-                        self._send(frame, _NOBLOCK)
+                        self._send(item, _NOBLOCK)
                         self._last_send = now
                         return
                     except zmq.Again:
                         pass
                 left = deadline - now
                 if left <= 0:
-                    if queued:  # not taken: it must not leave later
-                        self._batch = [f for f in self._batch if f is not frame]
-                        self._batch_bytes = sum(len(f) + 5 for f in self._batch)
+                    if flushes >= 0:  # not taken: it must not leave later
+                        self._take_out(item)
                     raise PublishTimeout(
                         f"node at {self._address} did not take the message within "
                         f"{self._timeout:g} s (it is down or overloaded)"
                     )
             self._push.poll(int(min(left, 0.05) * 1000) + 1, zmq.POLLOUT)
 
+    def _take_out(self, item: bytes) -> None:
+        """Take a message that timed out out of the batch (under the lock)."""
+        pairs = publish_wire.pairs(self._batch, self._starts)
+        self._keep([(t, e) for t, e in pairs if e is not item])
+
+    def _keep(self, pairs: list[tuple[str, bytes]]) -> None:
+        """Make the batch these ``(topic, entry)`` (under the lock)."""
+        self._batch[:], self._starts[:] = publish_wire.runs_of(pairs)
+        self._run_head = None  # (the next publish starts a run)
+        self._batch_bytes = sum(len(t) + 8 + len(e) for t, e in pairs)
+
     def _flush_batch(self, now: float) -> bool:
-        """Send the pending publish batch (under the lock); False if there is no room."""
+        """Send the pending publish batch (under the lock); False if there is no room.
+        To a node of client protocol 3 it leaves as a batch of runs, to an older one as
+        a publish batch (:func:`.publish_wire.batch_frame`)."""
         batch = self._batch
         if not batch:
             return True
-        try:
-            if len(batch) == 1:
-                self._send(batch[0], _NOBLOCK)
-            elif self._batch_bytes <= self._batch_full + self._batch_item_max:
-                self._send(_packb(batch), _NOBLOCK)
-            else:  # made for a node with a larger limit (before a failover): one by one
-                while batch:
-                    self._send(batch[0], _NOBLOCK)
-                    del batch[0]
-        except zmq.Again:
-            return False
+        if self._batch_bytes > self._batch_full + self._batch_item_max:
+            # made for a node with a larger limit (before a failover): one by one
+            pairs = publish_wire.pairs(batch, self._starts)
+            for i, (topic, entry) in enumerate(pairs):
+                try:
+                    self._send(publish_wire.entry_frame(topic, entry), _NOBLOCK)
+                except zmq.Again:
+                    self._keep(pairs[i:])
+                    return False
+        else:
+            try:
+                self._send(batch_frame(batch, self._starts, self._runs), _NOBLOCK)
+            except zmq.Again:
+                return False
         batch.clear()
+        self._starts.clear()
+        self._run_head = None
         self._batch_bytes = 0
+        self._flushes += 1
         self._last_send = now
         return True
 
@@ -278,29 +307,13 @@ class Publisher:
             elif self._batch and self._batch_since == since and self._flush_batch(_monotonic()):
                 self.armed = False  # (a batch started since is a publisher's own)
 
-    def _too_large(self, size: int) -> str:
-        return (
-            f"message of {size} bytes (topic, payload and headers, encoded) is over the "
-            f"node's limit of {self._frame_max} bytes (its max_frame_bytes)"
-        )
-
     def _publish_persistent(
         self, topic: str, payload: Any, headers: dict[str, Any] | None, *, wait: bool
     ) -> Any:
         validate_publish_topic(topic)
         self._check("publish", topic)
         raw, fmt = encode_payload(payload)
-        if headers is not None:
-            _frame_with_headers(topic, raw, fmt, headers)  # checks them
-        body = {"topic": topic, "payload": raw, "fmt": fmt, "headers": headers}
-        if self._frame_max and len(raw) + len(topic) > self._frame_max - 256:
-            # near the limit: measure the request as the node will (the largest req id)
-            try:
-                size = len(wire.encode_control(wire.PUBLISH, 2**32 - 1, body))
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise PayloadError(f"headers cannot be encoded with msgpack: {exc}") from exc
-            if size > self._frame_max:
-                raise PayloadError(self._too_large(size))
+        body = publish_wire.persistent_body(topic, raw, fmt, headers, self._frame_max)
         with self._lock:
             if self._batch and not self._closed:
                 self._flush_batch(_monotonic())  # what was published before goes first
@@ -308,14 +321,18 @@ class Publisher:
 
     # -- connections (the client thread) -------------------------------------------------
 
-    def attach(self, endpoint: str, publish_endpoint: str, frame_max: int) -> None:
+    def attach(
+        self, endpoint: str, publish_endpoint: str, frame_max: int, client_protocol: Any
+    ) -> None:
         """The node at ``endpoint`` became the client's primary: without fan-out,
-        publish to it, in batches sized for its ``frame_max`` (0: it takes none)."""
+        publish to it, in batches sized for its ``frame_max`` (0: it takes none), as
+        runs if its ``client_protocol`` (from its HELLO) is 3 or more."""
         self.forget_topics()  # topics allowed by the last node: this one checks afresh
         if self._fanout is not None:
             return
         with self._lock:
             self._batch_limits(frame_max)
+            self._runs = type(client_protocol) is int and client_protocol >= PUBLISH_RUNS
             if not self._closed:
                 self._credentials.secure(self._push, endpoint)
                 self._push.connect(publish_endpoint)
@@ -368,11 +385,13 @@ class Publisher:
             self._fanout.close(linger)
 
 
-def _frame_with_headers(topic: str, raw: bytes, fmt: int, headers: Any) -> bytes:
-    """A publish frame with headers, which are checked here: they come from the caller."""
-    if not isinstance(headers, dict) or not all(map(_is_str, headers)):
-        raise PayloadError("headers must be a dict with string keys")
-    try:
-        return wire.encode_publish(topic, raw, fmt, headers)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise PayloadError(f"headers cannot be encoded with msgpack: {exc}") from exc
+def _entry(topic: str, head: bytes, payload: Any, headers: Any) -> bytes:
+    """A message's ``[payload, fmt, headers]``, encoded: without headers as msgpack would
+    write it, without a call to it; with headers (checked) cut from its publish frame,
+    which is the topic's ``head`` and then these three fields."""
+    raw, fmt = (payload, _FMT_BYTES) if type(payload) is bytes else encode_payload(payload)
+    if headers is None:
+        n = len(raw)
+        pre = _ENTRY_BIN8[n] if n < 256 else b"\x93" + _bin_header(n)
+        return pre + raw + (b"\x00\xc0" if fmt == 0 else b"\x01\xc0")
+    return b"\x93" + with_headers(topic, raw, fmt, headers)[len(head) :]

@@ -240,7 +240,10 @@ class ClientThread:
             session.endpoint, session.data_endpoint("deliver"), self._credentials
         )
         self._publisher.attach(
-            session.endpoint, session.data_endpoint("publish"), session.frame_max
+            session.endpoint,
+            session.data_endpoint("publish"),
+            session.frame_max,
+            session.hello.get("client_protocol"),
         )
         if self.ready.done():
             log.info("connected to node %s at %s", session.hello.get("broker_id"), session.endpoint)
