@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import random
 import time
 from typing import Any
 
@@ -136,7 +137,11 @@ class _Node:
     as to a node of ``client_protocol``."""
 
     def __init__(
-        self, client_protocol: int | None, hwm: int = 10_000, timeout: float = 5.0
+        self,
+        client_protocol: int | None,
+        hwm: int = 10_000,
+        timeout: float = 5.0,
+        frame_max: int = 1024 * 1024,
     ) -> None:
         self.ctx = zmq.Context()
         self.pull = self.ctx.socket(zmq.PULL)
@@ -155,9 +160,9 @@ class _Node:
             wake=lambda: None,
             post=lambda item: None,
         )
-        self.pub.attach(endpoint, endpoint, 1024 * 1024, client_protocol)
+        self.pub.attach(endpoint, endpoint, frame_max, client_protocol)
 
-    def frames(self, n: int) -> tuple[list[list[Any]], list[str]]:
+    def frames(self, n: int, limit: int = 1 << 30) -> tuple[list[list[Any]], list[str]]:
         """The publishes in what the socket received, until ``n`` (each ``[topic,
         payload, fmt, headers]``, as the node's checks give them), and each frame's form."""
         got: list[list[Any]] = []
@@ -168,6 +173,7 @@ class _Node:
             if not self.pull.poll(10):
                 continue
             raw = self.pull.recv()
+            assert len(raw) <= limit, f"a frame of {len(raw)} bytes, over {limit}"
             errors: list[tuple[str, str]] = []
             elements = wire.publish_elements(raw, errors)
             if type(elements[0]) is list:
@@ -280,3 +286,32 @@ def test_a_batch_is_what_msgpack_would_write(messages: list[Any]) -> None:
     values = wire.check_publishes(wire.publish_elements(frames, errors), errors, set())
     assert errors == []
     assert values == [[t, *e] for t, entries in want for e in entries]
+
+
+@pytest.mark.parametrize("protocol", [3, 2])
+def test_a_batch_never_outgrows_the_node_frame_limit(protocol: int) -> None:
+    """However topics alternate and sizes vary (a run per message costs its run's head,
+    an element of a publish batch its bin header), what the publisher counts of its
+    pending batch is never less than the frame it would send, and every frame it sends
+    fits the node's limit (the node drops a larger one whole)."""
+    frame_max = 65_536
+    node = _Node(protocol, frame_max=frame_max)
+    rng = random.Random(7)
+    topics = ["a", "b", "主题.长" * 3, "c.d"]
+    want = []
+    try:
+        for i in range(3_000):
+            topic = topics[i % len(topics)]
+            payload = b"%06d" % i + b"x" * rng.choice((0, 100, 901, 4000, 8175))
+            node.pub.publish(topic, payload)
+            want.append([topic, payload, 0, None])
+            pub = node.pub
+            with pub._lock:  # the pending batch, as it would leave now
+                if pub._batch:
+                    frame = publish_wire.batch_frame(pub._batch, pub._starts, protocol >= 3)
+                    assert len(frame) <= pub._batch_bytes + 3  # (+ the outer header)
+                    assert len(frame) <= frame_max
+        got, _ = node.frames(len(want), limit=frame_max)
+        assert got == want
+    finally:
+        node.close()

@@ -110,7 +110,6 @@ class Publisher:
         self._starts: list[tuple[str, int]] = []
         self._run_head: bytes | None = None  # the last run's topic head (None: start one)
         self._batch_bytes = 0
-        self._flushes = 0  # batches sent: a batched publish waits for this to change
         self._batch_since = 0.0  # when the oldest publish in the batch was made
         self._last_send = 0.0  # when a frame last went to the PUSH socket
         self._batch_item_max = 0  # a larger frame goes alone; 0: the node takes no batches
@@ -162,7 +161,7 @@ class Publisher:
                     self._run_head = head
                     self._starts.append((topic, len(batch)))
                 batch.append(entry)
-                self._batch_bytes += size
+                self._batch_bytes += size + 5  # (+ its share of the batch's own headers)
                 if (
                     len(batch) < PUBLISH_BATCH
                     and self._batch_bytes <= self._batch_full
@@ -174,9 +173,9 @@ class Publisher:
                     return None
                 if self._flush_batch(now):
                     return None
-                wait, flushes = entry, self._flushes  # no room: until the batch leaves
+                wait, queued = entry, True  # no room: until it has left
             else:
-                wait, flushes = head + entry[1:], -1  # the publish frame
+                wait, queued = head + entry[1:], False  # the publish frame
                 if not batch or self._flush_batch(now):  # what came before leaves first
                     try:
                         self._send(wait, _NOBLOCK)
@@ -184,7 +183,7 @@ class Publisher:
                         return None
                     except zmq.Again:
                         pass
-        return self._wait_taken(wait, flushes)
+        return self._wait_taken(wait, queued)
 
     def _topic_head(self, topic: str) -> bytes:
         """The start of every publish frame on ``topic``, once the topic is checked (the
@@ -201,21 +200,20 @@ class Publisher:
         """Check every topic afresh (another node, other permissions)."""
         self._topic_heads.clear()
 
-    def _wait_taken(self, item: Any, flushes: int) -> None:
-        """No room, or between nodes during a failover: wait until ``item`` has left (a
-        frame, ``flushes`` -1; or a batched message, which has once the batch sent when
-        there were ``flushes`` before has), without holding the lock between tries, so
-        the client thread can connect the next node. PublishTimeout after
-        publish_timeout; a batched message not taken by then is taken out of the batch."""
+    def _wait_taken(self, item: bytes, queued: bool) -> None:
+        """No room, or between nodes during a failover: wait until ``item`` (a frame, or
+        if ``queued`` a batched entry) has left, without holding the lock between tries,
+        so the client thread can connect the next node. PublishTimeout after
+        publish_timeout; a batched entry not taken by then is taken out of the batch."""
         deadline = _monotonic() + self._timeout
         while True:
             with self._lock:
                 if self._closed:
                     raise ClientClosed("client is closed")
                 now = _monotonic()
-                if flushes >= 0:
-                    if self._flushes != flushes or self._flush_batch(now):
-                        return  # our batch has left (here, or from another thread)
+                if queued:  # (each entry is its own bytes object: identity finds it)
+                    if not any(e is item for e in self._batch) or self._flush_batch(now):
+                        return  # it has left (here, or from another thread)
                 elif not self._batch or self._flush_batch(now):
                     try:
                         self._send(item, _NOBLOCK)
@@ -225,7 +223,7 @@ class Publisher:
                         pass
                 left = deadline - now
                 if left <= 0:
-                    if flushes >= 0:  # not taken: it must not leave later
+                    if queued:  # not taken: it must not leave later
                         self._take_out(item)
                     raise PublishTimeout(
                         f"node at {self._address} did not take the message within "
@@ -242,7 +240,7 @@ class Publisher:
         """Make the batch these ``(topic, entry)`` (under the lock)."""
         self._batch[:], self._starts[:] = publish_wire.runs_of(pairs)
         self._run_head = None  # (the next publish starts a run)
-        self._batch_bytes = sum(len(t) + 8 + len(e) for t, e in pairs)
+        self._batch_bytes = sum(len(publish_wire.entry_frame(t, e)) + 5 for t, e in pairs)
 
     def _flush_batch(self, now: float) -> bool:
         """Send the pending publish batch (under the lock); False if there is no room.
@@ -251,7 +249,9 @@ class Publisher:
         batch = self._batch
         if not batch:
             return True
-        if self._batch_bytes > self._batch_full + self._batch_item_max:
+        # a batch made for this node is counted at most full + item_max + 5 (each message
+        # as its publish frame + 5): well within the frame limit, 64 bytes above that
+        if self._batch_bytes > self._batch_full + self._batch_item_max + 5:
             # made for a node with a larger limit (before a failover): one by one
             pairs = publish_wire.pairs(batch, self._starts)
             for i, (topic, entry) in enumerate(pairs):
@@ -269,7 +269,6 @@ class Publisher:
         self._starts.clear()
         self._run_head = None
         self._batch_bytes = 0
-        self._flushes += 1
         self._last_send = now
         return True
 
