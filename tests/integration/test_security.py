@@ -16,11 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 import zmq
 from zbroker.cli.format import format_status
 
-from zbroker import Broker, BrokerUnreachable, Client
+from zbroker import Broker, BrokerUnreachable, Client, wire
 from zbroker.config import LinkConfig
 from zbroker.errors import ConfigError, PermissionDenied
 from zbroker.security import generate_keys, load_key_pair
@@ -645,3 +646,30 @@ def test_a_batch_of_runs_loses_only_the_runs_its_sender_may_not_publish(
     assert got == [("Y.Z", b"%d" % i) for i in range(n) if i // 3 % 2 == 1] + [("Y.Z", b"end")]
     assert b.status()["security"]["refused"] == {"publish": n // 2}
     assert b.status()["counters"]["received"] == n // 2 + 1
+
+
+def test_a_publish_batch_with_a_stray_element_is_still_checked(
+    broker_factory: Callable[..., Broker], keys: Keys, wait_until: Callable[..., bool]
+) -> None:
+    """A publish batch whose elements are not all bins: the node takes its bin elements
+    (the others count as bad_shape), so the permission filter checks every one of them.
+    (Before, such a batch passed the filter unchecked: bob published where he may not.)"""
+    b = broker_factory(broker_id="b", **keys.options("b"))
+    public, secret = load_key_pair(keys.client("bob"))
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.curve_publickey, push.curve_secretkey = public, secret
+    push.curve_serverkey = keys.node_public("b").encode()
+    try:
+        push.connect(f"tcp://127.0.0.1:{b.ports['publish']}")
+        secret_one = wire.encode_publish("X.secret", b"x", 0, None)
+        allowed_one = wire.encode_publish("Y.ok", b"y", 0, None)
+        push.send(msgpack.packb([secret_one, 0, allowed_one]))
+        assert wait_until(lambda: b.status()["counters"]["received"] >= 1, 10)
+        time.sleep(0.2)
+        st = b.status()
+        assert st["counters"]["received"] == 1  # Y.ok only
+        assert st["security"]["refused"] == {"publish": 1}
+        assert st["counters"]["dropped"]["bad_input.bad_shape"] == 1
+    finally:
+        push.close()

@@ -59,12 +59,14 @@ def publish_recv(
             batch = _publish_batch(data)
             if batch is None:
                 return data  # malformed: the publish handler rejects and counts it
-            # a publish batch: every element is checked; refused ones are dropped
-            keep = [e for e in batch if allowed(user, e) is not False]
+            # a publish batch: every bin element is checked; refused ones are dropped
+            # (one that is not a bin stays, after the bins, for the publish handler to
+            # count as bad_shape: a batch must start with a bin to be read as one)
+            keep = [e for e in batch if type(e) is bytes and allowed(user, e) is not False]
             if len(keep) == len(batch):
                 return data
             if keep:
-                return bytes(msgpack.packb(keep))
+                return bytes(msgpack.packb(keep + [e for e in batch if type(e) is not bytes]))
 
     return secure_recv
 
@@ -146,13 +148,15 @@ def _frame_check(
     return allowed
 
 
-def _publish_batch(frame: bytes) -> list[bytes] | None:
-    """The elements of a publish batch frame (``[publish frame: bin, ...]``), or None."""
+def _publish_batch(frame: bytes) -> list[object] | None:
+    """The elements of a publish batch frame (``[publish frame: bin, ...]``), or None:
+    an array whose first element is a bin, as the publish handler tells one (which takes
+    every bin element of it, whatever the other elements are)."""
     try:
         value = msgpack.unpackb(frame, raw=False, strict_map_key=False)
     except Exception:
         return None
-    if type(value) is list and value and all(type(e) is bytes for e in value):
+    if type(value) is list and value and type(value[0]) is bytes:
         return value
     return None
 
