@@ -58,9 +58,7 @@ def batch_frame(batch: list[bytes], starts: list[tuple[str, int]], runs: bool) -
         frames = [entry_frame(topic, e) for topic, e in pairs(batch, starts)]
         return frames[0] if len(frames) == 1 else _packb(frames)
     parts = [_array_header(len(starts))]
-    ends = [i for _, i in starts[1:]]
-    ends.append(len(batch))
-    for (topic, start), end in zip(starts, ends, strict=True):
+    for topic, start, end in _spans(batch, starts):
         parts.append(b"\x92" + _packb(topic) + _array_header(end - start))
         parts += batch[start:end]
     return b"".join(parts)
@@ -74,13 +72,14 @@ def runs_of(pairs: list[tuple[str, bytes]]) -> tuple[list[bytes], list[tuple[str
 
 def pairs(batch: list[bytes], starts: list[tuple[str, int]]) -> list[tuple[str, bytes]]:
     """Each entry of a batch with its run's topic."""
+    return [(topic, e) for topic, start, end in _spans(batch, starts) for e in batch[start:end]]
+
+
+def _spans(batch: list[bytes], starts: list[tuple[str, int]]) -> list[tuple[str, int, int]]:
+    """Per run of a batch: its topic, first index and end."""
     ends = [i for _, i in starts[1:]]
     ends.append(len(batch))
-    return [
-        (topic, e)
-        for (topic, start), end in zip(starts, ends, strict=True)
-        for e in batch[start:end]
-    ]
+    return [(topic, start, end) for (topic, start), end in zip(starts, ends, strict=True)]
 
 
 def persistent_body(

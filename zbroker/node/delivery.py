@@ -3,11 +3,10 @@
 A delivery frame is ``pattern NUL body seq8``: ``body`` one msgpack envelope, an array
 of them (a batch), or an array of runs (publishes and what links brought: a run's topic,
 origin and incarnation once, then its entries as the publish or link frame had them), and
-``seq8`` the
-pattern's running message count, by which a subscriber sees (and reports, GAPS) what its
-full queue lost. What one pipeline batch produced for a pattern leaves as frames of up
-to ``wire.DELIVERY_BATCH`` messages or about ``wire.DELIVERY_BATCH_BYTES``. Subscribers
-subscribe to ``pattern NUL``, so ZeroMQ's prefix filter is exact match; a sync key
+``seq8`` the pattern's running message count, by which a subscriber sees (and reports,
+GAPS) what its full queue lost. What one pipeline batch produced for a pattern leaves as
+frames of up to ``wire.DELIVERY_BATCH`` messages or about ``wire.DELIVERY_BATCH_BYTES``.
+Subscribers subscribe to ``pattern NUL``, so ZeroMQ's prefix filter is exact match; a sync key
 (``\\x02token``) is echoed once what came before it on that connection is in effect
 (``subscribe()`` returns then).
 

@@ -61,12 +61,12 @@ one as a batch of one run of one entry::
 each ``entry`` being ``[payload, fmt, headers, seq, ts]``: a run's messages share its topic,
 origin and incarnation, which are sent once (the entries go on as the publish or link
 frame brought them, with the sequence and time the first node gave them; a run is split
-where a frame ends). A reader tells the forms apart by the decoded
-array: a topic (str) first for one message; arrays of 8 elements for a batch, of 4 for a
-batch of runs (an empty run, or an entry not of 5 elements, is malformed). The node
-batches what one drain pass produced for a pattern (up to :data:`DELIVERY_BATCH` messages
-or about :data:`DELIVERY_BATCH_BYTES` of payload), so a subscriber pays one receive per
-batch under load, and a lone message still leaves at once, alone in its frame (no timer:
+where a frame ends). A reader tells the forms apart by the decoded array: a topic (str)
+first for one message; arrays of 8 elements for a batch, of 4 for a batch of runs (an
+empty run, or an entry not of 5 elements, is malformed). The node batches what one drain
+pass produced for a pattern (up to :data:`DELIVERY_BATCH` messages or about
+:data:`DELIVERY_BATCH_BYTES` of payload), so a subscriber pays one receive per batch
+under load, and a lone message still leaves at once, alone in its frame (no timer:
 batching never delays a message).
 
 The trailer numbers the node's sends on that pattern (1, 2, 3, ...): a subscriber whose
