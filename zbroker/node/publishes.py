@@ -74,18 +74,17 @@ def take_runs(
             else None
         )
         hooked = None if groups is None else [groups(m) for m in ms]  # type: ignore[union-attr]
-        nowhere: list[bool] | bool
         if selective is not None:  # some targets stand behind selectors: per message
             nowhere = _queue_selected(
                 pipe, selective, prepared, tails, [topic, origin, inc, path], entries
             )
         else:
-            nowhere = not links and not missing  # (the same for every message)
+            nowhere = [] if links or missing else [True] * len(entries)
             if missing:
                 pipe._counters.drop("link_down", missing * len(entries))
             _queue(pipe, links, tails, [topic, origin, inc, path], entries)
         if not patterns:
-            lost = _unrouted(nowhere, hooked, len(entries))
+            lost = _unrouted(nowhere, hooked)
             if lost:  # no subscriber anywhere (counted, topic kept)
                 unrouted, unrouted_topic = unrouted + lost, topic
             continue
@@ -157,16 +156,13 @@ def _bucket(
             bucket.append(delivered)
 
 
-def _unrouted(nowhere: list[bool] | bool, hooked: list[bool] | None, n: int) -> int:
-    """How many of a run's ``n`` messages no subscriber anywhere wanted: they went to no
-    link (``nowhere``: per message, or one answer for all) and no queue group took them
+def _unrouted(nowhere: list[bool], hooked: list[bool] | None) -> int:
+    """How many of a run's messages no subscriber anywhere wanted: they went to no link
+    (``nowhere``, per message; empty: all went somewhere) and no queue group took them
     (``hooked``, per message, None while no group is active)."""
-    if nowhere is False:
-        return 0
-    per = [True] * n if nowhere is True else nowhere
     if hooked is None:
-        return sum(per)
-    return sum(1 for w, h in zip(per, hooked, strict=True) if w and not h)
+        return sum(nowhere)
+    return sum(1 for n, h in zip(nowhere, hooked, strict=False) if n and not h)
 
 
 def publish_plan(
