@@ -3,7 +3,7 @@
 ``adopt`` creates the durable here as a home of its own (or finds the same one here: two
 homes merging) and makes this node's consumers of it, so far consumers of the old home
 (:mod:`.members`), consumers of the durable here -- each as soon as it holds nothing
-from the old home (what the old home sent beyond that goes back to it and comes moved).
+from the old home (what the old home sent them after that is stored here, as moved).
 ``rows`` are stored in the order they come, with their move counts and redelivered flags
 (rows for a durable deleted here meanwhile are answered ``abandon``: the old home stops);
 ``done`` ends the move. From ``adopt`` until ``DEDUPE_GRACE`` seconds after ``done`` and
@@ -223,8 +223,11 @@ class Adoption:
             self._f.open_reply(d, req)
         m.waiting = []
         self._f.wake(name)
-        if not m.consumers:
-            self._members.end(m, detach=not final)
+        if final and not m.consumers:
+            self._members.end(m, detach=False)
+        # (else, once without consumers, the member stays until ``done``: what the old home
+        # sent them before it learnt of the move comes to it and is kept here, acknowledged;
+        # ended, it would drop that, and the old home would move it flagged redelivered)
 
     def keep(self, m: Member, rows: list[Any]) -> None:
         """Deliveries ``[q, redelivered, msg]`` of the old home to a node whose durable
@@ -232,6 +235,8 @@ class Adoption:
         d = self._f.durables.get(m.name)
         if d is None:  # (deleted here meanwhile: the old home gives them to others)
             m.releases.extend(r[0] for r in rows if type(r) is list and r and type(r[0]) is int)
+            if not m.consumers:
+                self._members.end(m, detach=True)
             return
         good = [r for r in rows if type(r) is list and len(r) == 3 and type(r[0]) is int]
         good = [r for r in good if _valid([r[0], 1, r[1], r[2]])]

@@ -115,6 +115,8 @@ class Durables(Feature):
             size = len(m[1]) + len(m[0])
             for name in match(m[0]):
                 d = durables[name]
+                if d.sealed:
+                    continue  # (moving away: its new home takes what comes now)
                 if d.selector is not None and not d.selector(m[3]):
                     continue  # (its selector does not take it: not stored)
                 if adopting and name in adopting and self._moves.adoption.seen(name, m):

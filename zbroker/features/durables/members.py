@@ -38,8 +38,7 @@ __all__ = ["Member", "Members"]
 #: seconds between attach requests the home has not answered
 ATTACH_RETRY = 1.0
 #: a node asks its home for this many times its consumers' summed credit: the rest waits
-#: here, handed out the moment a consumer acknowledges (the round trip to the home is
-#: long; without it, consumers would wait for it between windows)
+#: here, handed out the moment a consumer acknowledges (not a round trip to the home later)
 PREFETCH = 2
 #: seconds between attaches repeated while attached: a home that restarted (and so forgot
 #: the session) without this node seeing its advertisement go learns it again
@@ -383,6 +382,10 @@ class Members:
                 if req.ident in m.consumers:
                     self._gone(m, req.ident)
             if m.name not in self.members:
+                continue
+            if m.adopting and not m.consumers:  # (its consumers are the durable's here)
+                if m.home not in homes.get(m.name, ()) or m.name not in self._f.durables:
+                    self.end(m, detach=m.name not in self._f.durables)  # (the move ended)
                 continue
             if m.home not in homes.get(m.name, ()):
                 others = sorted(homes.get(m.name, set()) - {self._ctx.broker_id})

@@ -37,8 +37,10 @@ across cuts and restarts):
    the other nodes consuming it (they attach to the new home at once); when every link of
    its own has been up for ``HANDOVER_GRACE`` (a neighbour queues persistent messages for
    this node while their link is down: they must still find the durable here), or after
-   ``LINK_WAIT``, it deletes the durable, empty, withdraws its interest and advertisement
-   and sends ``done`` (with how many messages it moved) to the new home.
+   ``LINK_WAIT``, it seals the durable (withdraws its interest, stores nothing new: what is
+   published now reaches the new home only, so steady publishing cannot keep it from
+   ending), and once all it stored has moved deletes it, empty, withdraws its
+   advertisement and sends ``done`` (with how many messages it moved) to the new home.
 
 Nothing moves toward a target this node has no route to (an internal message without a
 route is dropped): the move waits. The target is kept in the store (``durables.
@@ -351,6 +353,8 @@ class Moves:
 
     def _forget(self, name: str) -> None:
         o, d = self.out.pop(name, None), self._f.durables.get(name)
+        if o is not None and d is not None:
+            o.seal(self._ctx, d, False)  # (called off after the handover began)
         if o is not None and d is not None and d.shared is not None:
             for q in o.unanswered:  # (still stored here: to be handed out again)
                 bisect.insort(d.shared.redo, q)

@@ -20,6 +20,7 @@ import msgpack
 
 from ...node import Request
 from .remote import CHUNK_BYTES, sd_topic, send
+from .selecting import interest_source
 
 if TYPE_CHECKING:
     from ...node.context import Context
@@ -52,6 +53,7 @@ class Outgoing:
         "nodes",
         "phase",
         "progress",
+        "sealed",
         "session",
         "since",
         "target",
@@ -74,6 +76,7 @@ class Outgoing:
         #: the other nodes consuming it (told ``moved``) and their sessions
         self.nodes: dict[str, str] = {}
         self.told = False
+        self.sealed = False  # the durable takes no new messages here (seal)
         #: opens here while the offer is unanswered, with when they give up
         self.waiting: list[tuple[Request, float]] = []
 
@@ -156,17 +159,31 @@ class Outgoing:
                 for ident in list(st.consumers):  # their messages are moved, flagged
                     f.shared_gone(d, ident, "durable moved")
             return False
-        if st.redo or self.unanswered or store.durable_depth(d.name) or not self.reachable(ctx):
-            f.wake(d.name)  # (not all moved yet: moved rows go with the next commit)
-            return False
-        if not self.told:  # the other consuming nodes attach to the new home now
-            self.told = True
+        drained = not (st.redo or self.unanswered or store.durable_depth(d.name))
+        if drained and not self.told and self.reachable(ctx):
+            self.told = True  # the other consuming nodes attach to the new home now
             for node, session in self.nodes.items():
                 body = {"op": "moved", "name": d.name, "session": session, "to": self.target}
                 send(ctx, node, [body])
         # a link of this node that is down: what a neighbour queued for it there comes
         # when it is back, and must find the durable here to be moved on
-        return stable or now >= self.grace_from + HANDOVER_GRACE + LINK_WAIT
+        if not self.sealed and (stable or now >= self.grace_from + HANDOVER_GRACE + LINK_WAIT):
+            # what is published from now on reaches the new home only (every route knows
+            # it by now): without this, steady publishing keeps a message or two always
+            # stored or unanswered here, and the durable never ends
+            self.seal(ctx, d, True)
+        if not (drained and self.told):
+            f.wake(d.name)  # (not all moved yet: moved rows go with the next commit)
+            return False
+        return self.sealed
+
+    def seal(self, ctx: Context, d: Durable, sealed: bool) -> None:
+        """``d`` stores no new message here (its interest withdrawn), or again (the move
+        was called off)."""
+        if sealed != self.sealed:
+            self.sealed = d.sealed = sealed
+            change = ctx.drop_interest if sealed else ctx.add_interest
+            change(d.pattern, interest_source(d))
 
     def done(self, ctx: Context, name: str) -> None:
         """The durable ended here: the new home ends its dedupe once it has them all."""

@@ -16,6 +16,7 @@ class Durable:
         "name",
         "next_q",
         "pattern",
+        "sealed",
         "selector",
         "shared",
         "window",
@@ -32,3 +33,5 @@ class Durable:
         self.shared: SharedState | None = None
         #: only messages it accepts are stored (set after construction; see .selecting)
         self.selector: Selector | None = None
+        #: moving away, at the handover: it stores no new message here (.outgoing)
+        self.sealed = False
