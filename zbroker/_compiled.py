@@ -5,6 +5,9 @@ build step. When Cython and a C compiler are there at install time, ``setup.py``
 each of them (unchanged: Cython's pure-Python mode) into an extension module beside its
 source, which Python's import then prefers; that removes the interpreter's dispatch from
 the per-message loops (publisher, relay, delivery, subscriber) and nothing else changes.
+A module may have a ``.pxd`` companion (``client/publisher.pxd``) that Cython reads
+beside it: C types for a class's state and a function's arguments, where attribute
+lookups were the cost. Only the extension sees it; the source runs as it is.
 
 Importing this module (``zbroker/__init__.py`` does so first) runs :func:`install`, which
 puts a finder ahead of the path finders that imports a listed module from its ``.py``
