@@ -18,6 +18,7 @@ from tests.integration.test_shared_remote import (
     ClientFactory,
     WaitUntil,
     link,
+    queue_row,
 )
 from zbroker import Broker, Client
 from zbroker.client import Message
@@ -30,6 +31,7 @@ __all__ = [
     "counters",
     "emptied_home",
     "holds",
+    "publishing_until_moved",
 ]
 
 
@@ -56,6 +58,39 @@ def counters(broker: Broker) -> dict[str, Any]:
 def backlog(client: Client, n: int, start: int = 0) -> None:
     for i in range(start, start + n):
         client.publish("bill.x", i, persistent=True, confirm=i == start + n - 1)
+
+
+def publishing_until_moved(
+    wait_until: WaitUntil,
+    client: Client,
+    old_home: Broker,
+    start: int,
+    *,
+    pause: float = 0.0,
+    confirm_every: int = 1,
+) -> int:
+    """Publish persistent ``bill.x`` payloads ``start``, ``start + 1``, ... from a
+    thread, without a break longer than ``pause``, until ``old_home`` holds durable
+    ``billing`` no more (it must, within WAIT) and a second after; returns how many."""
+    stop, sent = threading.Event(), list[int]()
+
+    def publish() -> None:
+        while not stop.is_set():
+            confirm = len(sent) % confirm_every == 0
+            client.publish("bill.x", start + len(sent), persistent=True, confirm=confirm)
+            sent.append(1)
+            time.sleep(pause)
+
+    t = threading.Thread(target=publish)
+    t.start()
+    try:
+        moved = wait_until(lambda: not holds(old_home, "billing"), WAIT)
+        assert moved, queue_row(old_home, "billing")
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        t.join()
+    return len(sent)
 
 
 def emptied_home(client_factory: ClientFactory, a: Broker) -> None:

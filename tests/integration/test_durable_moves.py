@@ -7,7 +7,6 @@ comes flagged redelivered either."""
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -23,6 +22,7 @@ from tests.integration.moves import (
     counters,
     emptied_home,
     holds,
+    publishing_until_moved,
 )
 from tests.integration.test_shared_remote import (
     GRACE,
@@ -53,24 +53,8 @@ def test_backlog_moves_to_the_consumers_node_while_publishing_goes_on(
     homed(client_factory, wait_until, [a, b, c], "billing", "A")
     got = Slow(0.0005)
     client_factory(c.endpoint).subscribe("bill.>", got, durable="billing", shared=True, credit=20)
-    stop, sent = threading.Event(), list[int]()
-
-    def publish() -> None:
-        pub = client_factory(b.endpoint)
-        while not stop.is_set():
-            pub.publish("bill.x", n + len(sent), persistent=True, confirm=True)
-            sent.append(1)
-            time.sleep(0.002)
-
-    t = threading.Thread(target=publish)
-    t.start()
-    try:
-        assert wait_until(lambda: not holds(a, "billing"), WAIT), queue_row(a, "billing")
-        time.sleep(1.0)
-    finally:
-        stop.set()
-        t.join()
-    total = n + len(sent)
+    pub = client_factory(b.endpoint)
+    total = n + publishing_until_moved(wait_until, pub, a, n, pause=0.002)
     assert wait_until(lambda: len(got) >= total, WAIT), (len(got), total)
     time.sleep(GRACE)
     assert sorted(got.payloads()) == list(range(total))
@@ -97,23 +81,8 @@ def test_a_move_ends_while_the_old_home_keeps_publishing(
     homed(client_factory, wait_until, [a, c], "billing", "A")
     got = Collector()
     client_factory(c.endpoint).subscribe("bill.>", got, durable="billing", shared=True)
-    stop, sent = threading.Event(), list[int]()
-
-    def publish() -> None:
-        pub = client_factory(a.endpoint)
-        while not stop.is_set():
-            pub.publish("bill.x", 500 + len(sent), persistent=True, confirm=len(sent) % 20 == 0)
-            sent.append(1)
-
-    t = threading.Thread(target=publish)
-    t.start()
-    try:
-        assert wait_until(lambda: not holds(a, "billing"), WAIT), queue_row(a, "billing")
-        time.sleep(0.5)
-    finally:
-        stop.set()
-        t.join()
-    total = 500 + len(sent)
+    pub = client_factory(a.endpoint)
+    total = 500 + publishing_until_moved(wait_until, pub, a, 500, confirm_every=20)
     assert wait_until(lambda: len(got) >= total, WAIT), (len(got), total)
     time.sleep(GRACE)
     assert sorted(got.payloads()) == list(range(total))
