@@ -53,7 +53,6 @@ class Outgoing:
         "nodes",
         "phase",
         "progress",
-        "sealed",
         "session",
         "since",
         "target",
@@ -76,7 +75,6 @@ class Outgoing:
         #: the other nodes consuming it (told ``moved``) and their sessions
         self.nodes: dict[str, str] = {}
         self.told = False
-        self.sealed = False  # the durable takes no new messages here (seal)
         #: opens here while the offer is unanswered, with when they give up
         self.waiting: list[tuple[Request, float]] = []
 
@@ -167,7 +165,7 @@ class Outgoing:
                 send(ctx, node, [body])
         # a link of this node that is down: what a neighbour queued for it there comes
         # when it is back, and must find the durable here to be moved on
-        if not self.sealed and (stable or now >= self.grace_from + HANDOVER_GRACE + LINK_WAIT):
+        if not d.sealed and (stable or now >= self.grace_from + HANDOVER_GRACE + LINK_WAIT):
             # what is published from now on reaches the new home only (every route knows
             # it by now): without this, steady publishing keeps a message or two always
             # stored or unanswered here, and the durable never ends
@@ -175,13 +173,13 @@ class Outgoing:
         if not (drained and self.told):
             f.wake(d.name)  # (not all moved yet: moved rows go with the next commit)
             return False
-        return self.sealed
+        return d.sealed
 
     def seal(self, ctx: Context, d: Durable, sealed: bool) -> None:
         """``d`` stores no new message here (its interest withdrawn), or again (the move
         was called off)."""
-        if sealed != self.sealed:
-            self.sealed = d.sealed = sealed
+        if sealed != d.sealed:
+            d.sealed = sealed
             change = ctx.drop_interest if sealed else ctx.add_interest
             change(d.pattern, interest_source(d))
 
