@@ -22,7 +22,6 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-import msgpack
 import zmq
 import zmq.backend
 
@@ -181,7 +180,7 @@ class Delivery:
         prefix = self.prefix
         pseq = self._pseq
         u64 = U64.pack
-        packb = msgpack.packb
+        packb = wire.packb
         noblock = zmq.NOBLOCK
         delivered = 0
         for pattern, items in out.items():
@@ -192,7 +191,7 @@ class Delivery:
                 k = end - start
                 n += k
                 body = packb(items[start]) if k == 1 else packb(items[start:end])
-                send(pfx + body + u64(n), noblock)
+                send(b"".join((pfx, body, u64(n))), noblock)  # one copy of a large body
             pseq[pattern] = n
         self._counters.delivered += delivered
 
@@ -205,7 +204,7 @@ class Delivery:
         prefix = self.prefix
         pseq = self._pseq
         u64 = U64.pack
-        packb = msgpack.packb
+        packb = wire.packb
         noblock = zmq.NOBLOCK
         delivered = 0
         for pattern, runs in out.items():
@@ -214,7 +213,7 @@ class Delivery:
             for frame, k in _run_cuts(runs):
                 n += k
                 delivered += k
-                send(pfx + packb(frame) + u64(n), noblock)
+                send(b"".join((pfx, packb(frame), u64(n))), noblock)
             pseq[pattern] = n
         self._counters.delivered += delivered
 

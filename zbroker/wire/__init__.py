@@ -19,7 +19,7 @@ for anything malformed, with a short ``reason`` the node uses as a counter key.
 
 from __future__ import annotations
 
-from .codec import BIN8_HEADERS, array_header, bin_header
+from .codec import BIN8_HEADERS, array_header, bin_header, packb
 from .control import decode_control, encode_control
 from .delivery import (
     decode_delivery,
@@ -207,6 +207,7 @@ __all__ = [
     "encode_qcap",
     "encode_qmsgs",
     "held",
+    "packb",
     "pmsgs_lseq",
     "publish_batch_elements",
     "publish_elements",

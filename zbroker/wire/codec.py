@@ -2,18 +2,22 @@
 
 Every decoder of the protocol unpacks through :func:`unpack`, so a frame that is not one
 msgpack value fails the same way everywhere (reason ``not_msgpack``). Encoders pack with
-:data:`packb` directly: the frame modules bind it once, not per call.
+:func:`packb`, which keeps one msgpack Packer per thread: ``msgpack.packb`` builds a
+Packer per call, and with it a 256 KiB buffer (grown by copying for a larger frame) that
+is freed again at once. For a node's link and delivery frames that churn of large blocks
+made the allocator hand memory back to the kernel and fault it in again, page by page,
+frame after frame.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import msgpack
 
 from ..errors import ProtocolError
 
-packb = msgpack.packb
 _unpackb = msgpack.unpackb
 _ExtraData = msgpack.ExtraData
 _UnpackErrors = (ValueError, msgpack.UnpackException, TypeError)
@@ -21,6 +25,30 @@ _UnpackErrors = (ValueError, msgpack.UnpackException, TypeError)
 
 #: what a frame with bytes after its value is refused for
 TRAILING = "trailing bytes after the msgpack value"
+
+#: a thread's Packer is replaced after packing more than this: a buffer grown for one
+#: large value is not kept for good (one per thread that packs)
+KEEP_PACKER_BYTES = 1 << 20
+
+
+class _Packers(threading.local):
+    """The calling thread's Packer (a Packer is not safe to share between threads; pack
+    calls nothing back, so one thread never re-enters its own)."""
+
+    def __init__(self) -> None:
+        self.pack = msgpack.Packer().pack
+
+
+_packers = _Packers()
+
+
+def packb(value: Any) -> bytes:
+    """``value`` packed as msgpack (as ``msgpack.packb``, without a Packer per call)."""
+    mine = _packers
+    out: bytes = mine.pack(value)
+    if len(out) > KEEP_PACKER_BYTES:
+        mine.pack = msgpack.Packer().pack
+    return out
 
 
 def unpack(frame: bytes | memoryview) -> Any:

@@ -14,7 +14,7 @@ from .codec import packb, unpack
 
 def encode_control(op: int, req_id: int, body: dict[str, Any]) -> bytes:
     """Encode a control request or reply."""
-    return packb([op, req_id, body])  # type: ignore[no-any-return]
+    return packb([op, req_id, body])
 
 
 def decode_control(frame: bytes) -> tuple[int, int, dict[str, Any]]:

@@ -25,9 +25,7 @@ def encode_delivery_body(
     ts: float,
 ) -> bytes:
     """Encode the part of a delivery frame after ``pattern NUL`` (once per message)."""
-    return packb(  # type: ignore[no-any-return]
-        [topic, payload, fmt, headers, origin, incarnation, seq, ts]
-    )
+    return packb([topic, payload, fmt, headers, origin, incarnation, seq, ts])
 
 
 def encode_delivery_batch(bodies: list[bytes]) -> bytes:

@@ -18,7 +18,7 @@ _FIELDS = ("node", "link", "peer", "reason")
 
 
 def encode_gap(info: dict[str, Any]) -> bytes:
-    return packb([GAP, info])  # type: ignore[no-any-return]
+    return packb([GAP, info])
 
 
 def check_gap(value: list[Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ STREAM_CACHE_SIZE = 4096
 
 def encode_link(*parts: Any) -> bytes:
     """Encode a link frame ``[type, ...]``."""
-    return packb(list(parts))  # type: ignore[no-any-return]
+    return packb(list(parts))
 
 
 def decode_frame(frame: bytes) -> list[Any]:

@@ -30,18 +30,18 @@ _UNPACK_ERRORS = (ValueError, msgpack.UnpackException, TypeError)
 
 def encode_publish(topic: str, payload: bytes, fmt: int, headers: dict[str, Any] | None) -> bytes:
     """Encode a client publish frame (inputs already validated by the client)."""
-    return packb([topic, payload, fmt, headers])  # type: ignore[no-any-return]
+    return packb([topic, payload, fmt, headers])
 
 
 def encode_publish_batch(frames: list[bytes]) -> bytes:
     """Encode a publish batch from publish frames (each from :func:`encode_publish`)."""
-    return packb(frames)  # type: ignore[no-any-return]
+    return packb(frames)
 
 
 def encode_publish_runs(runs: list[list[Any]]) -> bytes:
     """Encode a batch of publish runs, ``[[topic, [[payload, fmt, headers], ...]], ...]``
     (inputs already validated by the client)."""
-    return packb(runs)  # type: ignore[no-any-return]
+    return packb(runs)
 
 
 def publish_batch_elements(frame: bytes) -> list[Any] | None:
