@@ -62,7 +62,8 @@ import msgpack
 import zmq
 
 HOST = "127.0.0.1"
-PAYLOAD_SIZE = 100
+#: payload bytes; bench_compare.py --size sets another for every process of a run
+PAYLOAD_SIZE = int(os.environ.get("ZBROKER_BENCH_PAYLOAD", "100"))
 TOPIC = "BENCH.DATA"
 WARM_TOPIC = "BENCH.WARM"
 STOP_TOPIC = "BENCH.STOP"
@@ -275,14 +276,15 @@ def node_main(
     gc_tuned: bool = True,
 ) -> None:
     """A node (``zbroker.Broker``, port 0) in this process until ``stop`` is set, with the
-    garbage collector tuned as ``zbroker start`` tunes it (``zbroker.tune_gc``; with
-    ``gc_tuned=False`` as Python sets it, for ``bench_gc.py``).
+    process tuned as ``zbroker start`` tunes it (``zbroker.tune_gc`` and ``tune_malloc``;
+    with ``gc_tuned=False`` as Python and glibc set it, for ``bench_gc.py``).
 
     ``broker_id`` and ``peers`` (duplex links this node dials, as ``zbroker start --peer``
     makes them) are used by the network benchmark; the single-node runs pass neither."""
     _guard_child()
     import cProfile
 
+    import zbroker.process
     from zbroker import Broker, tune_gc
     from zbroker.config import peer_link
 
@@ -296,8 +298,10 @@ def node_main(
     except Exception as exc:  # reported to the parent, which retries with a new process
         q.put(("node", {"error": f"{type(exc).__name__}: {exc}"}))
         return
-    if gc_tuned:
-        tune_gc()  # what `zbroker start` does once its node is up
+    if gc_tuned:  # what `zbroker start` does once its node is up
+        tune_gc()
+        # (looked up: bench_compare.py runs this file against trees from before it)
+        getattr(zbroker.process, "tune_malloc", lambda: None)()
     prof = cProfile.Profile() if profile_out else None
     try:
         if prof is not None:

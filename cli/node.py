@@ -19,7 +19,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from zbroker import Broker, NodeConfig, load_config, tune_gc
+from zbroker import Broker, NodeConfig, load_config, tune_gc, tune_malloc
 from zbroker.config import LOG_LEVELS, default_data_dir, peer_link, validate_broker_id
 from zbroker.errors import ConfigError
 
@@ -171,8 +171,10 @@ def start(
     )
     signals = SignalStop(signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     broker = Broker(config).start()
-    # this process exists to run the node: fit the garbage collector to it (zbroker.process)
+    # this process exists to run the node: fit the garbage collector and the C allocator
+    # to it (zbroker.process)
     tune_gc()
+    tune_malloc()
     click.echo(
         f"zbroker node {broker.broker_id} (incarnation {broker.incarnation}) ready at "
         f"{broker.endpoint}",

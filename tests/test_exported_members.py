@@ -33,6 +33,7 @@ EXPECTED_ALL = [
     "__version__",
     "load_config",
     "tune_gc",
+    "tune_malloc",
 ]
 
 

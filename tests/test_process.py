@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 
-from zbroker import Broker, tune_gc
+from zbroker import Broker, tune_gc, tune_malloc
 from zbroker.process import DEFAULT_GC_YOUNG_THRESHOLD, gc_status
 
 
@@ -65,3 +67,61 @@ def test_an_embedded_broker_leaves_the_collector_alone(restore_gc: None) -> None
     assert status["threshold"] == list(threshold)
     assert status["frozen"] == 0
     assert len(status["collections"]) == 3
+
+
+def test_an_embedded_broker_leaves_the_allocator_alone() -> None:
+    # (a test process that never called tune_malloc: see the subprocess tests below)
+    with Broker(host="127.0.0.1", port=0, discovery=False) as broker:
+        assert broker.status()["malloc"] == {"tuned": False}
+
+
+#: run in a fresh interpreter: allocate 3 blocks of 1 MiB, free them, 200 times; print the
+#: minor page faults that took (glibc's own thresholds hand the freed 3 MiB back to the
+#: kernel every time, a tuned process keeps them)
+_CHURN = """
+import resource, sys
+from zbroker.process import tune_malloc, malloc_status
+tuned = sys.argv[1] == "tuned" and tune_malloc()
+def churn():
+    blocks = [bytearray(1 << 20) for _ in range(3)]
+    for b in blocks:
+        b[::4096] = b"x" * len(range(0, len(b), 4096))  # touch every page
+    del blocks
+churn()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(200):
+    churn()
+print(tuned, malloc_status()["tuned"], resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_tune_malloc_keeps_freed_blocks_from_going_back_to_the_kernel() -> None:
+    def faults(mode: str) -> tuple[str, str, int]:
+        out = subprocess.run(
+            [sys.executable, "-c", _CHURN, mode], capture_output=True, text=True, check=True
+        ).stdout.split()
+        return out[0], out[1], int(out[2])
+
+    tuned, tuned_status, tuned_faults = faults("tuned")
+    plain, plain_status, plain_faults = faults("plain")
+    assert (tuned, tuned_status, plain, plain_status) == ("True", "True", "False", "False")
+    # untuned: every round faults the 3 MiB in again (768 pages; 200 rounds > 100,000)
+    assert plain_faults > 100_000, plain_faults
+    # tuned: the heap keeps them; what is left is the interpreter's own churn
+    assert tuned_faults < plain_faults // 20, (tuned_faults, plain_faults)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"mmap_threshold": 0}, "mmap_threshold must be"),
+        ({"mmap_threshold": (32 << 20) + 1}, "mmap_threshold must be"),
+        ({"trim_threshold": -1}, "trim_threshold must be"),
+    ],
+)
+def test_tune_malloc_refuses_thresholds_glibc_would_not_take(
+    kwargs: dict[str, int], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        tune_malloc(**kwargs)

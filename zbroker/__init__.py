@@ -32,7 +32,7 @@ from .errors import (
     ReservedTopic,
     ZBrokerError,
 )
-from .process import tune_gc
+from .process import tune_gc, tune_malloc
 
 __version__ = "0.1.0"
 
@@ -61,4 +61,5 @@ __all__ = [
     "__version__",
     "load_config",
     "tune_gc",
+    "tune_malloc",
 ]

@@ -30,7 +30,11 @@ from zbroker.cli.format import format_status
 from tests.helpers import Collector
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
-from zbroker.process import DEFAULT_GC_YOUNG_THRESHOLD
+from zbroker.process import (
+    DEFAULT_GC_YOUNG_THRESHOLD,
+    DEFAULT_MMAP_THRESHOLD,
+    DEFAULT_TRIM_THRESHOLD,
+)
 
 HOST = "127.0.0.1"
 WAIT = 20.0  # seconds: upper bound of any condition wait (generous: CI machines are slow)
@@ -999,6 +1003,12 @@ def test_process_chain(
         # `zbroker start` owns its process: its collector is tuned (zbroker.process)
         assert status["gc"]["threshold"][0] == DEFAULT_GC_YOUNG_THRESHOLD
         assert status["gc"]["frozen"] > 0
+        # and so is its C allocator, on glibc (this machine's and CI's)
+        assert status["malloc"] == {
+            "tuned": True,
+            "mmap_threshold": DEFAULT_MMAP_THRESHOLD,
+            "trim_threshold": DEFAULT_TRIM_THRESHOLD,
+        }
     for proc in nodes:
         assert proc.poll() is None, proc.stderr_text()
 

@@ -6,7 +6,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..const import PROTOCOL_VERSION
-from ..process import gc_status
+from ..process import gc_status, malloc_status
 
 if TYPE_CHECKING:
     from .kernel import Node
@@ -41,6 +41,7 @@ def node_status(node: Node) -> dict[str, Any]:
         },
         "security": sec.status() if sec else {"enabled": False},
         "gc": gc_status(),
+        "malloc": malloc_status(),
         "subscriptions": {"count": len(patterns), "patterns": patterns},
         "links": [link.describe(now) for link in node.links.all()],
         "store": node.store.stats() if node.store is not None else None,
