@@ -12,7 +12,7 @@ B then A in odd ones, so slow drift of the machine's load falls on both alike. O
 a tree is one child process, started with that tree's python and with the tree as its
 working directory; it copies the tree's sources (``_common.snapshot_sources(DIR)``) and
 imports zbroker from that copy only, then measures, every role in its own process on
-127.0.0.1, 100-byte payloads:
+127.0.0.1, 100-byte payloads (another size with ``--size``):
 
 * one node: flood throughput at the subscriber (msg/s, lost), CPU per message of the
   three processes, and p50/p99 publish -> callback at 2,000 msg/s;
@@ -39,6 +39,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+#: the payload size for bench_node, in the environment of every process of a run
+PAYLOAD_ENV = "ZBROKER_BENCH_PAYLOAD"
 
 HERE = Path(__file__).resolve().parent
 CHILD_TIMEOUT_S = 420.0  # one tree's run; a full one takes about 18 s
@@ -160,12 +163,13 @@ def _git_state(tree: Path) -> str:
     return head + ("+dirty" if git("status", "--porcelain", "--", "zbroker", "cli") else "")
 
 
-def run_tree(tree: Path, n: int, lat_s: float, verbose: bool) -> dict[str, Any]:
+def run_tree(tree: Path, n: int, lat_s: float, size: int, verbose: bool) -> dict[str, Any]:
     """One child run of ``tree``; stopped by PID if it overruns or we are interrupted."""
     python = tree / ".venv" / "bin" / "python"
     cmd = [str(python), str(Path(__file__).resolve()), "--child", str(tree)]
     cmd += ["--messages", str(n), "--latency-seconds", str(lat_s)]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env[PAYLOAD_ENV] = str(size)  # bench_node reads it in every process the run spawns
     proc = subprocess.Popen(
         cmd,
         cwd=tree,
@@ -312,6 +316,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         "pairs": args.pairs,
         "messages": args.messages,
         "latency_seconds": args.latency_seconds,
+        "payload_bytes": args.size,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": _machine(),
         "command": " ".join(["python3", *sys.argv]),
@@ -323,7 +328,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         log(f"pair {i + 1}/{args.pairs}: {order[0]} then {order[1]}")
         for lab in order:
             t0 = time.monotonic()
-            r = run_tree(trees[lab], args.messages, args.latency_seconds, args.verbose)
+            r = run_tree(trees[lab], args.messages, args.latency_seconds, args.size, args.verbose)
             r["order"], r["pair"], r["wall_s"] = order.index(lab), i + 1, time.monotonic() - t0
             runs[lab].append(r)
             log(_run_line(lab, r))
@@ -348,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=None, help="alternated pairs (default 5)")
     ap.add_argument("--messages", "-n", type=int, default=None, help="per flood (200,000)")
     ap.add_argument("--latency-seconds", type=float, default=None, help="per run (5)")
+    ap.add_argument("--size", type=int, default=100, help="flood payload bytes (100)")
     ap.add_argument("--quick", action="store_true", help="smoke: 2 pairs, 20,000 msgs, 1 s")
     ap.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     ap.add_argument("--verbose", action="store_true", help="show the children's logs")
