@@ -8,7 +8,8 @@ Three ``zbroker start`` processes (``.venv/bin/zbroker``, discovery off, each wi
 own data directory in a temporary directory, free ports on 127.0.0.1): A; B with
 ``--peer`` A; C with ``--peer`` B (duplex links, as ``bench_network.py``'s chain). A
 subscriber on C (``PROF.>``) and, once a probe published on A has reached it, a
-publisher flooding ``PROF.x`` on A with 100-byte payloads (``--size``) (Python clients, each in its
+publisher flooding ``PROF.x`` on A with 100-byte payloads (``--size``; or paced at
+``--rate`` msg/s) (Python clients, each in its
 own process). After a second of flood, ``perf record -F 499 -g -p PID -- sleep S`` runs
 on every node at once, then ``perf report --no-children --sort dso,sym -g none`` (with
 ``--stdio -n``: the same percentages, sample counts beside them) on each recording.
@@ -56,9 +57,9 @@ LINE = re.compile(r"^\s*([\d.]+)%\s+(\d+)\s+(\S+)\s+\[(.)\]\s+(.*?)\s*$")
 # -- the clients (child processes) ----------------------------------------------------------
 
 
-def flood_publisher(endpoint: str, go: Any, stop: Any, sent: Any, size: int) -> None:
-    """Publish ``size`` bytes on TOPIC from ``go`` until ``stop``; ``sent`` counts (per
-    1,024)."""
+def flood_publisher(endpoint: str, go: Any, stop: Any, sent: Any, size: int, rate: int) -> None:
+    """Publish ``size`` bytes on TOPIC from ``go`` until ``stop``, as fast as it can or
+    ``rate`` a second (sleeping in between, as a paced publisher does); ``sent`` counts."""
     import bench_node as bn
 
     bn._guard_child()
@@ -68,6 +69,15 @@ def flood_publisher(endpoint: str, go: Any, stop: Any, sent: Any, size: int) -> 
         publish, payload = client.publish, PAYLOAD[:1] * size
         go.wait(60)
         n = 0
+        if rate:
+            step, due = 1.0 / rate, time.monotonic()
+            while not stop.is_set():
+                publish(TOPIC, payload)
+                n += 1
+                sent.value = n
+                due += step
+                time.sleep(max(0.0, due - time.monotonic()))
+            return
         while not stop.is_set():
             for _ in range(1024):
                 publish(TOPIC, payload)
@@ -364,7 +374,9 @@ def sample_chain(args: argparse.Namespace, perf: str, tmp: Path, copy: str) -> i
         print(
             f"a probe published on A reached C after {wait_crossing(endpoints['A'], first):.2f} s"
         )
-        children.append(bn._start(ctx, flood_publisher, endpoints["A"], go, stop, sent, args.size))
+        children.append(
+            bn._start(ctx, flood_publisher, endpoints["A"], go, stop, sent, args.size, args.rate)
+        )
         go.set()
         time.sleep(1.0)  # the flood under way
         s0, g0, t0 = sent.value, got.value, time.monotonic()
@@ -400,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=5.0, help="perf record time per node")
     ap.add_argument("--top", type=int, default=10, help="symbols printed per node")
     ap.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
+    ap.add_argument("--rate", type=int, default=0, help="msg/s, paced (default: flood)")
     ap.add_argument("--perf", default=None, help="perf binary (default /usr/bin/perf or PATH)")
     args = ap.parse_args(argv)
     # SIGTERM as an interruption: the finally blocks stop every process started here
