@@ -127,12 +127,14 @@ def node_main(
     deadline_s: float,
     profile_out: str | None = None,
 ) -> None:
-    """A node (port 0) dialling ``peers`` (duplex links) until ``stop`` is set; with
-    ``profile_out``, its node thread runs under cProfile (dumped there at the end)."""
+    """A node (port 0) dialling ``peers`` (duplex links) until ``stop`` is set, its process
+    tuned as ``zbroker start`` tunes its own (collector and allocator: the RSS bound holds
+    for what users run); with ``profile_out``, its node thread runs under cProfile (dumped
+    there at the end)."""
     _guard(deadline_s)
     import cProfile
 
-    from zbroker import Broker
+    from zbroker import Broker, tune_gc, tune_malloc
     from zbroker.config import peer_link
 
     try:
@@ -146,6 +148,8 @@ def node_main(
     except Exception as exc:
         q.put((name, {"error": f"{type(exc).__name__}: {exc}"}))
         return
+    tune_gc()
+    tune_malloc()
     prof = cProfile.Profile() if profile_out else None
     try:
         if prof is not None:
