@@ -86,8 +86,9 @@ def gc_status() -> dict[str, Any]:
 def tune_malloc(
     mmap_threshold: int = DEFAULT_MMAP_THRESHOLD, trim_threshold: int = DEFAULT_TRIM_THRESHOLD
 ) -> bool:
-    """Fix glibc's mmap and trim thresholds for this process (``mallopt``); False, and
-    nothing changed, where the C library is not glibc (or says no)."""
+    """Fix glibc's mmap and trim thresholds for this process (``mallopt``); False where
+    the C library is not glibc or refuses a value (then :func:`malloc_status` says
+    untuned)."""
     if not 0 < mmap_threshold <= _MMAP_THRESHOLD_MAX:
         raise ValueError(
             f"mmap_threshold must be 1..{_MMAP_THRESHOLD_MAX} bytes, not {mmap_threshold}"
@@ -111,10 +112,10 @@ def _glibc_mallopt() -> Any:
         return None
     try:
         libc = ctypes.CDLL(None)
-        if libc.gnu_get_libc_version is None:  # AttributeError where it is not glibc
-            return None
         mallopt = libc.mallopt
     except (OSError, AttributeError):
+        return None
+    if not hasattr(libc, "gnu_get_libc_version"):
         return None
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int

@@ -24,8 +24,6 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-import msgpack
-
 from . import wire
 from .client import Client
 from .client.messages import encode_payload as _encode_payload
@@ -41,7 +39,7 @@ STAGE_CHUNK_ROWS = 2000
 _STAGE_CHUNK_BYTES = 4 * 1024 * 1024
 _STAGE_ENVELOPE = 1024  # the request around the rows: op, id, token, part, group
 _ROW_OVERHEAD = 16  # msgpack of [topic, payload, fmt, headers] beyond topic and payload
-_packb = msgpack.packb
+_packb = wire.packb  # one Packer per thread (wire.codec), not one per call
 
 
 class StagedWriter:

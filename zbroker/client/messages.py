@@ -39,7 +39,7 @@ def encode_payload(payload: Any) -> tuple[bytes, int]:
     if isinstance(payload, bytes | bytearray | memoryview):
         return bytes(payload), wire.FMT_BYTES
     try:
-        return msgpack.packb(payload), wire.FMT_MSGPACK
+        return wire.packb(payload), wire.FMT_MSGPACK
     except (TypeError, ValueError, OverflowError) as exc:
         raise PayloadError(f"payload cannot be encoded with msgpack: {exc}") from exc
 

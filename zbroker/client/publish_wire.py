@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgpack
-
 from .. import wire
 from ..errors import PayloadError
 
@@ -27,7 +25,7 @@ __all__ = [
     "with_headers",
 ]
 
-_packb = msgpack.packb
+_packb = wire.packb  # one Packer per thread (wire.codec), not one per call
 _array_header = wire.array_header
 # isinstance(k, str) without a generator's Python frame per header name
 _is_str = str.__instancecheck__
@@ -46,7 +44,7 @@ def with_headers(topic: str, raw: bytes, fmt: int, headers: Any) -> bytes:
 def entry_frame(topic: str, entry: bytes) -> bytes:
     """A batched message (``entry``: ``[payload, fmt, headers]`` encoded) as a publish
     frame of its own: ``[topic, payload, fmt, headers]``."""
-    return b"\x94" + _packb(topic) + entry[1:]  # type: ignore[no-any-return]
+    return b"\x94" + _packb(topic) + entry[1:]
 
 
 def batch_frame(batch: list[bytes], starts: list[tuple[str, int]], runs: bool) -> bytes:

@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import msgpack
 import zmq
 import zmq.backend
 
@@ -47,7 +46,7 @@ log = logging.getLogger("zbroker.client")
 
 _TOPIC_CACHE_MAX = 4096
 _monotonic = time.monotonic
-_packb = msgpack.packb
+_packb = wire.packb  # one Packer per thread (wire.codec), not one per call
 _bin_header = wire.bin_header
 #: fixarray(3) and a bin8 header of each length: the start of a small payload's entry
 _ENTRY_BIN8 = tuple(b"\x93" + h for h in wire.BIN8_HEADERS)

@@ -79,8 +79,8 @@ BIN8_HEADERS = tuple(bytes((0xC4, n)) for n in range(256))
 def bin_header(n: int) -> bytes:
     """msgpack's header of a bin of ``n`` bytes (what ``packb`` writes before them).
 
-    ``msgpack.packb`` builds a Packer per call, most of its cost for a small value; a
-    publish needs only this header before its payload."""
+    A publish needs only this header before its payload: no pack call at all (a call
+    costs more than the header for a small value)."""
     if n < 256:
         return BIN8_HEADERS[n]
     if n < 1 << 16:

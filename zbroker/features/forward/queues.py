@@ -43,8 +43,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import msgpack
-
 from ... import wire
 
 __all__ = ["RETRANSMIT_AFTER", "WINDOW", "Forwarder", "OutQueue"]
@@ -54,7 +52,7 @@ WINDOW = 20_000
 #: seconds without an acknowledgement (while some are outstanding) before a resend
 RETRANSMIT_AFTER = 3.0
 
-_packb = msgpack.packb
+_packb = wire.packb  # one Packer per thread (wire.codec), not one per call
 
 
 class ForwardStore(Protocol):
