@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""Where one message's pass goes at each node of a chain at a low rate, step by step.
+
+    .venv/bin/python benchmarks/trace_pass.py                 # 2,000 msg/s for 5 s, ~2 min
+    .venv/bin/python benchmarks/trace_pass.py --rate 500 --seconds 10
+    .venv/bin/python benchmarks/trace_pass.py --pure          # the pure-Python path
+
+``profile_chain.py --rate`` says what a node's CPU does in total; this says what lies on
+one message's way through a node, in order. It copies the sources, writes a time stamp
+(``time.perf_counter_ns``) at fixed places of the copy (:data:`MARKS`: the loop's poll,
+a frame received, decoded, checked, relayed or taken, the batch's end, the link flush,
+the ROUTER's two sends, the pass's end), builds the copy's compiled modules (as ``make
+build`` does; ``--pure``: none), and runs ``profile_chain.py``'s chain (A, B dialing A,
+C dialing B: ``zbroker start`` processes, discovery off) with its paced publisher on A
+and its subscriber on C. Each node writes its stamps when it stops; printed per node,
+over the passes that handled a message (the first quarter left out: warm-up): p50, p90
+and mean of each step between two stamps, and of the whole way from the poll's return
+to the frame's send (or, on C, to the end of the delivery).
+
+A stamp costs about 0.1 µs warm, more cold, so the steps are slightly longer than they
+are unstamped; their sum against ``bench_latency.py``'s figures tells what share of a
+chain's latency is the nodes' own work. An anchor that is not in the sources exactly once
+stops the run with its name (the code moved: move the anchor). Every process is stopped
+by its PID (``profile_chain.stop_processes``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import itertools
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from _common import REPO
+
+TRACE_ENV = "ZB_PASS_TRACE_DIR"
+#: the module the copy gets: stamps in a list, written by the node loop when it ends
+TRACE_MODULE = (
+    '''"""Time stamps of benchmarks/trace_pass.py (in its copy of the sources only)."""
+import os
+import time
+
+T = []
+_p = time.perf_counter_ns
+
+
+def mark(i):
+    if len(T) < 3_000_000:
+        T.append((i, _p()))
+
+
+def polled(poll, timeout):
+    mark(0)
+    ready = poll(timeout)
+    mark(1)
+    return ready
+
+
+def dump():
+    d = os.environ.get("'''
+    + TRACE_ENV
+    + """")
+    if d:
+        with open(os.path.join(d, f"trace-{os.getpid()}.txt"), "w") as f:
+            f.writelines(f"{i} {t}\\n" for i, t in T)
+"""
+)
+#: stamp number -> what has just happened
+NAMES = {
+    0: "poll called",
+    1: "poll returned",
+    2: "frame received",
+    3: "frame decoded",
+    4: "link frame handled",
+    5: "messages reached the pipeline",
+    6: "link runs checked",
+    7: "relayed",
+    8: "batch ended (sinks, deliveries)",
+    10: "link send: identity",
+    11: "link send: frame",
+    12: "link frame sent",
+    13: "publishes checked",
+    14: "publishes taken",
+    20: "handlers done",
+    21: "adverts flushed",
+    22: "outboxes flushed",
+    23: "pass ended",
+}
+#: (file, a line of it, stamp before it or None, stamp after it or None): the line (its
+#: text without indentation) must be in the file as many times as the last field says
+MARKS: list[tuple[str, str, int | None, int | None, int]] = [
+    ("zbroker/node/kernel.py", "for sock, _ in self.poller.poller.poll(timeout):", None, None, 1),
+    ("zbroker/node/kernel.py", "flush_adverts(self.links)", 20, 21, 1),
+    ("zbroker/node/kernel.py", "flush_outboxes(self.links)", None, 22, 1),
+    ("zbroker/node/kernel.py", "self.links.goodbye(time.monotonic())", None, None, 1),
+    ("zbroker/node/kernel.py", "def _send_confirms(self) -> None:", None, None, 1),
+    ("zbroker/links/dialer.py", "body = sock.recv(zmq.NOBLOCK)", None, 2, 1),
+    ("zbroker/links/dialer.py", "value = wire.decode_frame(body)", None, 3, 1),
+    (
+        "zbroker/links/dialer.py",
+        "budget -= table.on_frame(link, value, len(body), now)",
+        None,
+        4,
+        1,
+    ),
+    ("zbroker/node/pipeline.py", "raw = recv(zmq.NOBLOCK)", None, 2, 1),
+    ("zbroker/node/pipeline.py", "elements = publish_elements(raw, errors)", None, 3, 1),
+    (
+        "zbroker/node/pipeline.py",
+        "self._counted(*take_runs(self, runs, out, plans, prepared))",
+        13,
+        14,
+        1,
+    ),
+    ("zbroker/node/pipeline.py", "if op == _MSGR:", 5, None, 1),
+    (
+        "zbroker/node/pipeline.py",
+        "loops = relay(self, runs, out)  # (a run's route once: .relay)",
+        6,
+        7,
+        1,
+    ),
+    ("zbroker/node/pipeline.py", "self.end_batch(None, out)", None, 8, 2),
+    ("zbroker/links/table.py", "send(link.ident, _NOBLOCK_MORE)", 10, 11, 1),
+    ("zbroker/links/table.py", "send(frame, _NOBLOCK)", None, 12, 1),
+]
+#: what the lines of MARKS without a stamp become (the poll, the pass's end, the dump)
+REWRITE = {
+    "for sock, _ in self.poller.poller.poll(timeout):": (
+        "for sock, _ in _trace.polled(self.poller.poller.poll, timeout):"
+    ),
+    "self.links.goodbye(time.monotonic())": (
+        "_trace.dump()\n{i}self.links.goodbye(time.monotonic())"
+    ),
+    "def _send_confirms(self) -> None:": "    _mark(23)\n\n{i}def _send_confirms(self) -> None:",
+}
+
+
+def stamp(text: str, rel: str) -> str:
+    """``text`` (the file ``rel``) with the stamps of MARKS and the trace module imported."""
+    lines = text.split("\n")
+    for file, line, before, after, count in MARKS:
+        if file != rel:
+            continue
+        at = [k for k, ln in enumerate(lines) if ln.strip() == line]
+        if len(at) != count:
+            raise SystemExit(f"{rel}: {line!r} found {len(at)} times, not {count} (moved?)")
+        for k in at:
+            indent = lines[k][: len(lines[k]) - len(lines[k].lstrip())]
+            body = REWRITE.get(line, line).replace("{i}", indent)
+            if before is not None:
+                body = f"_mark({before})\n{indent}{body}"
+            if after is not None:
+                body = f"{body}\n{indent}_mark({after})"
+            lines[k] = indent + body
+    first = lines.index("from __future__ import annotations") + 1
+    lines.insert(first, "from zbroker import _trace\nfrom zbroker._trace import mark as _mark")
+    return "\n".join(lines)
+
+
+def patched_copy(pure: bool) -> Path:
+    """The sources copied (removed at exit), stamped, their compiled modules built."""
+    tmp = Path(tempfile.mkdtemp(prefix="zbroker-trace-"))
+    atexit.register(shutil.rmtree, tmp, True)
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "zbroker", tmp / "zbroker", ignore=skip)
+    shutil.copytree(REPO / "cli", tmp / "cli", ignore=skip)
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, tmp / name)
+    for rel in sorted({m[0] for m in MARKS}):
+        path = tmp / rel
+        path.write_text(stamp(path.read_text(), rel))
+    (tmp / "zbroker" / "_trace.py").write_text(TRACE_MODULE)
+    if pure:  # (the nodes' environment drops ZBROKER_* variables: no extensions instead)
+        for ext in (tmp / "zbroker").rglob("*.so"):
+            ext.unlink()
+    else:  # (only the stamped modules' stamps no longer match: they are rebuilt)
+        subprocess.run(
+            [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+            cwd=tmp,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    shutil.copytree(tmp / "cli", tmp / "zbroker" / "cli")  # (installed as zbroker.cli)
+    sys.path.insert(0, str(tmp))
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(tmp) if not old else str(tmp) + os.pathsep + old
+    return tmp
+
+
+def run_chain(args: argparse.Namespace, tmp: Path) -> dict[str, int]:
+    """The chain under a paced publisher for ``args.seconds``; the nodes' PIDs."""
+    import bench_node as bn
+    import profile_chain as pc
+
+    nodes: dict[str, subprocess.Popen[bytes]] = {}
+    children = []
+    ctx = mp.get_context("spawn")
+    ready, first, go, stop = (ctx.Event() for _ in range(4))
+    sent, got = ctx.RawValue("q", 0), ctx.RawValue("q", 0)
+    try:
+        endpoints = pc.start_nodes(tmp, nodes)
+        children.append(bn._start(ctx, pc.subscriber, endpoints["C"], ready, first, stop, got))
+        if not ready.wait(60):
+            raise TimeoutError("the subscriber on C never subscribed")
+        pc.wait_crossing(endpoints["A"], first)
+        children.append(
+            bn._start(ctx, pc.flood_publisher, endpoints["A"], go, stop, sent, args.size, args.rate)
+        )
+        go.set()
+        t0 = time.monotonic()
+        time.sleep(args.seconds)
+        elapsed, n = time.monotonic() - t0, sent.value
+        print(
+            f"published {n:,} on A in {elapsed:.1f} s ({n / elapsed:,.0f} msg/s), "
+            f"{got.value:,} delivered on C (counted per 1,024)"
+        )
+    finally:
+        stop.set()
+        bn._stop_procs(children, 5)
+        pids = {name: p.pid for name, p in nodes.items()}
+        pc.stop_processes(list(nodes.values()))  # (SIGTERM: each node writes its stamps)
+    return pids
+
+
+def passes(path: Path) -> list[list[tuple[int, int]]]:
+    """A node's stamps cut into passes (at each poll), those that took a frame only."""
+    out: list[list[tuple[int, int]]] = []
+    cur: list[tuple[int, int]] = []
+    for line in path.read_text().splitlines():
+        i, t = map(int, line.split())
+        if i == 0 and cur:
+            if any(m == 2 for m, _ in cur):
+                out.append(cur)
+            cur = []
+        cur.append((i, t))
+    return out[len(out) // 4 :]
+
+
+def report(name: str, role: str, taken: list[list[tuple[int, int]]]) -> None:
+    steps: dict[tuple[int, int], list[float]] = defaultdict(list)
+    whole: list[float] = []
+    for p in taken:
+        for (a, ta), (b, tb) in itertools.pairwise(p):
+            steps[a, b].append((tb - ta) / 1000)
+        end = next((t for m, t in p if m == 12), None) or next(t for m, t in p if m == 8)
+        whole.append((end - p[1][1]) / 1000)
+    print(f"\nnode {name} ({role}): {len(taken):,} passes that took a frame; µs per pass")
+    print(f"  {'step':58s} {'passes':>7s} {'p50':>7s} {'p90':>7s} {'mean':>7s}")
+    order = sorted(steps.items(), key=lambda kv: _first_at(taken, kv[0]))
+    for (a, b), v in [*order, ((1, 12), whole)]:
+        if len(v) < len(taken) // 3:
+            continue  # (a path a few passes took: a second frame, a tick)
+        v.sort()
+        label = (
+            "the way: poll returned -> sent (C: batch ended)"
+            if v is whole
+            else (f"{NAMES[a]} -> {NAMES[b]}")
+        )
+        print(
+            f"  {label:58s} {len(v):7,d} {v[len(v) // 2]:7.1f} "
+            f"{v[int(len(v) * 0.9)]:7.1f} {sum(v) / len(v):7.1f}"
+        )
+
+
+def _first_at(taken: list[list[tuple[int, int]]], step: tuple[int, int]) -> int:
+    """Where a step first comes in a pass (for the printed order)."""
+    for p in taken[:50]:
+        marks = [m for m, _ in p]
+        for k in range(len(marks) - 1):
+            if (marks[k], marks[k + 1]) == step:
+                return k
+    return 99
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--rate", type=int, default=2000, help="msg/s, paced (default 2,000)")
+    ap.add_argument("--seconds", type=float, default=5.0, help="publishing time (default 5)")
+    ap.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
+    ap.add_argument("--pure", action="store_true", help="the pure-Python path (no extensions)")
+    args = ap.parse_args(argv)
+    if args.rate < 1 or args.seconds <= 0:
+        ap.error("--rate must be at least 1 and --seconds positive")
+    tmp = patched_copy(args.pure)
+    import bench_node as bn
+
+    os.environ[TRACE_ENV] = str(tmp)
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load {load}, "
+        f"sources {bn.source_digest()} (stamped), {bn.compiled_state()}"
+    )
+    print(f"chain A -> B -> C, {args.rate:,} msg/s of {args.size} B for {args.seconds:g} s")
+    pids = run_chain(args, tmp)
+    roles = {"A": "publisher's node", "B": "middle, only forwards", "C": "subscriber's node"}
+    for name, pid in pids.items():
+        path = tmp / f"trace-{pid}.txt"
+        if not path.is_file():
+            print(f"\nnode {name}: no stamps written (did it stop cleanly? see its log)")
+            continue
+        report(name, roles[name], passes(path))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
