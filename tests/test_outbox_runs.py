@@ -10,8 +10,11 @@ from typing import Any
 
 from zbroker import wire
 from zbroker.const import LINK_BATCH_BYTES, LINK_FRAME_SLACK
+from zbroker.links.flush import flush_outboxes
 from zbroker.links.outbox import cut_runs
+from zbroker.links.state import LinkState
 from zbroker.node import relay
+from zbroker.node.counters import Counters
 from zbroker.node.pipeline import Pipeline
 from zbroker.routing import DedupeWindow
 
@@ -73,3 +76,36 @@ def test_frames_are_cut_by_each_payload_where_the_ends_of_a_stretch_mislead() ->
         payload = sum(len(e[0]) for r in wire.decode_frame(frame)[1] for e in r[5])
         assert n == 1 or payload <= LINK_BATCH_BYTES
         assert len(frame) <= limit
+
+
+def _flush_one(payload: bytes, limit: int) -> tuple[list[bytes], Any, Counters]:
+    """flush_outboxes on a link whose outbox holds one message (a pass at a low rate)."""
+    sent: list[bytes] = []
+    box = [["T", "A", 1, ["A"], None, [[payload, 0, None, 7, 1.0]]]]
+    link = NS(outbox=box, state=LinkState.UP, frame_limit=limit, batch_bytes=LINK_BATCH_BYTES)
+    link.msgs_out = link.unheard = link.drops = 0
+    link.name, link.peer, link.peer_max_frame = "ab", "B", limit
+    counters = Counters()
+    table: Any = NS(counters=counters, dirty=[link], send_error="")
+    table.send = lambda lk, frame, now: sent.append(frame) or True
+    expected = [f for f, _, _ in cut_runs(box, LINK_BATCH_BYTES, limit, _encode)]
+    flush_outboxes(table)
+    assert link.outbox == [] and table.dirty == []
+    assert len(expected) == 1 and sent in ([], expected)  # what cut_runs would have sent
+    return sent, link, counters
+
+
+def test_a_lone_message_leaves_in_the_frame_cut_runs_makes_and_is_counted() -> None:
+    sent, link, counters = _flush_one(b"m" * 100, 1 << 20)
+    assert len(sent) == 1 and wire.decode_frame(sent[0])[1][0][5][0][:4] == [b"m" * 100, 0, None, 7]
+    assert (link.msgs_out, link.unheard, link.drops, counters.forwarded) == (1, 1, 0, 1)
+
+
+def test_a_lone_message_over_the_peers_limit_is_dropped_and_counted() -> None:
+    sent, link, counters = _flush_one(b"m" * 5000, 2000)
+    assert sent == [] and counters.forwarded == 0 and link.msgs_out == 0
+    assert link.drops == 1 and counters.dropped == {"link_frame_too_large": 1}
+
+
+def _encode(chunk: list[Any]) -> bytes:
+    return wire.encode_link(wire.MSGR, chunk)
