@@ -260,6 +260,16 @@ _MESSAGE = st.tuples(
 )
 
 
+@pytest.mark.parametrize("size", [0, 1, 255, 256, 1024, 65535, 65536, 70_000])
+def test_an_entry_of_any_size_is_what_msgpack_would_write(size: int) -> None:
+    """Each payload size's header (bin8, bin16, bin32), built without msgpack."""
+    payload = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
+    for value, headers in ((payload, None), (size, None), (payload, {"k": 1})):
+        entry = publisher._entry("T", b"\x94" + pack("T"), value, headers)
+        raw, fmt = encode_payload(value)
+        assert entry == pack([raw, fmt, headers])
+
+
 @settings(max_examples=200, deadline=None)
 @given(messages=st.lists(_MESSAGE, min_size=1, max_size=20))
 def test_a_batch_is_what_msgpack_would_write(messages: list[Any]) -> None:

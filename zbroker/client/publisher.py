@@ -19,6 +19,7 @@ again until confirmed, stored once).
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -50,6 +51,8 @@ _packb = wire.packb  # one Packer per thread (wire.codec), not one per call
 _bin_header = wire.bin_header
 #: fixarray(3) and a bin8 header of each length: the start of a small payload's entry
 _ENTRY_BIN8 = tuple(b"\x93" + h for h in wire.BIN8_HEADERS)
+#: fixarray(3) and a bin16 header: the start of an entry of 256 B to 64 KiB
+_ENTRY_BIN16 = struct.Struct(">BBH").pack
 _NOBLOCK = zmq.NOBLOCK
 _FMT_BYTES = wire.FMT_BYTES
 
@@ -390,6 +393,12 @@ def _entry(topic: str, head: bytes, payload: Any, headers: Any) -> bytes:
     raw, fmt = (payload, _FMT_BYTES) if type(payload) is bytes else encode_payload(payload)
     if headers is None:
         n = len(raw)
-        pre = _ENTRY_BIN8[n] if n < 256 else b"\x93" + _bin_header(n)
-        return pre + raw + (b"\x00\xc0" if fmt == 0 else b"\x01\xc0")
+        tail = b"\x00\xc0" if fmt == 0 else b"\x01\xc0"
+        if n < 256:
+            return _ENTRY_BIN8[n] + raw + tail
+        # one copy of a larger payload, not two, and its header packed in C (bin_header's
+        # call and concatenations were 0.4 of the 0.6 us an entry of 1 KiB took)
+        if n < 65536:
+            return b"".join((_ENTRY_BIN16(0x93, 0xC5, n), raw, tail))
+        return b"".join((b"\x93" + _bin_header(n), raw, tail))
     return b"\x93" + with_headers(topic, raw, fmt, headers)[len(head) :]
