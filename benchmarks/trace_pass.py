@@ -13,9 +13,11 @@ the ROUTER's two sends, the pass's end), builds the copy's compiled modules (as 
 build`` does; ``--pure``: none), and runs ``profile_chain.py``'s chain (A, B dialing A,
 C dialing B: ``zbroker start`` processes, discovery off) with its paced publisher on A
 and its subscriber on C. Each node writes its stamps when it stops; printed per node,
-over the passes that handled a message (the first quarter left out: warm-up): p50, p90
-and mean of each step between two stamps, and of the whole way from the poll's return
-to the frame's send (or, on C, to the end of the delivery).
+over the passes that handled a message (the first quarter left out: warm-up): p50, p90,
+p99 and mean of each step between two stamps, and of the whole way from the poll's return
+to the frame's send (or, on C, to the end of the delivery); then the length of the passes
+that took no message (timers, interest, requests: a message that comes meanwhile waits),
+and the longest.
 
 A stamp costs about 0.1 µs warm, more cold, so the steps are slightly longer than they
 are unstamped; their sum against ``bench_latency.py``'s figures tells what share of a
@@ -232,21 +234,35 @@ def run_chain(args: argparse.Namespace, tmp: Path) -> dict[str, int]:
     return pids
 
 
-def passes(path: Path) -> list[list[tuple[int, int]]]:
-    """A node's stamps cut into passes (at each poll), those that took a frame only."""
-    out: list[list[tuple[int, int]]] = []
+def passes(path: Path) -> tuple[list[list[tuple[int, int]]], list[float]]:
+    """A node's stamps cut into passes (at each poll): those that took a frame, and the
+    length of each other pass (poll returned -> pass ended, µs), the first quarter of
+    each left out (warm-up)."""
+    taken: list[list[tuple[int, int]]] = []
+    other: list[float] = []
     cur: list[tuple[int, int]] = []
     for line in path.read_text().splitlines():
         i, t = map(int, line.split())
         if i == 0 and cur:
             if any(m == 2 for m, _ in cur):
-                out.append(cur)
+                taken.append(cur)
+            elif len(cur) > 2 and cur[-1][0] == 23:
+                other.append((cur[-1][1] - cur[1][1]) / 1000)
             cur = []
         cur.append((i, t))
-    return out[len(out) // 4 :]
+    return taken[len(taken) // 4 :], other[len(other) // 4 :]
 
 
-def report(name: str, role: str, taken: list[list[tuple[int, int]]]) -> None:
+def _row(label: str, v: list[float]) -> str:
+    v = sorted(v)
+    n = len(v)
+    return (
+        f"  {label:58s} {n:7,d} {v[n // 2]:7.1f} {v[int(n * 0.9)]:7.1f} "
+        f"{v[int(n * 0.99)]:7.1f} {sum(v) / n:7.1f}"
+    )
+
+
+def report(name: str, role: str, taken: list[list[tuple[int, int]]], other: list[float]) -> None:
     steps: dict[tuple[int, int], list[float]] = defaultdict(list)
     whole: list[float] = []
     for p in taken:
@@ -255,21 +271,15 @@ def report(name: str, role: str, taken: list[list[tuple[int, int]]]) -> None:
         end = next((t for m, t in p if m == 12), None) or next(t for m, t in p if m == 8)
         whole.append((end - p[1][1]) / 1000)
     print(f"\nnode {name} ({role}): {len(taken):,} passes that took a frame; µs per pass")
-    print(f"  {'step':58s} {'passes':>7s} {'p50':>7s} {'p90':>7s} {'mean':>7s}")
+    print(f"  {'step':58s} {'passes':>7s} {'p50':>7s} {'p90':>7s} {'p99':>7s} {'mean':>7s}")
     order = sorted(steps.items(), key=lambda kv: _first_at(taken, kv[0]))
-    for (a, b), v in [*order, ((1, 12), whole)]:
-        if len(v) < len(taken) // 3:
-            continue  # (a path a few passes took: a second frame, a tick)
-        v.sort()
-        label = (
-            "the way: poll returned -> sent (C: batch ended)"
-            if v is whole
-            else (f"{NAMES[a]} -> {NAMES[b]}")
-        )
-        print(
-            f"  {label:58s} {len(v):7,d} {v[len(v) // 2]:7.1f} "
-            f"{v[int(len(v) * 0.9)]:7.1f} {sum(v) / len(v):7.1f}"
-        )
+    for (a, b), v in order:
+        if len(v) >= len(taken) // 3:  # (not a path a few passes took: a second frame)
+            print(_row(f"{NAMES[a]} -> {NAMES[b]}", v))
+    print(_row("the way: poll returned -> sent (C: batch ended)", whole))
+    if other:  # (timers, interest, requests: a message that comes meanwhile waits)
+        print(_row("passes without a message: poll returned -> ended", other))
+        print(f"  the longest pass without a message: {max(other):,.1f} µs")
 
 
 def _first_at(taken: list[list[tuple[int, int]]], step: tuple[int, int]) -> int:
@@ -310,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_file():
             print(f"\nnode {name}: no stamps written (did it stop cleanly? see its log)")
             continue
-        report(name, roles[name], passes(path))
+        report(name, roles[name], *passes(path))
     return 0
 
 
