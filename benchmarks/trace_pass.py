@@ -41,7 +41,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from _common import REPO
+#: the checkout (as benchmarks/_common.py has it: this module is also imported by a test)
+REPO = Path(__file__).resolve().parent.parent
 
 TRACE_ENV = "ZB_PASS_TRACE_DIR"
 #: the module the copy gets: stamps in a list, written by the node loop when it ends
