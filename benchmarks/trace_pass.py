@@ -236,7 +236,7 @@ def run_chain(args: argparse.Namespace, tmp: Path) -> dict[str, int]:
 
 
 def passes(path: Path) -> tuple[list[list[tuple[int, int]]], list[float]]:
-    """A node's stamps cut into passes (at each poll): those that took a frame, and the
+    """A node's stamps cut into passes (at each poll): those that took messages, and the
     length of each other pass (poll returned -> pass ended, µs), the first quarter of
     each left out (warm-up)."""
     taken: list[list[tuple[int, int]]] = []
@@ -245,7 +245,7 @@ def passes(path: Path) -> tuple[list[list[tuple[int, int]]], list[float]]:
     for line in path.read_text().splitlines():
         i, t = map(int, line.split())
         if i == 0 and cur:
-            if any(m == 2 for m, _ in cur):
+            if any(m == 8 for m, _ in cur):  # (a batch ended: messages, not a heartbeat)
                 taken.append(cur)
             elif len(cur) > 2 and cur[-1][0] == 23:
                 other.append((cur[-1][1] - cur[1][1]) / 1000)
@@ -271,7 +271,7 @@ def report(name: str, role: str, taken: list[list[tuple[int, int]]], other: list
             steps[a, b].append((tb - ta) / 1000)
         end = next((t for m, t in p if m == 12), None) or next(t for m, t in p if m == 8)
         whole.append((end - p[1][1]) / 1000)
-    print(f"\nnode {name} ({role}): {len(taken):,} passes that took a frame; µs per pass")
+    print(f"\nnode {name} ({role}): {len(taken):,} passes that took messages; µs per pass")
     print(f"  {'step':58s} {'passes':>7s} {'p50':>7s} {'p90':>7s} {'p99':>7s} {'mean':>7s}")
     order = sorted(steps.items(), key=lambda kv: _first_at(taken, kv[0]))
     for (a, b), v in order:
