@@ -16,8 +16,8 @@ and its subscriber on C. Each node writes its stamps when it stops; printed per 
 over the passes that handled a message (the first quarter left out: warm-up): p50, p90,
 p99 and mean of each step between two stamps, and of the whole way from the poll's return
 to the frame's send (or, on C, to the end of the delivery); then the length of the passes
-that took no message (timers, interest, requests: a message that comes meanwhile waits),
-and the longest.
+that took no message while messages came (timers, interest, requests: a message that
+comes meanwhile waits), and the longest.
 
 A stamp costs about 0.1 µs warm, more cold, so the steps are slightly longer than they
 are unstamped; their sum against ``bench_latency.py``'s figures tells what share of a
@@ -237,10 +237,11 @@ def run_chain(args: argparse.Namespace, tmp: Path) -> dict[str, int]:
 
 def passes(path: Path) -> tuple[list[list[tuple[int, int]]], list[float]]:
     """A node's stamps cut into passes (at each poll): those that took messages, and the
-    length of each other pass (poll returned -> pass ended, µs), the first quarter of
-    each left out (warm-up)."""
+    length of each other pass while messages came (poll returned -> pass ended, µs; not
+    the idle timer passes before the first message or after the last), the first quarter
+    of each left out (warm-up)."""
     taken: list[list[tuple[int, int]]] = []
-    other: list[float] = []
+    other: list[tuple[int, float]] = []
     cur: list[tuple[int, int]] = []
     for line in path.read_text().splitlines():
         i, t = map(int, line.split())
@@ -248,10 +249,14 @@ def passes(path: Path) -> tuple[list[list[tuple[int, int]]], list[float]]:
             if any(m == 8 for m, _ in cur):  # (a batch ended: messages, not a heartbeat)
                 taken.append(cur)
             elif len(cur) > 2 and cur[-1][0] == 23:
-                other.append((cur[-1][1] - cur[1][1]) / 1000)
+                other.append((cur[1][1], (cur[-1][1] - cur[1][1]) / 1000))
             cur = []
         cur.append((i, t))
-    return taken[len(taken) // 4 :], other[len(other) // 4 :]
+    taken = taken[len(taken) // 4 :]
+    if not taken:
+        return [], []
+    first, last = taken[0][0][1], taken[-1][0][1]
+    return taken, [d for at, d in other if first <= at <= last]
 
 
 def _row(label: str, v: list[float]) -> str:
