@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["REPO", "snapshot_sources"]
@@ -24,9 +25,11 @@ __all__ = ["REPO", "snapshot_sources"]
 REPO = Path(__file__).resolve().parent.parent
 
 
-def snapshot_sources(repo: Path = REPO) -> str:
+def snapshot_sources(repo: Path = REPO, prepare: Callable[[Path], None] | None = None) -> str:
     """Copy the sources, make every later import of ``zbroker`` use the copy; return its
-    directory (removed when this process exits). Call before anything imports zbroker."""
+    directory (removed when this process exits). Call before anything imports zbroker.
+    ``prepare``: called with the copy's directory before anything imports from it
+    (``trace_pass.py`` stamps and builds its copy there)."""
     if "zbroker" in sys.modules:
         raise RuntimeError("snapshot_sources() must run before zbroker is imported")
     tmp = tempfile.mkdtemp(prefix="zbroker-src-")
@@ -35,6 +38,8 @@ def snapshot_sources(repo: Path = REPO) -> str:
     shutil.copytree(repo / "zbroker", Path(tmp) / "zbroker", ignore=skip)
     if (repo / "cli").is_dir():
         shutil.copytree(repo / "cli", Path(tmp) / "zbroker" / "cli", ignore=skip)
+    if prepare is not None:
+        prepare(Path(tmp))
     sys.path.insert(0, tmp)
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = tmp if not old else tmp + os.pathsep + old

@@ -29,14 +29,12 @@ by its PID (``profile_chain.stop_processes``).
 from __future__ import annotations
 
 import argparse
-import atexit
 import itertools
 import multiprocessing as mp
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -170,14 +168,14 @@ def stamp(text: str, rel: str) -> str:
 
 
 def patched_copy(pure: bool) -> Path:
-    """The sources copied (removed at exit), stamped, their compiled modules built."""
-    tmp = Path(tempfile.mkdtemp(prefix="zbroker-trace-"))
-    atexit.register(shutil.rmtree, tmp, True)
-    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(REPO / "zbroker", tmp / "zbroker", ignore=skip)
-    shutil.copytree(REPO / "cli", tmp / "cli", ignore=skip)
-    for name in ("setup.py", "pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, tmp / name)
+    """The sources copied as every benchmark copies them (removed at exit), stamped, their
+    compiled modules built (``pure``: none)."""
+    from _common import snapshot_sources
+
+    return Path(snapshot_sources(prepare=lambda tmp: _stamp_and_build(tmp, pure)))
+
+
+def _stamp_and_build(tmp: Path, pure: bool) -> None:
     for rel in sorted({m[0] for m in MARKS}):
         path = tmp / rel
         path.write_text(stamp(path.read_text(), rel))
@@ -185,19 +183,19 @@ def patched_copy(pure: bool) -> Path:
     if pure:  # (the nodes' environment drops ZBROKER_* variables: no extensions instead)
         for ext in (tmp / "zbroker").rglob("*.so"):
             ext.unlink()
-    else:  # (only the stamped modules' stamps no longer match: they are rebuilt)
-        subprocess.run(
-            [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
-            cwd=tmp,
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    shutil.copytree(tmp / "cli", tmp / "zbroker" / "cli")  # (installed as zbroker.cli)
-    sys.path.insert(0, str(tmp))
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(tmp) if not old else str(tmp) + os.pathsep + old
-    return tmp
+        return
+    # the build's own files beside the copy (only the stamped modules' stamps no longer
+    # match their extensions: they are rebuilt)
+    shutil.copytree(REPO / "cli", tmp / "cli", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, tmp / name)
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=tmp,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def run_chain(args: argparse.Namespace, tmp: Path) -> dict[str, int]:
