@@ -8,7 +8,9 @@ that take it, the delivery buckets. So :func:`_plan` works them out once per key
 frame, and the per-message work left is the dedupe. The messages a run forwards leave as
 one run per outgoing link whose entries are the list that came in (cut-through: nothing
 is decoded again or copied per message), and the same list goes to the subscribers as a
-delivery run, unless selectors decide per message.
+delivery run, unless selectors decide per message. A run taken whole, whose entries'
+bytes the frame's decode kept (:mod:`zbroker.wire.splice`), takes those bytes along:
+nothing is packed again either.
 
 The dedupe keeps its per-origin semantics exactly (:meth:`DedupeWindow.state`): within a
 run, the next seq above an origin's floor with nothing pending above is new and just moves
@@ -64,7 +66,7 @@ def relay(pipe: Pipeline, runs: list[Any], out: dict[str, list[Any]]) -> int:
     for run in runs:
         if run is None:
             continue
-        topic, origin, inc, key_path, key_targets, entries = run
+        topic, origin, inc, key_path, key_targets, entries = run[:6]
         plan = plans.get((topic, key_path, key_targets))
         if plan is None:
             plan = plans[topic, key_path, key_targets] = _plan(
@@ -77,6 +79,8 @@ def relay(pipe: Pipeline, runs: list[Any], out: dict[str, list[Any]]) -> int:
         kept = _fresh(seen, state_of, origin, inc, entries)
         if not kept:
             continue
+        # all of them, as they came: their bytes (if kept: .splice) go on with them
+        body = [kept, run[6]] if kept is entries and len(run) == 7 else [kept]
         head = [topic, origin, inc, fwd]
         if selective is not None:  # some targets stand behind selectors: per message
             tails: dict[tuple[int, int], list[Any]] = {}
@@ -92,7 +96,10 @@ def relay(pipe: Pipeline, runs: list[Any], out: dict[str, list[Any]]) -> int:
                 box = out_link.outbox
                 if not box:
                     dirty.append(out_link)
-                box.append([*head, out_targets, kept if copies == 1 else _copies(kept, copies)])
+                if copies == 1:
+                    box.append([*head, out_targets, *body])
+                else:
+                    box.append([*head, out_targets, _copies(kept, copies)])
         if not patterns:
             continue
         if sinks:
@@ -103,7 +110,7 @@ def relay(pipe: Pipeline, runs: list[Any], out: dict[str, list[Any]]) -> int:
             selected_runs(out, prefix, select, patterns, [topic, origin, inc], kept)
             continue
         # delivery runs: the entries go on as they came (the subscriber reads runs)
-        delivered = [topic, origin, inc, kept]
+        delivered = [topic, origin, inc, *body]
         for p in patterns:
             if p in prefix:
                 out.setdefault(p, []).append(delivered)

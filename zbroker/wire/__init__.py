@@ -10,6 +10,7 @@ the tests alike; every name is reachable here as ``wire.NAME``:
 * :mod:`.control` — control requests and replies;
 * :mod:`.link` — link frames: handshake maps, HEARTBEAT, ADVERT, MSGS, BYE;
 * :mod:`.runs` — MSGR, a link frame's messages as runs;
+* :mod:`.splice` — a relayed run's entries sent on as the bytes they came as;
 * :mod:`.forward` — store-and-forward frames: PMSGS and PACK;
 * :mod:`.queues` — queue group frames: QMSGS and QCAP.
 
@@ -118,6 +119,7 @@ from .queues import (
     encode_qmsgs,
 )
 from .runs import check_runs, held, runs_of_msgs
+from .splice import runs_with_bytes, spliced
 
 __all__ = [
     "ADVERT",
@@ -213,4 +215,6 @@ __all__ = [
     "publish_elements",
     "runs_of_msgs",
     "runs_of_publishes",
+    "runs_with_bytes",
+    "spliced",
 ]

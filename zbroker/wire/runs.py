@@ -12,7 +12,8 @@ so a relay decodes five objects per message instead of ten and forwards a run's 
 as they came (:mod:`zbroker.node.relay`). The checks are MSGS's (:func:`.link.check_msgs`),
 split between a run's shared fields and its entries: a run whose shared fields are bad
 loses every entry it holds (one error each: each was a message), a bad entry alone is
-replaced by None. A run without entries is bad (``bad_shape``, counted as one message): a
+replaced by None (and the run loses its entries' bytes, if the decode kept them:
+:mod:`.splice`). A run without entries is bad (``bad_shape``, counted as one message): a
 frame of empty runs would otherwise cost the node a route each and its sender nothing
 against the read budget.
 """
@@ -36,8 +37,14 @@ def held(runs: list[Any]) -> int:
 
 
 def _shaped(run: Any) -> bool:
-    """Whether ``run`` has a run's shape: six elements, the last a non-empty array."""
-    return type(run) is list and len(run) == 6 and type(run[5]) is list and len(run[5]) > 0
+    """Whether ``run`` has a run's shape: six elements, the last a non-empty array (and,
+    if the frame's decode kept them, its entries' bytes: :mod:`.splice`)."""
+    return (
+        type(run) is list
+        and (len(run) == 6 or (len(run) == 7 and type(run[6]) is memoryview))
+        and type(run[5]) is list
+        and len(run[5]) > 0
+    )
 
 
 def check_runs(
@@ -53,7 +60,7 @@ def check_runs(
         try:
             if not _shaped(run):
                 raise ProtocolError("bad_shape", "MSGR run must be a 6-element array with entries")
-            topic, origin, inc, path, targets, entries = run
+            topic, origin, inc, path, targets, entries = run[:6]
             if (
                 type(topic) is not str
                 or type(origin) is not str
@@ -76,7 +83,10 @@ def check_runs(
         except TypeError as exc:  # unhashable path/targets elements
             _lost(run, ("bad_type", str(exc)), errors)
         else:
+            bad = len(errors)
             _check_entries(entries, errors)
+            if len(errors) != bad and len(run) == 7:
+                del run[6]  # (bad entries became None: the bytes are no longer theirs)
             continue
         runs[i] = None
 
