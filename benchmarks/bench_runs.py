@@ -27,6 +27,11 @@ off while timing, as ``timeit`` does):
 Printed: ns per message of each, the ratio MSGS / MSGR, the frame sizes, and how many of
 zbroker's compiled modules run compiled (``zbroker/_compiled.py``). Like every benchmark
 here it measures a copy of the sources (``_common.snapshot_sources``).
+
+Then what a relay does with the MSGR frame, both ways (:mod:`zbroker.wire.splice`):
+decoded and packed again (``codec.unpack``, ``encode_link``), against decoded with its
+run's entries' bytes kept and sent on as them (``decode_frame``, which keeps them for a
+one-run frame of at least ``SPLICE_MIN_BYTES``, and the flush's ``_encode_runs``).
 """
 
 from __future__ import annotations
@@ -167,6 +172,49 @@ def report(result: dict[str, tuple[float, float]], n: int, size: int, repeat: in
     print(" MSGR's repeats its check: a MSGR frame needs no conversion)")
 
 
+def measure_splice(n: int, size: int, repeat: int) -> dict[str, tuple[float, float]] | None:
+    """A relay's decode and send-on of the MSGR frame, (packed again, spliced) in ns per
+    message, best of ``repeat``; None if the frame is one the decode takes whole."""
+    from zbroker import wire
+    from zbroker.links.flush import _encode_runs
+    from zbroker.wire.codec import unpack
+
+    frame = wire.encode_link(wire.MSGR, wire.runs_of_msgs(build_msgs(n, size)))
+    kept = wire.decode_frame(frame)
+    if len(kept[1][0]) != 7:
+        return None
+    whole = unpack(frame)
+    assert _encode_runs(kept[1]) == frame == wire.encode_link(wire.MSGR, whole[1])
+    cells = {
+        "decode": (
+            timed_call(lambda: unpack(frame)),
+            timed_call(lambda: wire.decode_frame(frame)),
+        ),
+        "send on (encode)": (
+            timed_call(lambda: wire.encode_link(wire.MSGR, whole[1])),
+            timed_call(lambda: _encode_runs(kept[1])),
+        ),
+    }
+    best = {name: [float("inf"), float("inf")] for name in cells}
+    for _ in range(repeat):
+        for name, pair in cells.items():
+            for i, once in enumerate(pair):
+                best[name][i] = min(best[name][i], once())
+    return {name: (a / n, b / n) for name, (a, b) in best.items()}
+
+
+def report_splice(result: dict[str, tuple[float, float]] | None) -> None:
+    if result is None:
+        print("\na relay's MSGR frame: under SPLICE_MIN_BYTES, decoded whole and packed again")
+        return
+    print("\na relay's MSGR frame, ns per message: packed again against spliced (wire/splice.py)")
+    print(f"{'':<22}{'packed':>10}{'spliced':>10}{'ratio':>11}")
+    for name, (a, b) in result.items():
+        print(f"{name:<22}{a:>10.1f}{b:>10.1f}{a / b:>10.2f}x")
+    a, b = (sum(v[i] for v in result.values()) for i in (0, 1))
+    print(f"{'decode + send on':<22}{a:>10.1f}{b:>10.1f}{a / b:>10.2f}x")
+
+
 def machine_line() -> str:
     """Sources, compiled modules, Python, the load: what the figures were measured on."""
     import bench_node as bn
@@ -204,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     print(machine_line())
     result = measure(args.messages, args.size, args.repeat)
     report(result, args.messages, args.size, args.repeat)
+    report_splice(measure_splice(args.messages, args.size, args.repeat))
     return 0
 
 

@@ -1,8 +1,9 @@
 """Relayed runs sent on as their bytes (zbroker/wire/splice.py), through real nodes: a
-large MSGR frame reaches node B by a link; B delivers it to its subscriber and forwards
-it to C, which delivers it to its own. Both splice the runs' entries' bytes in (one MSGR
-frame at B, one delivery frame at each node), and every message reaches each subscriber
-exactly once, in order, its payload whole. A run the dedupe cut is packed again."""
+one-run MSGR frame of many messages reaches node B by a link; B delivers it to its
+subscriber and forwards it to C, which delivers it to its own. Both splice the run's
+entries' bytes in (one MSGR frame at B, one delivery frame at each node), and every
+message reaches each subscriber exactly once, in order, its payload whole. A run the
+dedupe cut is packed again."""
 
 from __future__ import annotations
 
@@ -49,29 +50,31 @@ def test_a_large_frame_goes_on_as_it_came(
     client_factory(c.endpoint).subscribe("SPL.>", at_c)
     assert wait_until(lambda: has_route(b, "SPL.>", "C", hops=1), WAIT)
     peer = RawPeer(b)
+    o1, o2 = _run("o1", "SPL.a", 40), _run("o2", "SPL.b", 35)
+    # a run whose first twenty B has seen: the forty it takes are a new list, packed
+    # again at B (whose delivery and forward splice nothing); C gets them as a large
+    # frame of one run and splices them into its delivery
+    again = _run("o1", "SPL.a", 60, first=21)
     try:
         peer.handshake()
-        runs = [_run("o1", "SPL.a", 12), _run("o2", "SPL.b", 10)]
-        frame = wire.encode_link(wire.MSGR, runs)
-        assert wire.runs_with_bytes(frame) is not None  # (a frame the decode splices)
-        peer.link.send(frame)
-        assert at_b.wait_for(22, WAIT) and at_c.wait_for(22, WAIT)
-        assert made == {6: 1, 4: 2}
-        # a run whose first six B has seen: the fourteen it takes are a new list, packed
-        # again at B (whose deliveries and forward splice nothing); C gets them as a
-        # large frame of one run and splices them into its delivery
-        again = _run("o1", "SPL.a", 20, first=7)
-        peer.link.send(wire.encode_link(wire.MSGR, [again]))
-        assert at_b.wait_for(36, WAIT) and at_c.wait_for(36, WAIT)
+        for run, total, want in (
+            (o1, 40, {6: 1, 4: 2}),
+            (o2, 75, {6: 2, 4: 4}),
+            (again, 115, {6: 2, 4: 5}),
+        ):
+            frame = wire.encode_link(wire.MSGR, [run])
+            assert len(wire.decode_frame(frame)[1][0]) == 7  # (its bytes are kept)
+            peer.link.send(frame)
+            assert at_b.wait_for(total, WAIT) and at_c.wait_for(total, WAIT)
+            assert made == want
     finally:
         peer.close()
-    want = [
+    want_msgs = [
         (r[0], r[1], e[3], e[0])
-        for r in [*runs, again]
+        for r in (o1, o2, again)
         for e in r[5]
-        if e[3] > 12 or r is not again
+        if r is not again or e[3] > 40
     ]
     for got in (at_b, at_c):
-        assert [(m.topic, m.id.origin, m.id.seq, m.payload) for m in got.messages] == want
-    assert made == {6: 1, 4: 3}
-    assert b.status()["counters"]["forwarded"] == 36
+        assert [(m.topic, m.id.origin, m.id.seq, m.payload) for m in got.messages] == want_msgs
+    assert b.status()["counters"]["forwarded"] == 115

@@ -119,7 +119,7 @@ from .queues import (
     encode_qmsgs,
 )
 from .runs import check_runs, held, runs_of_msgs
-from .splice import runs_with_bytes, spliced
+from .splice import keep_run_bytes, spliced
 
 __all__ = [
     "ADVERT",
@@ -209,12 +209,12 @@ __all__ = [
     "encode_qcap",
     "encode_qmsgs",
     "held",
+    "keep_run_bytes",
     "packb",
     "pmsgs_lseq",
     "publish_batch_elements",
     "publish_elements",
     "runs_of_msgs",
     "runs_of_publishes",
-    "runs_with_bytes",
     "spliced",
 ]

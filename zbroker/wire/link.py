@@ -16,7 +16,7 @@ from ..selectors import canonical
 from ..topics import validate_topic
 from .codec import packb, str_list, unpack
 from .frames import I64, TS_MAX, Errors
-from .splice import SPLICE_MIN_BYTES, runs_with_bytes
+from .splice import ONE_RUN, SPLICE_MIN_BYTES, keep_run_bytes
 
 #: entries in the caches of checked paths and targets (a stream is a distinct one)
 STREAM_CACHE_SIZE = 4096
@@ -29,14 +29,12 @@ def encode_link(*parts: Any) -> bytes:
 
 def decode_frame(frame: bytes) -> list[Any]:
     """Decode any ROUTER/DEALER body into its array; the first element is an int type. A
-    large MSGR frame's runs keep their entries' bytes (:mod:`.splice`)."""
-    if len(frame) >= SPLICE_MIN_BYTES:
-        kept = runs_with_bytes(frame)
-        if kept is not None:
-            return kept
+    large MSGR frame of one run keeps its entries' bytes (:mod:`.splice`)."""
     value = unpack(frame)
     if type(value) is not list or not value or type(value[0]) is not int:
         raise ProtocolError("bad_shape", "frame must be an array starting with its type")
+    if len(frame) >= SPLICE_MIN_BYTES and frame.startswith(ONE_RUN):
+        keep_run_bytes(value, frame)
     return value
 
 

@@ -3,82 +3,56 @@ them, and spliced into the frames that take them on.
 
 A relay forwards a run's entries unchanged (:mod:`zbroker.node.relay`): to the next
 node in a MSGR run, to the subscribers in a delivery run. Packing them again cost a relay
-about as much as unpacking them (0.15-0.2 µs a message). So a large MSGR frame is decoded
-with :func:`runs_with_bytes`: each run, ``[topic, origin, inc, path, targets, entries]``,
-gets a seventh element, the bytes of its entries array in the frame (a ``memoryview``,
-which no msgpack decode yields, so no peer can send one). A run that goes on whole and
-unchanged carries those bytes along (its entries list is the same object), and
-:func:`spliced` writes the array of such runs by packing only their other fields. The
-wire does not change: what leaves is byte for byte what packing the runs would give.
+about as much as unpacking them (0.13-0.2 µs a message). So when a MSGR frame holds one
+run (a flood of one topic from one origin: what a frame mostly is) of many entries,
+:func:`keep_run_bytes` gives the decoded run, ``[topic, origin, inc, path, targets,
+entries]``, a seventh element: the bytes of its entries array in the frame (a
+``memoryview``, which no msgpack decode yields, so no peer can send one). A run that goes
+on whole and unchanged carries those bytes along (its entries list is the same object),
+and :func:`spliced` writes the array of such runs by packing only their other fields.
+The wire does not change: what leaves is byte for byte what packing the runs would give.
 
-Small frames (a low rate's message or few) and frames of many short runs are decoded as
-any frame: per run the decoder makes a few calls more than ``unpackb`` would, which a
-long run repays and a short one does not.
+Where the entries start is known without parsing them: a one-run frame is ``[MSGR,
+[[fields..., entries]]]``, so they follow the four array and type bytes and the run's five
+other fields, whose bytes are checked to be what packing those fields gives (a sender
+that packed them otherwise keeps its frame packed again). A frame of several runs would
+need every run's length: it is decoded as before.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import msgpack
-
 from .codec import array_header, packb
 from .frames import MSGR
 
-__all__ = ["SPLICE_MIN_BYTES", "runs_with_bytes", "spliced"]
+__all__ = ["SPLICE_MIN_BYTES", "SPLICE_MIN_ENTRIES", "keep_run_bytes", "spliced"]
 
-#: frames shorter than this are decoded whole (see the module docstring)
-SPLICE_MIN_BYTES = 8192
-#: ...and so are frames with more runs than one per this many bytes
-SPLICE_RUN_BYTES = 2048
-
-_START = bytes((0x92, MSGR))  # [MSGR, ...: a fixarray of 2, then the type
-_ERRORS = (ValueError, TypeError, msgpack.UnpackException)
+#: runs of fewer entries keep nothing: keeping and splicing cost a few µs per frame more
+#: than packing, which about 30 messages repay (of 100 B; about 15 of 1 KiB)
+SPLICE_MIN_ENTRIES = 32
+#: (frames shorter than this cannot hold so many: not looked at)
+SPLICE_MIN_BYTES = 1024
+#: a one-run MSGR frame starts with these: array of 2, MSGR, array of 1, array of 6
+ONE_RUN = bytes((0x92, MSGR, 0x91, 0x96))
+_FIELDS_AT = len(ONE_RUN)
 #: the header of a run's array, by the number of its fields before the bytes
 _HEADS = {n: bytes((0x90 | n,)) for n in (4, 6)}
 
 
-def _runs_count(frame: bytes) -> int:
-    """The runs array's length from its header (after ``_START``), or -1."""
-    b = frame[2]
-    if b & 0xF0 == 0x90:
-        return b & 0x0F
-    if b == 0xDC:
-        return int.from_bytes(frame[3:5], "big")
-    return -1
-
-
-def runs_with_bytes(frame: bytes) -> list[Any] | None:
-    """A MSGR frame ``[MSGR, runs]`` decoded, each run of six fields with the bytes of its
-    entries after them; None if ``frame`` is short, holds many short runs, or is not that
-    shape (the caller then decodes it as any frame, and refuses it as that does)."""
-    if len(frame) < SPLICE_MIN_BYTES or frame[:2] != _START:
-        return None
-    n = _runs_count(frame)
-    if n < 1 or n * SPLICE_RUN_BYTES > len(frame):
-        return None
-    u = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=len(frame))
-    u.feed(frame)
-    view = memoryview(frame)
-    unpack, tell = u.unpack, u.tell
-    runs: list[Any] = []
+def keep_run_bytes(value: list[Any], frame: bytes) -> None:
+    """``value``, ``frame`` decoded, if ``frame`` starts with :data:`ONE_RUN`: its run
+    gets the bytes of its entries (the frame's tail) after its six fields, if the fields
+    before them are packed as packing them gives."""
+    run = value[1][0]
+    if type(run[5]) is not list or len(run[5]) < SPLICE_MIN_ENTRIES:
+        return
     try:
-        u.read_array_header()
-        unpack()
-        u.read_array_header()
-        for _ in range(n):
-            if u.read_array_header() != 6:
-                return None
-            run = [unpack(), unpack(), unpack(), unpack(), unpack()]
-            start = tell()
-            run.append(unpack())
-            run.append(view[start : tell()])
-            runs.append(run)
-    except _ERRORS:
-        return None
-    if tell() != len(frame):
-        return None  # (trailing bytes: the whole decode refuses them)
-    return [MSGR, runs]
+        fields = packb(run[:5])[1:]  # (their array's header off)
+    except (TypeError, ValueError, OverflowError):
+        return
+    if frame.startswith(fields, _FIELDS_AT):
+        run.append(memoryview(frame)[_FIELDS_AT + len(fields) :])
 
 
 def spliced(runs: list[list[Any]], width: int) -> list[bytes | memoryview] | None:
