@@ -31,7 +31,7 @@ here it measures a copy of the sources (``_common.snapshot_sources``).
 Then what a relay does with the MSGR frame, both ways (:mod:`zbroker.wire.splice`):
 decoded and packed again (``codec.unpack``, ``encode_link``), against decoded with its
 run's entries' bytes kept and sent on as them (``decode_frame``, which keeps them for a
-one-run frame of at least ``SPLICE_MIN_BYTES``, and the flush's ``_encode_runs``).
+one-run frame of at least ``SPLICE_MIN_ENTRIES`` messages, and the flush's ``_encode_runs``).
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def measure_splice(n: int, size: int, repeat: int) -> dict[str, tuple[float, flo
 
 def report_splice(result: dict[str, tuple[float, float]] | None) -> None:
     if result is None:
-        print("\na relay's MSGR frame: under SPLICE_MIN_BYTES, decoded whole and packed again")
+        print("\na relay's MSGR frame: fewer than SPLICE_MIN_ENTRIES messages, packed again")
         return
     print("\na relay's MSGR frame, ns per message: packed again against spliced (wire/splice.py)")
     print(f"{'':<22}{'packed':>10}{'spliced':>10}{'ratio':>11}")
