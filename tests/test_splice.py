@@ -16,7 +16,13 @@ from hypothesis import strategies as st
 from zbroker import wire
 from zbroker.errors import ProtocolError
 from zbroker.links.flush import _encode_runs
-from zbroker.wire.splice import SPLICE_MIN_BYTES, SPLICE_MIN_ENTRIES, spliced
+from zbroker.wire.splice import (
+    MSGR_HEAD,
+    SPLICE_MIN_BYTES,
+    SPLICE_MIN_ENTRIES,
+    spliced,
+    spliced_msgr,
+)
 
 
 def _entries(n: int, size: int, first: int = 1) -> list[list[Any]]:
@@ -57,8 +63,10 @@ def test_runs_with_and_without_bytes_mix() -> None:
     cut = [*second[:5], second[5][:4]]  # (a run cut where a frame ended: packed again)
     parts = spliced([first, cut], 6)
     assert parts is not None
-    assert b"".join([bytes((0x92, wire.MSGR)), *parts]) == _frame([first[:6], cut])
+    assert b"".join([MSGR_HEAD, *parts]) == _frame([first[:6], cut])
     assert spliced([first[:6], cut], 6) is None  # nothing to splice: pack as usual
+    assert spliced_msgr([first[:6], cut]) is None
+    assert spliced_msgr([first, cut]) == _frame([first[:6], cut])
 
 
 @pytest.mark.parametrize(

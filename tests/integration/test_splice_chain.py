@@ -16,6 +16,7 @@ import pytest
 from tests.helpers import Collector
 from zbroker import Broker, Client, wire
 from zbroker.config import LinkConfig
+from zbroker.wire import splice
 
 from .test_fuzz import RawPeer
 from .test_network import FAST, WAIT, has_route
@@ -34,7 +35,7 @@ def test_a_large_frame_goes_on_as_it_came(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     made: Counter[int] = Counter()  # frames spliced, by run width (6: MSGR, 4: delivery)
-    real = wire.spliced
+    real = splice.spliced
 
     def counting(runs: list[list[Any]], width: int) -> Any:
         parts = real(runs, width)
@@ -42,7 +43,8 @@ def test_a_large_frame_goes_on_as_it_came(
             made[width] += 1
         return parts
 
-    monkeypatch.setattr(wire, "spliced", counting)
+    monkeypatch.setattr(wire, "spliced", counting)  # (the delivery's)
+    monkeypatch.setattr(splice, "spliced", counting)  # (spliced_msgr's: the link flush's)
     b = broker_factory(broker_id="B")
     c = broker_factory(broker_id="C", links=(LinkConfig(name="cb", uri=b.endpoint, **FAST),))
     at_b, at_c = Collector(), Collector()

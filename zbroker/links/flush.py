@@ -26,15 +26,9 @@ __all__ = ["flush_adverts", "flush_outboxes", "too_large"]
 log = logging.getLogger("zbroker.node")
 
 
-#: a MSGR frame's start: an array of 2, the type
-_MSGR_START = bytes((0x92, wire.MSGR))
-
-
 def _encode_runs(chunk: list[Any]) -> bytes:
-    parts = wire.spliced(chunk, 6)  # (runs relayed whole carry their entries' bytes)
-    if parts is None:
-        return wire.encode_link(wire.MSGR, chunk)
-    return b"".join([_MSGR_START, *parts])
+    frame = wire.spliced_msgr(chunk)  # (runs relayed whole carry their entries' bytes)
+    return wire.encode_link(wire.MSGR, chunk) if frame is None else frame
 
 
 def flush_outboxes(table: LinkTable) -> None:

@@ -119,7 +119,7 @@ from .queues import (
     encode_qmsgs,
 )
 from .runs import check_runs, held, runs_of_msgs
-from .splice import keep_run_bytes, spliced
+from .splice import keep_run_bytes, spliced, spliced_msgr
 
 __all__ = [
     "ADVERT",
@@ -217,4 +217,5 @@ __all__ = [
     "runs_of_msgs",
     "runs_of_publishes",
     "spliced",
+    "spliced_msgr",
 ]

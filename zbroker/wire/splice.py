@@ -26,7 +26,15 @@ from typing import Any
 from .codec import array_header, packb
 from .frames import MSGR
 
-__all__ = ["SPLICE_MIN_BYTES", "SPLICE_MIN_ENTRIES", "keep_run_bytes", "spliced"]
+__all__ = [
+    "MSGR_HEAD",
+    "ONE_RUN",
+    "SPLICE_MIN_BYTES",
+    "SPLICE_MIN_ENTRIES",
+    "keep_run_bytes",
+    "spliced",
+    "spliced_msgr",
+]
 
 #: runs of fewer entries keep nothing: keeping and splicing cost a few µs per frame more
 #: than packing, which a run this long repays (``bench_runs.py --messages 32``: 1.26x at
@@ -34,8 +42,10 @@ __all__ = ["SPLICE_MIN_BYTES", "SPLICE_MIN_ENTRIES", "keep_run_bytes", "spliced"
 SPLICE_MIN_ENTRIES = 32
 #: (frames shorter than this cannot hold so many: not looked at)
 SPLICE_MIN_BYTES = 1024
-#: a one-run MSGR frame starts with these: array of 2, MSGR, array of 1, array of 6
-ONE_RUN = bytes((0x92, MSGR, 0x91, 0x96))
+#: a MSGR frame starts with these: array of 2, MSGR (its runs' array follows)
+MSGR_HEAD = bytes((0x92, MSGR))
+#: a one-run MSGR frame starts with these: then array of 1, array of 6
+ONE_RUN = MSGR_HEAD + bytes((0x91, 0x96))
 _FIELDS_AT = len(ONE_RUN)
 #: the header of a run's array, by the number of its fields before the bytes
 _HEADS = {n: bytes((0x90 | n,)) for n in (4, 6)}
@@ -54,6 +64,13 @@ def keep_run_bytes(value: list[Any], frame: bytes) -> None:
         return
     if frame.startswith(fields, _FIELDS_AT):
         run.append(memoryview(frame)[_FIELDS_AT + len(fields) :])
+
+
+def spliced_msgr(runs: list[list[Any]]) -> bytes | None:
+    """The MSGR frame of link ``runs`` (``[topic, origin, inc, path, targets, entries]``)
+    if some run carries its entries' bytes, else None (pack the frame as usual)."""
+    parts = spliced(runs, 6)
+    return None if parts is None else b"".join([MSGR_HEAD, *parts])
 
 
 def spliced(runs: list[list[Any]], width: int) -> list[bytes | memoryview] | None:
