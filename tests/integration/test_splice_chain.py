@@ -57,12 +57,17 @@ def test_a_large_frame_goes_on_as_it_came(
     # again at B (whose delivery and forward splice nothing); C gets them as a large
     # frame of one run and splices them into its delivery
     again = _run("o1", "SPL.a", 60, first=21)
+    # more than a delivery frame's bounds (150 messages of 700 bytes: 105 KB, over
+    # DELIVERY_BATCH_BYTES): a run that carries its bytes is not cut for delivery, so it
+    # leaves B and C in one spliced delivery frame each (and B's forward is spliced)
+    large = _run("o3", "SPL.c", 150)
     try:
         peer.handshake()
         for run, total, want in (
             (o1, 40, {6: 1, 4: 2}),
             (o2, 75, {6: 2, 4: 4}),
             (again, 115, {6: 2, 4: 5}),
+            (large, 265, {6: 3, 4: 7}),
         ):
             frame = wire.encode_link(wire.MSGR, [run])
             assert len(wire.decode_frame(frame)[1][0]) == 7  # (its bytes are kept)
@@ -73,10 +78,10 @@ def test_a_large_frame_goes_on_as_it_came(
         peer.close()
     want_msgs = [
         (r[0], r[1], e[3], e[0])
-        for r in (o1, o2, again)
+        for r in (o1, o2, again, large)
         for e in r[5]
         if r is not again or e[3] > 40
     ]
     for got in (at_b, at_c):
         assert [(m.topic, m.id.origin, m.id.seq, m.payload) for m in got.messages] == want_msgs
-    assert b.status()["counters"]["forwarded"] == 115
+    assert b.status()["counters"]["forwarded"] == 265

@@ -5,7 +5,8 @@ of them (a batch), or an array of runs (publishes and what links brought: a run'
 origin and incarnation once, then its entries as the publish or link frame had them), and
 ``seq8`` the pattern's running message count, by which a subscriber sees (and reports,
 GAPS) what its full queue lost. What one pipeline batch produced for a pattern leaves as
-frames of up to ``wire.DELIVERY_BATCH`` messages or about ``wire.DELIVERY_BATCH_BYTES``.
+frames of up to ``wire.DELIVERY_BATCH`` messages or about ``wire.DELIVERY_BATCH_BYTES``
+(a run relayed whole with its entries' bytes goes whole: up to what its link frame held).
 Subscribers subscribe to ``pattern NUL``, so ZeroMQ's prefix filter is exact match; a sync key
 (``\\x02token``) is echoed once what came before it on that connection is in effect
 (``subscribe()`` returns then).
@@ -225,7 +226,11 @@ class Delivery:
 def _run_cuts(runs: list[list[Any]]) -> list[tuple[list[list[Any]], int]]:
     """Runs cut into frames: (runs of one frame, the messages they hold). A frame ends at
     DELIVERY_BATCH messages or once its payloads reach DELIVERY_BATCH_BYTES; a run that
-    fits goes on whole (the common case: no copy)."""
+    fits goes on whole (the common case: no copy). A run that carries its entries' bytes
+    (relayed whole from a link frame: :mod:`zbroker.wire.splice`) is never cut: it ends
+    the frame it would overfill and goes on whole, joined as it came rather than packed
+    again (so a frame may hold what one link frame held: LINK_BATCH messages, the link's
+    batch bytes)."""
     most = wire.DELIVERY_BATCH
     most_bytes = wire.DELIVERY_BATCH_BYTES
     frames: list[tuple[list[list[Any]], int]] = []
@@ -234,6 +239,17 @@ def _run_cuts(runs: list[list[Any]]) -> list[tuple[list[list[Any]], int]]:
     for run in runs:
         entries = run[3]
         total = len(entries)
+        if len(run) == 5:  # (its bytes: their length is about its payloads')
+            if frame and (n + total > most or size + len(run[4]) > most_bytes):
+                frames.append((frame, n))
+                frame, n, size = [], 0, 0
+            frame.append(run)
+            n += total
+            size += len(run[4])
+            if n >= most or size >= most_bytes:
+                frames.append((frame, n))
+                frame, n, size = [], 0, 0
+            continue
         start = 0
         while start < total:
             end = min(total, start + most - n)

@@ -65,7 +65,8 @@ where a frame ends). A reader tells the forms apart by the decoded array: a topi
 first for one message; arrays of 8 elements for a batch, of 4 for a batch of runs (an
 empty run, or an entry not of 5 elements, is malformed). The node batches what one drain
 pass produced for a pattern (up to :data:`DELIVERY_BATCH` messages or about
-:data:`DELIVERY_BATCH_BYTES` of payload), so a subscriber pays one receive per batch
+:data:`DELIVERY_BATCH_BYTES` of payload; a run relayed whole goes whole, up to what the
+link frame that brought it held), so a subscriber pays one receive per batch
 under load, and a lone message still leaves at once, alone in its frame (no timer:
 batching never delays a message).
 
