@@ -31,7 +31,9 @@ here it measures a copy of the sources (``_common.snapshot_sources``).
 Then what a relay does with the MSGR frame, both ways (:mod:`zbroker.wire.splice`):
 decoded and packed again (``codec.unpack``, ``encode_link``), against decoded with its
 run's entries' bytes kept and sent on as them (``decode_frame``, which keeps them for a
-one-run frame of at least ``SPLICE_MIN_ENTRIES`` messages, and the flush's ``_encode_runs``).
+one-run frame of at least ``SPLICE_MIN_ENTRIES`` messages, and the flush's ``_encode_runs``);
+and the run's delivery at the next node, as ``Delivery.send_runs`` encodes it: cut at the
+delivery bounds (256 messages, 64 KiB) and packed, against whole and spliced.
 """
 
 from __future__ import annotations
@@ -185,6 +187,10 @@ def measure_splice(n: int, size: int, repeat: int) -> dict[str, tuple[float, flo
         return None
     whole = unpack(frame)
     assert _encode_runs(kept[1]) == frame == wire.encode_link(wire.MSGR, whole[1])
+    # the delivery of the run at the next node: cut at the delivery bounds and packed,
+    # or (its bytes came with it) whole and spliced
+    plain, carried = ([[*r[:3], r[5], *r[6:]]] for r in (whole[1][0], kept[1][0]))
+    assert _delivered(carried) == [wire.packb(plain)]  # (one frame, as packing gives it)
     cells = {
         "decode": (
             timed_call(lambda: unpack(frame)),
@@ -193,6 +199,10 @@ def measure_splice(n: int, size: int, repeat: int) -> dict[str, tuple[float, flo
         "send on (encode)": (
             timed_call(lambda: wire.encode_link(wire.MSGR, whole[1])),
             timed_call(lambda: _encode_runs(kept[1])),
+        ),
+        "deliver (encode)": (
+            timed_call(lambda: _delivered(plain)),
+            timed_call(lambda: _delivered(carried)),
         ),
     }
     best = {name: [float("inf"), float("inf")] for name in cells}
@@ -203,6 +213,19 @@ def measure_splice(n: int, size: int, repeat: int) -> dict[str, tuple[float, flo
     return {name: (a / n, b / n) for name, (a, b) in best.items()}
 
 
+def _delivered(runs: list[list[Any]]) -> list[bytes]:
+    """The bodies of the delivery frames of ``runs`` as ``Delivery.send_runs`` makes
+    them (without the pattern and trailer): cut into frames, each spliced or packed."""
+    from zbroker import wire
+    from zbroker.node.delivery import _run_cuts
+
+    bodies = []
+    for frame, _ in _run_cuts(runs):
+        parts = wire.spliced(frame, 4)
+        bodies.append(wire.packb(frame) if parts is None else b"".join(parts))
+    return bodies
+
+
 def report_splice(result: dict[str, tuple[float, float]] | None) -> None:
     if result is None:
         print("\na relay's MSGR frame: fewer than SPLICE_MIN_ENTRIES messages, packed again")
@@ -211,8 +234,11 @@ def report_splice(result: dict[str, tuple[float, float]] | None) -> None:
     print(f"{'':<22}{'packed':>10}{'spliced':>10}{'ratio':>11}")
     for name, (a, b) in result.items():
         print(f"{name:<22}{a:>10.1f}{b:>10.1f}{a / b:>10.2f}x")
-    a, b = (sum(v[i] for v in result.values()) for i in (0, 1))
+    relay = [v for name, v in result.items() if name != "deliver (encode)"]
+    a, b = (sum(v[i] for v in relay) for i in (0, 1))
     print(f"{'decode + send on':<22}{a:>10.1f}{b:>10.1f}{a / b:>10.2f}x")
+    print("(deliver: the run to a subscriber at the next node, cut at the delivery bounds")
+    print(" and packed, or whole and spliced; not in the sum)")
 
 
 def machine_line() -> str:
