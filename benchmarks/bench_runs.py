@@ -216,14 +216,9 @@ def measure_splice(n: int, size: int, repeat: int) -> dict[str, tuple[float, flo
 def _delivered(runs: list[list[Any]]) -> list[bytes]:
     """The bodies of the delivery frames of ``runs`` as ``Delivery.send_runs`` makes
     them (without the pattern and trailer): cut into frames, each spliced or packed."""
-    from zbroker import wire
-    from zbroker.node.delivery import _run_cuts
+    from zbroker.node.delivery import _run_body, _run_cuts
 
-    bodies = []
-    for frame, _ in _run_cuts(runs):
-        parts = wire.spliced(frame, 4)
-        bodies.append(wire.packb(frame) if parts is None else b"".join(parts))
-    return bodies
+    return [b"".join(_run_body(frame)) for frame, _ in _run_cuts(runs)]
 
 
 def report_splice(result: dict[str, tuple[float, float]] | None) -> None:

@@ -205,7 +205,6 @@ class Delivery:
         prefix = self.prefix
         pseq = self._pseq
         u64 = U64.pack
-        packb, spliced = wire.packb, wire.spliced
         noblock = zmq.NOBLOCK
         delivered = 0
         for pattern, runs in out.items():
@@ -214,13 +213,16 @@ class Delivery:
             for frame, k in _run_cuts(runs):
                 n += k
                 delivered += k
-                parts = spliced(frame, 4)  # (runs relayed whole carry their entries' bytes)
-                if parts is None:
-                    send(b"".join((pfx, packb(frame), u64(n))), noblock)
-                else:
-                    send(b"".join([pfx, *parts, u64(n)]), noblock)
+                send(b"".join([pfx, *_run_body(frame), u64(n)]), noblock)
             pseq[pattern] = n
         self._counters.delivered += delivered
+
+
+def _run_body(frame: list[list[Any]]) -> list[bytes | memoryview]:
+    """A delivery frame's runs as the parts of its body: packed, or with the entries'
+    bytes that runs relayed whole carry joined in as they are (:mod:`zbroker.wire.splice`)."""
+    parts = wire.spliced(frame, 4)
+    return [wire.packb(frame)] if parts is None else parts
 
 
 def _run_cuts(runs: list[list[Any]]) -> list[tuple[list[list[Any]], int]]:
