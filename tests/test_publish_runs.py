@@ -27,6 +27,7 @@ from zbroker.client import publish_wire, publisher
 from zbroker.client.credentials import Credentials
 from zbroker.client.messages import encode_payload
 from zbroker.client.publisher import Publisher
+from zbroker.const import PUBLISH_BATCH, PUBLISH_LINGER, PUBLISH_TAIL_POLL_MS
 
 HOST = "127.0.0.1"
 pack = msgpack.packb
@@ -248,6 +249,56 @@ def test_a_batched_publish_that_times_out_never_leaves_and_the_rest_do() -> None
         got, forms = node.frames(sent)
         assert [p[:6] for _, p, _, _ in got] == [b"%06d" % i for i in range(sent)]
         assert "runs" in forms
+    finally:
+        node.close()
+
+
+def test_the_tail_flusher_looks_less_often_during_a_flood_and_sends_its_tail() -> None:
+    """While the publishing thread sends full batches itself (a flood), each look of the
+    client thread's flusher doubles its poll up to PUBLISH_TAIL_POLL_MS and it stays
+    armed; after the flood it sends the last batch once it is PUBLISH_LINGER old and
+    disarms, its poll back at 1 ms. Every message arrives once, in order."""
+    node = _Node(3)
+    pub = node.pub
+    try:
+        pub.publish("F.x", b"0")  # leaves alone: the next ones come fast and batch
+        n, polls = 1, []
+        for _ in range(4):
+            for _ in range(PUBLISH_BATCH + 10):  # at least one full batch leaves
+                pub.publish("F.x", b"%d" % n)
+                n += 1
+            pub.flush_tail()
+            assert pub.batch_state()[1]  # still armed: a flood's tail is still to come
+            polls.append(pub.tail_poll)
+        assert polls == [2, 4, 4, 4] == [min(2**i, PUBLISH_TAIL_POLL_MS) for i in (1, 2, 3, 4)]
+        time.sleep(PUBLISH_LINGER * 2)
+        pub.flush_tail()  # the flood is over: its last batch leaves, the flusher disarms
+        assert pub.batch_state() == (0, False)
+        assert pub.tail_poll == 1
+        got, _ = node.frames(n)
+        assert [p for _, p, _, _ in got] == [b"%d" % i for i in range(n)]
+    finally:
+        node.close()
+
+
+def test_a_lone_batch_is_sent_after_its_linger_and_the_poll_stays_fast() -> None:
+    """A catch-up pair (the second publish within the linger of the first) leaves a
+    batch of one that no flood follows: one look of the flusher waits out the linger and
+    sends it, and disarms without slowing its poll."""
+    node = _Node(3)
+    pub = node.pub
+    try:
+        for r in range(3):
+            time.sleep(0.005)  # a pause: the first of the pair leaves alone
+            pub.publish("C.x", b"%d" % (2 * r))
+            pub.publish("C.x", b"%d" % (2 * r + 1))
+            if pub.batch_state() != (1, True):  # (the machine paused between the two)
+                continue
+            pub.flush_tail()
+            assert pub.batch_state() == (0, False)
+            assert pub.tail_poll == 1
+        got, _ = node.frames(6)
+        assert [p for _, p, _, _ in got] == [b"%d" % i for i in range(6)]
     finally:
         node.close()
 

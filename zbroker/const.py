@@ -105,3 +105,8 @@ PUBLISH_BATCH_BYTES = 64 * 1024
 #: old, or (the tail of a burst) from the client thread once this old. A publish that
 #: comes alone never waits; one that joins a batch nobody fills waits about this long.
 PUBLISH_LINGER = 0.0001
+#: milliseconds. While a flood keeps the publishing thread sending batches itself, the
+#: client thread looks for a tail at most this seldom (doubling from 1 ms): each look takes
+#: the GIL from the publishing thread, and a flood's batches do not need it. A burst's last
+#: batch therefore waits up to this long after a flood (1 ms after a lone batch).
+PUBLISH_TAIL_POLL_MS = 4

@@ -14,7 +14,7 @@ import zmq
 
 from ..errors import ClientClosed, PublishTimeout
 from .credentials import Credentials
-from .publisher import new_push
+from .push import new_push
 
 __all__ = ["Fanout"]
 

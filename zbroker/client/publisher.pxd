@@ -18,6 +18,8 @@ cdef class Publisher:
     cdef Py_ssize_t _batch_item_max, _frame_max, _batch_full
     cdef public object persistent, producer
     cdef public bint armed
+    cdef public int tail_poll
+    cdef Py_ssize_t _flushes, _flushes_seen
 
 
 @cython.locals(n=Py_ssize_t)

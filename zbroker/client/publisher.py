@@ -29,7 +29,13 @@ import zmq
 import zmq.backend
 
 from .. import wire
-from ..const import PUBLISH_BATCH, PUBLISH_BATCH_BYTES, PUBLISH_LINGER, PUBLISH_RUNS
+from ..const import (
+    PUBLISH_BATCH,
+    PUBLISH_BATCH_BYTES,
+    PUBLISH_LINGER,
+    PUBLISH_RUNS,
+    PUBLISH_TAIL_POLL_MS,
+)
 from ..errors import ClientClosed, PayloadError, PublishTimeout
 from ..topics import validate_publish_topic
 from . import publish_wire
@@ -37,11 +43,12 @@ from .credentials import Credentials
 from .messages import encode_payload
 from .persistent import Persistent
 from .publish_wire import batch_frame, too_large, with_headers
+from .push import new_push
 
 if TYPE_CHECKING:
     from .fanout import Fanout
 
-__all__ = ["Publisher", "new_push"]
+__all__ = ["Publisher"]
 
 log = logging.getLogger("zbroker.client")
 
@@ -54,19 +61,6 @@ _ENTRY_BIN8 = tuple(b"\x93" + h for h in wire.BIN8_HEADERS)
 _ENTRY_BIN16 = struct.Struct(">BBH").pack  #: fixarray(3), bin16 header: entries of 256 B-64 KiB
 _NOBLOCK = zmq.NOBLOCK
 _FMT_BYTES = wire.FMT_BYTES
-
-
-def new_push(ctx: zmq.Context[zmq.Socket[bytes]], hwm: int, timeout: float) -> zmq.Socket[bytes]:
-    """A PUSH socket toward a node's publish port (not yet connected)."""
-    push = ctx.socket(zmq.PUSH)
-    push.setsockopt(zmq.SNDHWM, hwm)
-    # queue only toward a connection that is up: during a failover publish() waits
-    # (up to publish_timeout) for the next node instead of filling a dead pipe
-    push.setsockopt(zmq.IMMEDIATE, 1)
-    push.setsockopt(zmq.IPV6, 1)
-    # a bounded flush of what was published just before close()
-    push.setsockopt(zmq.LINGER, int(timeout * 1000))
-    return push
 
 
 class Publisher:
@@ -116,8 +110,11 @@ class Publisher:
         self._frame_max = 0  # the node's max_frame_bytes (from its HELLO); 0: not known
         self._batch_full = 0  # bytes after which a batch leaves
         self._runs = False  # the node reads batches of runs (its client_protocol >= 3)
-        #: the client thread flushes batch tails while armed (see flush_tail)
+        #: the client thread flushes batch tails while armed, every ``tail_poll`` ms
         self.armed = False
+        self.tail_poll = 1
+        self._flushes = 0  # batches sent (by either thread)
+        self._flushes_seen = 0  # ... when the client thread last looked (or was armed)
 
     @property
     def frame_max(self) -> int:
@@ -169,6 +166,7 @@ class Publisher:
                 ):  # room: the client thread sends the batch if no publish comes to fill it
                     if not self.armed:
                         self.armed = True
+                        self._flushes_seen = self._flushes
                         self._wake()  # once per batch, not per message
                     return None
                 if self._flush_batch(now):
@@ -224,17 +222,13 @@ class Publisher:
                 left = deadline - now
                 if left <= 0:
                     if queued:  # not taken: it must not leave later
-                        self._take_out(item)
+                        pairs = publish_wire.pairs(self._batch, self._starts)
+                        self._keep([(t, e) for t, e in pairs if e is not item])
                     raise PublishTimeout(
                         f"node at {self._address} did not take the message within "
                         f"{self._timeout:g} s (it is down or overloaded)"
                     )
             self._push.poll(int(min(left, 0.05) * 1000) + 1, zmq.POLLOUT)
-
-    def _take_out(self, item: bytes) -> None:
-        """Take a message that timed out out of the batch (under the lock)."""
-        pairs = publish_wire.pairs(self._batch, self._starts)
-        self._keep([(t, e) for t, e in pairs if e is not item])
 
     def _keep(self, pairs: list[tuple[str, bytes]]) -> None:
         """Make the batch these ``(topic, entry)`` (under the lock)."""
@@ -270,41 +264,47 @@ class Publisher:
         self._run_head = None
         self._batch_bytes = 0
         self._last_send = now
+        self._flushes += 1
         return True
 
     def flush_tail(self) -> None:
-        """From the client thread (woken when a batch starts, then every ms while armed):
-        send a batch no publish came to fill, once it is PUBLISH_LINGER old.
-
-        The rest of the linger is waited out here rather than until the next 1 ms poll: a
-        lone publish that joined a batch (a paced publisher catching up after a late
-        wake-up) then leaves within about the linger, not a millisecond later. The
-        flusher disarms when it sends a tail or finds no batch, and the next batch wakes
-        it; it stays armed (1 ms polls) only while a flood keeps replacing the batch.
-        """
+        """From the client thread (woken when a batch starts, then every ``tail_poll`` ms
+        while armed): send a batch no publish came to fill once it is PUBLISH_LINGER old
+        (the rest waited out here: a paced publisher's catch-up publish leaves within about
+        the linger), then disarm. During a flood (its sender sent batches since the last
+        look) stay armed, doubling ``tail_poll`` up to PUBLISH_TAIL_POLL_MS: only the
+        flood's last batch needs this thread, and each look takes the publisher's GIL."""
         with self._lock:
             now = _monotonic()
-            if self._closed:
-                self.armed = False
-                return
-            if not self._batch:
-                # nothing waits (the publisher sent it): back to slow polls, so the next
-                # batch wakes this thread. Staying armed while a paced publisher went on
-                # meant a wake-up every millisecond competing with it for the GIL.
-                self.armed = False
+            flood = self._flushes != self._flushes_seen  # batches its sender sent itself
+            self._flushes_seen = self._flushes
+            if self._closed or (not self._batch and not flood):
+                # nothing waits: slow polls, until the next batch wakes this thread
+                self._disarm()
                 return
             since = self._batch_since
             left = since + PUBLISH_LINGER - now
-            if left <= 0:
-                if self._flush_batch(now):  # no room: again at the next poll
-                    self.armed = False
+            if self._batch and left <= 0:
+                if not self._flush_batch(now):
+                    return  # no room: again at the next poll
+                self._flushes_seen = self._flushes  # (this send is no sign of a flood)
+            if flood:  # look again later, and less often
+                self.tail_poll = min(2 * self.tail_poll, PUBLISH_TAIL_POLL_MS)
+                return
+            if not self._batch:  # a tail left, or none waits
+                self._disarm()
                 return
         time.sleep(left)  # at most PUBLISH_LINGER, without the lock: publishes go on
         with self._lock:
             if self._closed:
-                self.armed = False
+                self._disarm()
             elif self._batch and self._batch_since == since and self._flush_batch(_monotonic()):
-                self.armed = False  # (a batch started since is a publisher's own)
+                self._disarm()  # (a batch started since is a publisher's own)
+
+    def _disarm(self) -> None:
+        """The client thread stops looking for tails (under the lock)."""
+        self.armed = False
+        self.tail_poll = 1
 
     def _publish_persistent(
         self, topic: str, payload: Any, headers: dict[str, Any] | None, *, wait: bool

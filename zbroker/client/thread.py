@@ -121,9 +121,9 @@ class ClientThread:
         subscriber = self.subscriber
         sub = subscriber.sock
         while self._running:
-            # 1 ms while a flood keeps a batch open (see Publisher.flush_tail); not at all
-            # while frames of a node we left wait to be delivered
-            wait = 0 if subscriber.backlog else 1 if publisher.armed else 50
+            # 1-4 ms while a flood keeps a batch open (see Publisher.flush_tail); not at
+            # all while frames of a node we left wait to be delivered
+            wait = 0 if subscriber.backlog else publisher.tail_poll if publisher.armed else 50
             delivered = False
             for sock, _ in self._poller.poll(wait):
                 if sock is sub:
