@@ -38,8 +38,9 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from _common import REPO, snapshot_sources
 
@@ -52,6 +53,7 @@ FREQ = 499
 REPORT = ["--no-children", "--sort", "dso,sym", "-g", "none"]
 #: a line of ``perf report --stdio -n``: percent, samples, DSO, [.] or [k], symbol
 LINE = re.compile(r"^\s*([\d.]+)%\s+(\d+)\s+(\S+)\s+\[(.)\]\s+(.*?)\s*$")
+T = TypeVar("T")
 
 
 # -- the clients (child processes) ----------------------------------------------------------
@@ -352,9 +354,13 @@ def wait_crossing(endpoint: str, first: Any, timeout: float = 30.0) -> float:
     return time.monotonic() - t0
 
 
-def sample_chain(args: argparse.Namespace, perf: str, tmp: Path, copy: str) -> int:
-    """Start the chain and the clients, record each node under the flood, stop them all
-    (by PID), then print the reports."""
+def run_flood(
+    args: argparse.Namespace, tmp: Path, copy: str, during: Callable[[dict[str, int]], T]
+) -> tuple[T, float, float, float]:
+    """Start the chain and the clients, call ``during(pids)`` after a second of flood
+    (the PIDs of nodes A, B, C and of the clients, ``pub`` and ``sub``), stop them all (by
+    PID); return what it returned, the msg/s published on A and delivered on C during it,
+    and how long it took (s)."""
     import bench_node as bn
 
     nodes: dict[str, subprocess.Popen[bytes]] = {}
@@ -380,19 +386,29 @@ def sample_chain(args: argparse.Namespace, perf: str, tmp: Path, copy: str) -> i
         go.set()
         time.sleep(1.0)  # the flood under way
         s0, g0, t0 = sent.value, got.value, time.monotonic()
-        print(f"perf record on every node for {args.seconds:g} s, from {_utc()}")
-        cpu = record(perf, pids, args.seconds, tmp)
+        result = during({**pids, "sub": children[0].pid, "pub": children[1].pid})
         elapsed = time.monotonic() - t0
         s1, g1 = sent.value, got.value
     finally:
         stop.set()
         bn._stop_procs(children, 5)
         stop_processes(list(nodes.values()))
+    return result, (s1 - s0) / elapsed, (g1 - g0) / elapsed, elapsed
+
+
+def sample_chain(args: argparse.Namespace, perf: str, tmp: Path, copy: str) -> int:
+    """Record each node under the flood (:func:`run_flood`), then print the reports."""
+
+    def during(pids: dict[str, int]) -> dict[str, float]:
+        print(f"perf record on every node for {args.seconds:g} s, from {_utc()}")
+        return record(perf, {n: pids[n] for n in NODES}, args.seconds, tmp)
+
+    cpu, published, delivered, elapsed = run_flood(args, tmp, copy, during)
     if not cpu:
         return 1
     print(
-        f"during the recording: {(s1 - s0) / elapsed:,.0f} msg/s published on A, "
-        f"{(g1 - g0) / elapsed:,.0f} msg/s delivered on C"
+        f"during the recording: {published:,.0f} msg/s published on A, "
+        f"{delivered:,.0f} msg/s delivered on C"
     )
     roles = {"A": "publisher's node", "B": "middle, only forwards", "C": "subscriber's node"}
     for name in NODES:

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""How each thread of a chain's processes uses the CPU during a flood, from ``/proc``.
+
+    .venv/bin/python benchmarks/threads_chain.py                 # 100-byte flood, 5 s
+    .venv/bin/python benchmarks/threads_chain.py --size 1024 --seconds 10
+
+``profile_chain.py``'s chain and clients (nodes A, B, C as ``zbroker start`` processes on
+127.0.0.1; a subscriber on C, a publisher flooding A), but instead of sampling with
+``perf`` it reads ``/proc/PID/task/TID/{stat,status}`` of every process (the nodes, the
+publisher ``pub``, the subscriber ``sub``) before and after ``--seconds`` of flood and
+prints per thread: its share of one core, its voluntary context switches per second (it
+waited: a poll, a lock, the GIL) and its involuntary ones (it was preempted), then the
+msg/s published and delivered during the window and each process's CPU µs per message
+delivered. Needs no ``perf``. Every process it starts is stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import snapshot_sources
+
+#: per thread id: (name, CPU seconds, voluntary switches, involuntary switches)
+Threads = dict[int, tuple[str, float, int, int]]
+TICK = os.sysconf("SC_CLK_TCK")
+ORDER = ("pub", "A", "B", "C", "sub")
+
+
+def threads_of(pid: int) -> Threads:
+    """Every thread of process ``pid`` as it is now (those that exit while read: left out)."""
+    out: Threads = {}
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+                name = stat[stat.index("(") + 1 : stat.rindex(")")]
+                fields = stat[stat.rindex(")") + 2 :].split()
+                status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+                vol = int(status.split("\nvoluntary_ctxt_switches:")[1].split()[0])
+                inv = int(status.split("nonvoluntary_ctxt_switches:")[1].split()[0])
+                out[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / TICK, vol, inv)
+    return out
+
+
+def window(pids: dict[str, int], seconds: float) -> dict[str, list[tuple[str, float, int, int]]]:
+    """Per process: per thread alive throughout, (name, CPU s, voluntary, involuntary)
+    during ``seconds``."""
+    before = {name: threads_of(pid) for name, pid in pids.items()}
+    time.sleep(seconds)
+    after = {name: threads_of(pid) for name, pid in pids.items()}
+    return {
+        name: [
+            (n, cpu - before[name][tid][1], vol - before[name][tid][2], inv - before[name][tid][3])
+            for tid, (n, cpu, vol, inv) in sorted(after[name].items())
+            if tid in before[name]
+        ]
+        for name in pids
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--seconds", type=float, default=5.0, help="the window read (default 5)")
+    ap.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
+    ap.add_argument("--rate", type=int, default=0, help="msg/s, paced (default: flood)")
+    args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    copy = snapshot_sources()
+    import bench_node as bn
+    import profile_chain as pc
+
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"{pc._utc()}, load {load}, sources {bn.source_digest()}, {bn.compiled_state()}")
+    with tempfile.TemporaryDirectory(prefix="zbroker-threads-") as t:
+        threads, published, delivered, elapsed = pc.run_flood(
+            args, Path(t), copy, lambda pids: window({n: pids[n] for n in ORDER}, args.seconds)
+        )
+    print(f"{args.size}-byte payloads, {args.seconds:g} s: {published:,.0f} msg/s published on A,")
+    print(f"{delivered:,.0f} msg/s delivered on C")
+    print(f"{'process':8} {'thread':16} {'% core':>7} {'waits/s':>9} {'preempted/s':>12}")
+    for name in ORDER:
+        total = 0.0
+        for thread, cpu, vol, inv in threads[name]:
+            total += cpu
+            if cpu > 0 or vol > 0:
+                print(
+                    f"{name:8} {thread:16} {100 * cpu / elapsed:7.1f} {vol / elapsed:9,.0f} "
+                    f"{inv / elapsed:12,.0f}"
+                )
+        per = total / (delivered * elapsed) * 1e6 if delivered else float("nan")
+        print(f"{name:8} {'(all threads)':16} {100 * total / elapsed:7.1f}   {per:.2f} us/msg")
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())
