@@ -25,8 +25,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import snapshot_sources
-
 #: per thread id: (name, CPU seconds, voluntary switches, involuntary switches)
 Threads = dict[int, tuple[str, float, int, int]]
 TICK = os.sysconf("SC_CLK_TCK")
@@ -49,18 +47,18 @@ def threads_of(pid: int) -> Threads:
     return out
 
 
-def window(pids: dict[str, int], seconds: float) -> dict[str, list[tuple[str, float, int, int]]]:
-    """Per process: per thread alive throughout, (name, CPU s, voluntary, involuntary)
-    during ``seconds``."""
+def window(pids: dict[str, int], seconds: float) -> dict[str, Threads]:
+    """Per process: each thread alive throughout, with what it did during ``seconds``
+    (its name, CPU seconds, voluntary and involuntary switches)."""
     before = {name: threads_of(pid) for name, pid in pids.items()}
     time.sleep(seconds)
     after = {name: threads_of(pid) for name, pid in pids.items()}
     return {
-        name: [
-            (n, cpu - before[name][tid][1], vol - before[name][tid][2], inv - before[name][tid][3])
+        name: {
+            tid: (n, cpu - was[1], vol - was[2], inv - was[3])
             for tid, (n, cpu, vol, inv) in sorted(after[name].items())
-            if tid in before[name]
-        ]
+            if (was := before[name].get(tid)) is not None
+        }
         for name in pids
     }
 
@@ -74,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=int, default=0, help="msg/s, paced (default: flood)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    from _common import snapshot_sources
+
     copy = snapshot_sources()
     import bench_node as bn
     import profile_chain as pc
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'process':8} {'thread':16} {'% core':>7} {'waits/s':>9} {'preempted/s':>12}")
     for name in ORDER:
         total = 0.0
-        for thread, cpu, vol, inv in threads[name]:
+        for thread, cpu, vol, inv in threads[name].values():
             total += cpu
             if cpu > 0 or vol > 0:
                 print(

@@ -1,0 +1,50 @@
+"""``benchmarks/threads_chain.py`` reads each thread's CPU time and context switches from
+``/proc``: checked against this process, whose threads are known, so a change in what the
+kernel writes there (or in the parsing) says so in the suite, not at the next
+measurement."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from benchmarks.threads_chain import threads_of, window
+
+
+def _spin(stop: threading.Event) -> None:
+    while not stop.is_set():
+        sum(range(1000))
+        time.sleep(0)  # (lets the reading thread have the GIL)
+
+
+def test_every_thread_of_a_process_is_read_with_its_name_and_counts() -> None:
+    done = threading.Event()
+    helper = threading.Thread(target=done.wait, name="tc-helper")
+    helper.start()
+    try:
+        threads = threads_of(os.getpid())
+        assert threading.get_native_id() in threads
+        assert helper.native_id in threads
+        assert threads[helper.native_id][0]  # (the kernel's name: Python's from 3.14)
+        assert all(cpu >= 0 and vol >= 0 and inv >= 0 for _, cpu, vol, inv in threads.values())
+    finally:
+        done.set()
+        helper.join()
+
+
+def test_a_window_counts_a_spinning_thread_and_a_waiting_one() -> None:
+    stop = threading.Event()
+    waiter = threading.Thread(target=lambda: [stop.wait(0.001) for _ in range(100_000)])
+    spinner = threading.Thread(target=_spin, args=(stop,))
+    waiter.start()
+    spinner.start()
+    try:
+        got = window({"me": os.getpid()}, 0.3)["me"]
+    finally:
+        stop.set()
+        spinner.join()
+        waiter.join()
+    assert spinner.native_id in got and waiter.native_id in got
+    assert got[spinner.native_id][1] >= 0.02  # its CPU seconds (10 ms ticks; a shared machine)
+    assert got[waiter.native_id][2] >= 20  # its voluntary switches: 1 ms waits
