@@ -14,7 +14,7 @@ Measures, in one run, with every role in its own process (multiprocessing "spawn
     messages/s and lost = published - delivered. If a flood run loses messages, paced runs
     look for a rate with zero loss.
 (c) b / a.
-(d) one-hop latency publish() -> callback through the node at 2,000 msg/s for 5 s; the
+(d) one-hop latency publish() -> callback through the node at 2,000 msg/s (`--latency-rate`) for 5 s; the
     timestamp travels in the payload (``time.perf_counter_ns``: CLOCK_MONOTONIC on Linux,
     one clock for every process on the machine). A second stamp (CLOCK_REALTIME) splits it
     at the node's receive time (``Message.timestamp``) into publish->node and
@@ -971,6 +971,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     ap.add_argument("--latency-seconds", type=float, default=5.0)
     ap.add_argument(
+        "--latency-rate",
+        type=float,
+        default=LATENCY_RATE,
+        help=f"msg/s of the latency runs (default {LATENCY_RATE:,.0f})",
+    )
+    ap.add_argument(
         "--profile", action="store_true", help="only one zbroker flood run, under cProfile"
     )
     ap.add_argument("--profile-top", type=int, default=25)
@@ -987,7 +993,8 @@ def main(argv: list[str] | None = None) -> int:
     n = 20_000 if args.quick and args.messages == 200_000 else args.messages
     repeat = 1 if args.quick else max(1, args.repeat)
     lat_s = 1.0 if args.quick else args.latency_seconds
-    n_lat = int(LATENCY_RATE * lat_s) + LATENCY_LEAD_IN
+    lat_rate = args.latency_rate
+    n_lat = int(lat_rate * lat_s) + LATENCY_LEAD_IN
 
     def on_alarm(signum: int, frame: Any) -> None:
         raise TimeoutError(f"benchmark exceeded {RUN_DEADLINE_S} s")
@@ -1007,7 +1014,7 @@ def main(argv: list[str] | None = None) -> int:
         "messages": n,
         "repeat": repeat,
         "payload_bytes": PAYLOAD_SIZE,
-        "latency_rate": LATENCY_RATE,
+        "latency_rate": lat_rate,
         "latency_seconds": lat_s,
     }
     ctx = mp.get_context("spawn")
@@ -1083,15 +1090,15 @@ def main(argv: list[str] | None = None) -> int:
                     break
         result["b_paced"] = paced
 
-        log(f"latency at {LATENCY_RATE:,.0f} msg/s for {lat_s:g} s: raw PUB -> SUB ...")
-        result["raw_latency"] = run_raw(ctx, "latency", n_lat, LATENCY_RATE)
+        log(f"latency at {lat_rate:,.0f} msg/s for {lat_s:g} s: raw PUB -> SUB ...")
+        result["raw_latency"] = run_raw(ctx, "latency", n_lat, lat_rate)
         _print_run("raw latency", result["raw_latency"])
         log("  ... raw relay ...")
-        result["relay_latency"] = run_raw(ctx, "latency", n_lat, LATENCY_RATE, relay=relay)
+        result["relay_latency"] = run_raw(ctx, "latency", n_lat, lat_rate, relay=relay)
         _print_run("relay latency", result["relay_latency"])
         log("(d) ... zbroker ...")
         result["d_latency"] = run_zb(
-            ctx, endpoint, node.pid, nconn, status_client, "latency", n_lat, LATENCY_RATE
+            ctx, endpoint, node.pid, nconn, status_client, "latency", n_lat, lat_rate
         )
         _print_run("zbroker latency", result["d_latency"])
     finally:

@@ -281,6 +281,35 @@ def test_the_tail_flusher_looks_less_often_during_a_flood_and_sends_its_tail() -
         node.close()
 
 
+def test_batches_cut_by_their_age_at_a_moderate_rate_keep_the_poll_fast() -> None:
+    """Publishes a little under PUBLISH_LINGER apart (a moderate rate): the publisher
+    sends each batch itself once a publish finds it old, a few messages each. That is no
+    flood: the flusher keeps polling every millisecond (a tail after a short pause would
+    otherwise wait up to PUBLISH_TAIL_POLL_MS), and sends the last batch after its linger."""
+    node = _Node(3)
+    pub = node.pub
+    try:
+        pub.publish("M.x", b"0")  # leaves alone: the next ones come within the linger
+        n = 1
+        for _ in range(5):
+            for _ in range(3):
+                pub.publish("M.x", b"%d" % n)
+                n += 1
+            time.sleep(PUBLISH_LINGER * 1.5)  # the next publish finds the batch old
+            pub.publish("M.x", b"%d" % n)  # (sends it and starts the next)
+            n += 1
+            if pub.batch_state()[1]:
+                pub.flush_tail()
+                assert pub.tail_poll == 1
+        time.sleep(PUBLISH_LINGER * 2)
+        pub.flush_tail()
+        assert pub.batch_state() == (0, False)
+        got, _ = node.frames(n)
+        assert [p for _, p, _, _ in got] == [b"%d" % i for i in range(n)]
+    finally:
+        node.close()
+
+
 def test_a_lone_batch_is_sent_after_its_linger_and_the_poll_stays_fast() -> None:
     """A catch-up pair (the second publish within the linger of the first) leaves a
     batch of one that no flood follows: one look of the flusher waits out the linger and

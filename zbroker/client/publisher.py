@@ -5,16 +5,13 @@ socket nothing else touches; the client thread only connects and disconnects it 
 same lock) as it fails over, and sends the tail of a batch nobody filled
 (:meth:`Publisher.flush_tail`). Publishes that come faster than ``PUBLISH_LINGER`` apart
 leave together in one frame (at most ``PUBLISH_BATCH``), sized for the node that answered
-(:meth:`Publisher.attach`); a lone publish leaves at once. The batch is held as runs of
-one topic whose entries are encoded as each publish was made, and leaves as a batch of
-runs (their bytes joined: :mod:`.publish_wire`) to a node of client protocol 3 or more,
-as a publish batch (``[frame: bin, ...]``) to an older one.
+(:meth:`Publisher.attach`); a lone publish leaves at once. The batch is held as runs of one
+topic, each entry encoded at publish, and leaves as a batch of runs (their bytes joined:
+:mod:`.publish_wire`) to a node of client protocol 3 or more, else as a publish batch.
 
 With ``fanout`` every frame goes to every node's own PUSH socket instead (no batches).
-Persistent publishes are control requests: they go through the client thread, after
-whatever this publisher still holds, as an idempotent producer (:mod:`.persistent`: sent
-again until confirmed, stored once).
-"""
+Persistent publishes are control requests through the client thread, after what this
+publisher still holds, as an idempotent producer (:mod:`.persistent`)."""
 
 from __future__ import annotations
 
@@ -61,6 +58,8 @@ _ENTRY_BIN8 = tuple(b"\x93" + h for h in wire.BIN8_HEADERS)
 _ENTRY_BIN16 = struct.Struct(">BBH").pack  #: fixarray(3), bin16 header: entries of 256 B-64 KiB
 _NOBLOCK = zmq.NOBLOCK
 _FMT_BYTES = wire.FMT_BYTES
+#: a batch this full was a flood's: 8 publishes within PUBLISH_LINGER (80,000 a second)
+_FLOOD_BATCH = PUBLISH_BATCH // 8
 
 
 class Publisher:
@@ -113,7 +112,7 @@ class Publisher:
         #: the client thread flushes batch tails while armed, every ``tail_poll`` ms
         self.armed = False
         self.tail_poll = 1
-        self._flushes = 0  # batches sent (by either thread)
+        self._flushes = 0  # a flood's batches sent (by either thread)
         self._flushes_seen = 0  # ... when the client thread last looked (or was armed)
 
     @property
@@ -259,24 +258,25 @@ class Publisher:
                 self._send(batch_frame(batch, self._starts, self._runs), _NOBLOCK)
             except zmq.Again:
                 return False
+        if len(batch) >= _FLOOD_BATCH:
+            self._flushes += 1
         batch.clear()
         self._starts.clear()
         self._run_head = None
         self._batch_bytes = 0
         self._last_send = now
-        self._flushes += 1
         return True
 
     def flush_tail(self) -> None:
         """From the client thread (woken when a batch starts, then every ``tail_poll`` ms
         while armed): send a batch no publish came to fill once it is PUBLISH_LINGER old
         (the rest waited out here: a paced publisher's catch-up publish leaves within about
-        the linger), then disarm. During a flood (its sender sent batches since the last
-        look) stay armed, doubling ``tail_poll`` up to PUBLISH_TAIL_POLL_MS: only the
-        flood's last batch needs this thread, and each look takes the publisher's GIL."""
+        the linger), then disarm. During a flood (its sender sent batches of a flood since
+        the last look) stay armed, doubling ``tail_poll`` up to PUBLISH_TAIL_POLL_MS: only
+        the flood's last batch needs this thread, and each look takes the publisher's GIL."""
         with self._lock:
             now = _monotonic()
-            flood = self._flushes != self._flushes_seen  # batches its sender sent itself
+            flood = self._flushes != self._flushes_seen  # its sender sent full batches
             self._flushes_seen = self._flushes
             if self._closed or (not self._batch and not flood):
                 # nothing waits: slow polls, until the next batch wakes this thread
