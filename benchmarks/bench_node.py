@@ -14,11 +14,11 @@ Measures, in one run, with every role in its own process (multiprocessing "spawn
     messages/s and lost = published - delivered. If a flood run loses messages, paced runs
     look for a rate with zero loss.
 (c) b / a.
-(d) one-hop latency publish() -> callback through the node at 2,000 msg/s (`--latency-rate`) for 5 s; the
-    timestamp travels in the payload (``time.perf_counter_ns``: CLOCK_MONOTONIC on Linux,
-    one clock for every process on the machine). A second stamp (CLOCK_REALTIME) splits it
-    at the node's receive time (``Message.timestamp``) into publish->node and
-    node->callback.
+(d) one-hop latency publish() -> callback through the node at 2,000 msg/s
+    (``--latency-rate``) for 5 s; the timestamp travels in the payload
+    (``time.perf_counter_ns``: CLOCK_MONOTONIC on Linux, one clock for every process on
+    the machine). A second stamp (CLOCK_REALTIME) splits it at the node's receive time
+    (``Message.timestamp``) into publish->node and node->callback.
 
 References (no target): raw pyzmq PUSH -> Python relay process (PULL -> PUB) -> SUB, the
 same three-process topology as (b) with no per-message work in the middle, for throughput
