@@ -108,5 +108,6 @@ PUBLISH_LINGER = 0.0001
 #: milliseconds. While a flood keeps the publishing thread sending batches itself, the
 #: client thread looks for a tail at most this seldom (doubling from 1 ms): each look takes
 #: the GIL from the publishing thread, and a flood's batches do not need it. A burst's last
-#: batch therefore waits up to this long after a flood (1 ms after a lone batch).
+#: batch therefore waits up to this long after a flood (about 1 ms before; a lone batch
+#: still leaves after the linger).
 PUBLISH_TAIL_POLL_MS = 4

@@ -19,7 +19,7 @@ cdef class Publisher:
     cdef public object persistent, producer
     cdef public bint armed
     cdef public int tail_poll
-    cdef Py_ssize_t _flushes, _flushes_seen
+    cdef bint _flood
 
 
 @cython.locals(n=Py_ssize_t)

@@ -112,8 +112,7 @@ class Publisher:
         #: the client thread flushes batch tails while armed, every ``tail_poll`` ms
         self.armed = False
         self.tail_poll = 1
-        self._flushes = 0  # a flood's batches sent (by either thread)
-        self._flushes_seen = 0  # ... when the client thread last looked (or was armed)
+        self._flood = False  # a flood's batch left since the client thread last looked
 
     @property
     def frame_max(self) -> int:
@@ -165,7 +164,6 @@ class Publisher:
                 ):  # room: the client thread sends the batch if no publish comes to fill it
                     if not self.armed:
                         self.armed = True
-                        self._flushes_seen = self._flushes
                         self._wake()  # once per batch, not per message
                     return None
                 if self._flush_batch(now):
@@ -259,7 +257,7 @@ class Publisher:
             except zmq.Again:
                 return False
         if len(batch) >= _FLOOD_BATCH:
-            self._flushes += 1
+            self._flood = True
         batch.clear()
         self._starts.clear()
         self._run_head = None
@@ -276,8 +274,7 @@ class Publisher:
         the flood's last batch needs this thread, and each look takes the publisher's GIL."""
         with self._lock:
             now = _monotonic()
-            flood = self._flushes != self._flushes_seen  # its sender sent full batches
-            self._flushes_seen = self._flushes
+            flood, self._flood = self._flood, False  # its sender sent a flood's batches
             if self._closed or (not self._batch and not flood):
                 # nothing waits: slow polls, until the next batch wakes this thread
                 self._disarm()
@@ -287,7 +284,7 @@ class Publisher:
             if self._batch and left <= 0:
                 if not self._flush_batch(now):
                     return  # no room: again at the next poll
-                self._flushes_seen = self._flushes  # (this send is no sign of a flood)
+                self._flood = False  # (this send is no sign of a flood)
             if flood:  # look again later, and less often
                 self.tail_poll = min(2 * self.tail_poll, PUBLISH_TAIL_POLL_MS)
                 return
@@ -302,9 +299,11 @@ class Publisher:
                 self._disarm()  # (a batch started since is a publisher's own)
 
     def _disarm(self) -> None:
-        """The client thread stops looking for tails (under the lock)."""
+        """The client thread stops looking for tails (under the lock); until a publish
+        arms it again no batch waits, so none can leave in between."""
         self.armed = False
         self.tail_poll = 1
+        self._flood = False
 
     def _publish_persistent(
         self, topic: str, payload: Any, headers: dict[str, Any] | None, *, wait: bool
