@@ -10,7 +10,7 @@ from typing import Any
 
 from zbroker import wire
 from zbroker.const import LINK_BATCH_BYTES, LINK_FRAME_SLACK
-from zbroker.links.flush import flush_outboxes
+from zbroker.links.flush import _encode_runs, flush_outboxes
 from zbroker.links.outbox import cut_runs
 from zbroker.links.state import LinkState
 from zbroker.node import relay
@@ -109,3 +109,52 @@ def test_a_lone_message_over_the_peers_limit_is_dropped_and_counted() -> None:
 
 def _encode(chunk: list[Any]) -> bytes:
     return wire.encode_link(wire.MSGR, chunk)
+
+
+def _relayed(first: int, n: int, size: int) -> list[Any]:
+    """A run as a relay's decode gives it: from a one-run MSGR frame, its bytes kept."""
+    entries = [[bytes([s % 251]) * size, 0, None, s, 1.5] for s in range(first, first + n)]
+    frame = wire.encode_link(wire.MSGR, [["T", "A", 1, ["A"], None, entries]])
+    (run,) = wire.decode_frame(frame)[1]
+    assert len(run) == 7  # (the splice kept its bytes)
+    return [*run[:3], ["A", "B"], *run[4:]]
+
+
+def test_runs_relayed_whole_are_never_cut_whatever_frames_they_came_in() -> None:
+    """A relay's pass drains frames of the previous node's cut (full ones and a
+    pass's remainder); what it forwards is the same runs, each whole and spliced: cutting
+    them again where this node's frames end would pack both pieces."""
+    box, first = [], 1
+    kib, small = [256, 256, 196, 256, 37], [512, 40, 50, 512]  # (1 KiB and 100 B payloads)
+    for n, size in [*((n, 1024) for n in kib), *((n, 100) for n in small)]:
+        box.append(_relayed(first, n, size))
+        first += n
+    limit = (1 << 20) + LINK_FRAME_SLACK
+    chunks: list[list[Any]] = []
+
+    def encode(chunk: list[Any]) -> bytes:
+        chunks.append(chunk)
+        return _encode_runs(chunk)  # (the link flush's: splices runs that carry bytes)
+
+    frames = list(cut_runs(box, LINK_BATCH_BYTES, limit, encode))
+    assert all(len(run) == 7 for chunk in chunks for run in chunk)  # none packed again
+    # (a 1 KiB run of 256 is past the batch's payload bytes with its fields: alone)
+    assert [n for _, n, _ in frames] == [256, 256, 196, 256, 37, 512, 40 + 50, 512]
+    got = [e[3] for f, _, _ in frames for r in wire.decode_frame(f)[1] for e in r[5]]
+    assert got == list(range(1, first))  # every message once, in order
+    assert all(len(f) <= limit for f, _, _ in frames)
+    # each frame is byte for byte what packing its runs gives
+    assert [f for f, _, _ in frames] == [
+        wire.encode_link(wire.MSGR, [r[:6] for r in c]) for c in chunks
+    ]
+
+
+def test_a_relayed_run_too_large_for_the_next_peer_is_cut_and_packed() -> None:
+    """The next node takes smaller frames (its max_frame_bytes 64 KiB): a run that came
+    whole in a 256 KiB frame is cut for it by its payloads, as any run."""
+    box = [_relayed(1, 200, 1024)]
+    most = 64 * 1024
+    frames = list(cut_runs(box, most, most + LINK_FRAME_SLACK, _encode_runs))
+    assert [n for _, n, _ in frames] == [64, 64, 64, 8]
+    got = [e[3] for f, _, _ in frames for r in wire.decode_frame(f)[1] for e in r[5]]
+    assert got == list(range(1, 201))

@@ -3,7 +3,9 @@
 The next node refuses (counts and drops) any frame over its ``max_frame_bytes`` plus
 ``LINK_FRAME_SLACK``, so a frame that holds too much is lost whole. A MSGR frame is cut at
 ``LINK_BATCH`` messages or before the message whose payload would take it past the link's
-``batch_bytes`` (a run is split where a frame ends); a frame that headers or long paths
+``batch_bytes`` (a run is split where a frame ends, unless it was relayed whole with its
+entries' bytes: it then ends the frame it would overfill and goes whole, spliced, never
+packed again); a frame that headers or long paths
 still took past the limit is halved; one message that fits no frame is reported as too
 large. ADVERT entries are cut the same way by their encoded size.
 """
@@ -13,13 +15,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..const import LINK_BATCH
+from ..const import LINK_BATCH, LINK_FRAME_SLACK
 
 __all__ = ["ADVERT_BATCH", "advert_chunks", "cut_runs", "queued"]
 
 #: entries per ADVERT frame at most: a receiver handles a frame's entries in one go, and
 #: counts them against its read budget per pass, so a long table costs several passes
 ADVERT_BATCH = 2048
+
+#: how far past ``most`` payload bytes the entries' bytes of a run relayed whole may go
+#: (the per-entry fields and headers of a run the previous node cut at ``most`` payload
+#: bytes); ``most + _SLACK`` is within the peer's limit (``most`` is at most its
+#: max_frame_bytes, the limit that plus LINK_FRAME_SLACK)
+_SLACK = LINK_FRAME_SLACK
 
 #: encode(chunk) -> frame bytes
 Encode = Callable[[list[Any]], bytes]
@@ -43,14 +51,30 @@ def cut_runs(
 
 def _pieces(box: list[Any], most: int, exact: bool) -> Iterator[tuple[list[Any], int]]:
     """The runs of ``box`` cut into frames of at most LINK_BATCH messages and ``most``
-    payload bytes (a larger message travels alone); a run is split where a frame ends.
-    Small messages (the common case) need no look at each one unless ``exact``: the first
-    and last payloads of a stretch tell whether it may be large."""
+    payload bytes (a larger message travels alone); a run is split where a frame ends,
+    unless it carries its entries' bytes (relayed whole: :mod:`zbroker.wire.splice`) and
+    fits a frame by itself. Small messages (the common case) need no look at each one
+    unless ``exact`` (a frame came out past the peer's limit: every run is cut by its
+    payloads): the first and last payloads of a stretch tell whether it may be large."""
     chunk: list[Any] = []
     n = size = 0
     for run in box:
         entries = run[5]
         total = len(entries)
+        if len(run) == 7 and not exact and total <= LINK_BATCH and len(run[6]) <= most + _SLACK:
+            # its entries' bytes, kept from the frame that brought it: whole, it is joined
+            # as it came; cut, both pieces would be packed again. So it ends the frame it
+            # would overfill and goes on whole (its size: its bytes' length)
+            if chunk and (n + total > LINK_BATCH or size + len(run[6]) > most):
+                yield chunk, n
+                chunk, n, size = [], 0, 0
+            chunk.append(run)
+            n += total
+            size += len(run[6])
+            if n >= LINK_BATCH or size >= most:
+                yield chunk, n
+                chunk, n, size = [], 0, 0
+            continue
         start = 0
         while start < total:
             end = min(total, start + LINK_BATCH - n)
