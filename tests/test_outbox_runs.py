@@ -8,6 +8,8 @@ from __future__ import annotations
 from types import SimpleNamespace as NS
 from typing import Any
 
+import pytest
+
 from zbroker import wire
 from zbroker.const import LINK_BATCH_BYTES, LINK_FRAME_SLACK
 from zbroker.links.flush import _encode_runs, flush_outboxes
@@ -16,6 +18,7 @@ from zbroker.links.state import LinkState
 from zbroker.node import relay
 from zbroker.node.counters import Counters
 from zbroker.node.pipeline import Pipeline
+from zbroker.node.publishes import _queue
 from zbroker.routing import DedupeWindow
 
 
@@ -158,3 +161,52 @@ def test_a_relayed_run_too_large_for_the_next_peer_is_cut_and_packed() -> None:
     assert [n for _, n, _ in frames] == [64, 64, 64, 8]
     got = [e[3] for f, _, _ in frames for r in wire.decode_frame(f)[1] for e in r[5]]
     assert got == list(range(1, 201))
+
+
+def _entries(first: int, n: int, size: int) -> list[list[Any]]:
+    return [[bytes([s % 251]) * size, 0, None, s, 1.5] for s in range(first, first + n)]
+
+
+def test_a_run_that_fits_a_frame_alone_starts_the_next_frame_whole() -> None:
+    """Two runs of 1 KiB messages, 100 then 200 (each fits a frame, not both): two frames
+    of one whole run each, not the second run split across them."""
+    box = [["T", "A", 1, ["A"], None, _entries(1, 100, 1024)]]
+    box.append(["U", "A", 1, ["A"], None, _entries(101, 200, 1024)])
+    limit = (1 << 20) + LINK_FRAME_SLACK
+    frames = list(cut_runs(box, LINK_BATCH_BYTES, limit, _encode))
+    assert [(n, topic) for _, n, topic in frames] == [(100, "T"), (200, "U")]
+    # a run too large for a frame alone is still cut where frames end
+    box = [box[0], ["U", "A", 1, ["A"], None, _entries(101, 400, 1024)]]
+    frames = list(cut_runs(box, LINK_BATCH_BYTES, limit, _encode))
+    assert [n for _, n, _ in frames] == [256, 244]
+
+
+@pytest.mark.parametrize(("size", "batch", "expected"), [(1024, 28, 252), (100, 64, 512)])
+def test_a_nodes_link_runs_end_where_its_link_frames_do(
+    size: int, batch: int, expected: int
+) -> None:
+    """A drain of publisher batches (28 messages of 1 KiB, or 64 of 100 B, each) queued
+    for a link: its outbox holds runs of at most a frame each (LINK_BATCH messages, the
+    link's batch bytes), so the flush sends each run whole in a frame of its own, every
+    message once and in order."""
+    link = NS(outbox=[], batch_bytes=LINK_BATCH_BYTES)
+    pipe: Any = NS(_links=NS(dirty=[]))
+    tails: list[Any] = [None]
+    head = ["T", "A", 1, ["A"]]
+    for k in range(40):
+        entries = _entries(1 + k * batch, batch, size)
+        _queue(pipe, [(link, None, 1)], tails, head, entries, size * batch)
+    assert pipe._links.dirty == [link]
+    runs = link.outbox
+    assert [len(r[5]) for r in runs[:-1]] == [expected] * (len(runs) - 1)
+    assert sum(len(e[0]) for e in runs[0][5]) <= LINK_BATCH_BYTES
+    chunks: list[list[Any]] = []
+
+    def encode(chunk: list[Any]) -> bytes:
+        chunks.append(chunk)
+        return _encode(chunk)
+
+    frames = list(cut_runs(runs, LINK_BATCH_BYTES, (1 << 20) + LINK_FRAME_SLACK, encode))
+    assert chunks == [[r] for r in runs]  # each run whole, alone in its frame
+    got = [e[3] for f, _, _ in frames for r in wire.decode_frame(f)[1] for e in r[5]]
+    assert got == list(range(1, 40 * batch + 1))

@@ -75,6 +75,15 @@ def _pieces(box: list[Any], most: int, exact: bool) -> Iterator[tuple[list[Any],
                 yield chunk, n
                 chunk, n, size = [], 0, 0
             continue
+        if chunk and not exact and total <= LINK_BATCH:
+            # a run that fits a frame by itself (its ends' payloads say) but not the rest of
+            # this one starts the next frame whole: a node's link runs end where its
+            # frames do (node/publishes.py), and a piece of the next run in each frame
+            # would leave it two runs, which the next node can only decode and pack again
+            whole = (len(entries[0][0]) + len(entries[-1][0])) * total // 2
+            if whole <= most and (n + total > LINK_BATCH or size + whole > most):
+                yield chunk, n
+                chunk, n, size = [], 0, 0
         start = 0
         while start < total:
             end = min(total, start + LINK_BATCH - n)

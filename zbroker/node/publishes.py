@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..const import LINK_BATCH
 from .relay import Prepared, queue_selected, selected_runs, takers
 
 if TYPE_CHECKING:
@@ -30,8 +31,8 @@ __all__ = ["PublishPlan", "publish_plan", "take_runs"]
 #: per topic of a drain of client publishes: (local patterns, sends resolved to links,
 #: copies routed to links that are down, the sends if Selective, sinks, the delivery
 #: buckets in this drain's ``out`` of the patterns clients hold, per resolved send the run
-#: its link's outbox took this topic's messages into last (if Selective: by link and
-#: targets, see :func:`queue_selected`)
+#: its link's outbox took this topic's messages into last and their payload bytes (if
+#: Selective: the runs by link and targets, see :func:`queue_selected`)
 PublishPlan = tuple[
     frozenset[str],
     "list[tuple[Link, list[str] | None, int]]",
@@ -62,10 +63,12 @@ def take_runs(
         if run is None or not run[1]:
             continue
         topic, entries = run
+        size = 0  # (its payload bytes: where link frames end, see _queue)
         for e in entries:
             seq += 1
             e.append(seq)
             e.append(ts)
+            size += len(e[0])
         plan = plans.get(topic) or publish_plan(pipe, topic, prepared, out, plans)
         patterns, links, missing, selective, sinks, dests, tails = plan
         ms = (
@@ -82,7 +85,7 @@ def take_runs(
             nowhere = [] if links or missing else [True] * len(entries)
             if missing:
                 pipe._counters.drop("link_down", missing * len(entries))
-            _queue(pipe, links, tails, [topic, origin, inc, path], entries)
+            _queue(pipe, links, tails, [topic, origin, inc, path], entries, size)
         if not patterns:
             lost = _unrouted(nowhere, hooked)
             if lost:  # no subscriber anywhere (counted, topic kept)
@@ -100,20 +103,33 @@ def _queue(
     tails: Any,
     head: list[Any],
     entries: list[Any],
+    size: int,
 ) -> None:
-    """Put a run's entries on each link: onto the run this topic's messages took on the
-    link if its outbox still ends with it (order is kept across topics), else a new one
-    (never the entries list itself: a later run may extend it)."""
+    """Put a run's entries (``size`` payload bytes) on each link: onto the run this
+    topic's messages took on the link if its outbox still ends with it (order is kept
+    across topics) and it has room, else a new one (never the entries list itself: a
+    later run may extend it). Room: a run ends where a link frame would (LINK_BATCH
+    messages, the link's batch bytes), so the flush takes runs whole, rather than
+    cutting a pass's one long run by looking at every entry and slicing it."""
     dirty = pipe._links.dirty
     for j in range(len(links)):
         out_link, out_targets, copies = links[j]
-        box, run = out_link.outbox, tails[j]
-        if run is None or not box or box[-1] is not run:
+        box, tail = out_link.outbox, tails[j]
+        n, b = len(entries) * copies, size * copies
+        if (
+            tail is None
+            or not box
+            or box[-1] is not tail[0]
+            or len(tail[0][5]) + n > LINK_BATCH
+            or tail[1] + b > out_link.batch_bytes  # (full: the next frame's run starts here)
+        ):
             if not box:
                 dirty.append(out_link)
-            run = tails[j] = [*head, out_targets, []]
+            run: list[Any] = [*head, out_targets, []]
+            tail = tails[j] = [run, 0]
             box.append(run)
-        run[5].extend(entries if copies == 1 else [e for e in entries for _ in range(copies)])
+        tail[0][5].extend(entries if copies == 1 else [e for e in entries for _ in range(copies)])
+        tail[1] += b
 
 
 def _queue_selected(
@@ -187,6 +203,8 @@ def publish_plan(
         if pipe._delivery.selected.by_pattern
         else [out.setdefault(p, []) for p in patterns if p in prefix]
     )
-    tails: Any = {} if selective is not None else [None] * len(links)  # (queue_selected's)
+    # per link: [the run its outbox took this topic's messages into last, their payload
+    # bytes] (_queue), or queue_selected's dict
+    tails: Any = {} if selective is not None else [None] * len(links)
     plan = plans[topic] = (patterns, links, missing, selective, sinks, dests, tails)
     return plan
