@@ -179,6 +179,9 @@ def test_a_run_that_fits_a_frame_alone_starts_the_next_frame_whole() -> None:
     box = [box[0], ["U", "A", 1, ["A"], None, _entries(101, 400, 1024)]]
     frames = list(cut_runs(box, LINK_BATCH_BYTES, limit, _encode))
     assert [n for _, n, _ in frames] == [256, 244]
+    # and a run that holds nothing (none reaches an outbox today) costs no frame
+    box.insert(1, ["V", "A", 1, ["A"], None, []])
+    assert [n for _, n, _ in cut_runs(box, LINK_BATCH_BYTES, limit, _encode)] == [256, 244]
 
 
 @pytest.mark.parametrize(("size", "batch", "expected"), [(1024, 28, 252), (100, 64, 512)])

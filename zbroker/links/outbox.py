@@ -75,7 +75,7 @@ def _pieces(box: list[Any], most: int, exact: bool) -> Iterator[tuple[list[Any],
                 yield chunk, n
                 chunk, n, size = [], 0, 0
             continue
-        if chunk and not exact and total <= LINK_BATCH:
+        if chunk and not exact and 0 < total <= LINK_BATCH:
             # a run that fits a frame by itself (its ends' payloads say) but not the rest of
             # this one starts the next frame whole: a node's link runs end where its
             # frames do (node/publishes.py), and a piece of the next run in each frame
