@@ -3,11 +3,12 @@
 The next node refuses (counts and drops) any frame over its ``max_frame_bytes`` plus
 ``LINK_FRAME_SLACK``, so a frame that holds too much is lost whole. A MSGR frame is cut at
 ``LINK_BATCH`` messages or before the message whose payload would take it past the link's
-``batch_bytes`` (a run is split where a frame ends, unless it was relayed whole with its
-entries' bytes: it then ends the frame it would overfill and goes whole, spliced, never
-packed again); a frame that headers or long paths
-still took past the limit is halved; one message that fits no frame is reported as too
-large. ADVERT entries are cut the same way by their encoded size.
+``batch_bytes``; a run that fits a frame by itself starts the next frame rather than
+being split where one ends (the next node can splice a frame of one run), and so does a
+run relayed whole with its entries' bytes (spliced, never packed again); a longer run is
+split where frames end. A frame that headers or long paths still took past the limit is
+halved; one message that fits no frame is reported as too large. ADVERT entries are cut
+the same way by their encoded size.
 """
 
 from __future__ import annotations
@@ -51,11 +52,13 @@ def cut_runs(
 
 def _pieces(box: list[Any], most: int, exact: bool) -> Iterator[tuple[list[Any], int]]:
     """The runs of ``box`` cut into frames of at most LINK_BATCH messages and ``most``
-    payload bytes (a larger message travels alone); a run is split where a frame ends,
-    unless it carries its entries' bytes (relayed whole: :mod:`zbroker.wire.splice`) and
-    fits a frame by itself. Small messages (the common case) need no look at each one
-    unless ``exact`` (a frame came out past the peer's limit: every run is cut by its
-    payloads): the first and last payloads of a stretch tell whether it may be large."""
+    payload bytes (a larger message travels alone). A run that fits a frame by itself but
+    not what is left of the current one starts the next frame whole; a longer one is split
+    where frames end, unless it carries its entries' bytes (relayed whole:
+    :mod:`zbroker.wire.splice`) and they are within ``most`` + _SLACK. Small messages (the
+    common case) need no look at each one unless ``exact`` (a frame came out past the
+    peer's limit: every run is cut by its payloads): the first and last payloads of a
+    stretch tell whether it may be large."""
     chunk: list[Any] = []
     n = size = 0
     for run in box:
