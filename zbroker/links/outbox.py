@@ -26,8 +26,8 @@ ADVERT_BATCH = 2048
 
 #: how far past ``most`` payload bytes the entries' bytes of a run relayed whole may go
 #: (the per-entry fields and headers of a run the previous node cut at ``most`` payload
-#: bytes); ``most + _SLACK`` is within the peer's limit (``most`` is at most its
-#: max_frame_bytes, the limit that plus LINK_FRAME_SLACK)
+#: bytes); ``most + _SLACK`` is within the peer's limit, since ``most`` is at most the
+#: peer's max_frame_bytes and its limit is that plus LINK_FRAME_SLACK
 _SLACK = LINK_FRAME_SLACK
 
 #: encode(chunk) -> frame bytes
