@@ -114,10 +114,13 @@ def _encode(chunk: list[Any]) -> bytes:
     return wire.encode_link(wire.MSGR, chunk)
 
 
+def _entries(first: int, n: int, size: int) -> list[list[Any]]:
+    return [[bytes([s % 251]) * size, 0, None, s, 1.5] for s in range(first, first + n)]
+
+
 def _relayed(first: int, n: int, size: int) -> list[Any]:
     """A run as a relay's decode gives it: from a one-run MSGR frame, its bytes kept."""
-    entries = [[bytes([s % 251]) * size, 0, None, s, 1.5] for s in range(first, first + n)]
-    frame = wire.encode_link(wire.MSGR, [["T", "A", 1, ["A"], None, entries]])
+    frame = wire.encode_link(wire.MSGR, [["T", "A", 1, ["A"], None, _entries(first, n, size)]])
     (run,) = wire.decode_frame(frame)[1]
     assert len(run) == 7  # (the splice kept its bytes)
     return [*run[:3], ["A", "B"], *run[4:]]
@@ -161,10 +164,6 @@ def test_a_relayed_run_too_large_for_the_next_peer_is_cut_and_packed() -> None:
     assert [n for _, n, _ in frames] == [64, 64, 64, 8]
     got = [e[3] for f, _, _ in frames for r in wire.decode_frame(f)[1] for e in r[5]]
     assert got == list(range(1, 201))
-
-
-def _entries(first: int, n: int, size: int) -> list[list[Any]]:
-    return [[bytes([s % 251]) * size, 0, None, s, 1.5] for s in range(first, first + n)]
 
 
 def test_a_run_that_fits_a_frame_alone_starts_the_next_frame_whole() -> None:

@@ -24,12 +24,6 @@ __all__ = ["ADVERT_BATCH", "advert_chunks", "cut_runs", "queued"]
 #: counts them against its read budget per pass, so a long table costs several passes
 ADVERT_BATCH = 2048
 
-#: how far past ``most`` payload bytes the entries' bytes of a run relayed whole may go
-#: (the per-entry fields and headers of a run the previous node cut at ``most`` payload
-#: bytes); ``most + _SLACK`` is within the peer's limit, since ``most`` is at most the
-#: peer's max_frame_bytes and its limit is that plus LINK_FRAME_SLACK
-_SLACK = LINK_FRAME_SLACK
-
 #: encode(chunk) -> frame bytes
 Encode = Callable[[list[Any]], bytes]
 
@@ -55,38 +49,33 @@ def _pieces(box: list[Any], most: int, exact: bool) -> Iterator[tuple[list[Any],
     payload bytes (a larger message travels alone). A run that fits a frame by itself but
     not what is left of the current one starts the next frame whole; a longer one is split
     where frames end, unless it carries its entries' bytes (relayed whole:
-    :mod:`zbroker.wire.splice`) and they are within ``most`` + _SLACK. Small messages (the
-    common case) need no look at each one unless ``exact`` (a frame came out past the
-    peer's limit: every run is cut by its payloads): the first and last payloads of a
-    stretch tell whether it may be large."""
+    :mod:`zbroker.wire.splice`) and they are within ``most`` + LINK_FRAME_SLACK. Small
+    messages (the common case) need no look at each one unless ``exact`` (a frame came out
+    past the peer's limit: every run is cut by its payloads): the first and last payloads
+    of a stretch tell whether it may be large."""
     chunk: list[Any] = []
     n = size = 0
     for run in box:
         entries = run[5]
         total = len(entries)
-        if len(run) == 7 and not exact and total <= LINK_BATCH and len(run[6]) <= most + _SLACK:
-            # its entries' bytes, kept from the frame that brought it: whole, it is joined
-            # as it came; cut, both pieces would be packed again. So it ends the frame it
-            # would overfill and goes on whole (its size: its bytes' length)
-            if chunk and (n + total > LINK_BATCH or size + len(run[6]) > most):
-                yield chunk, n
-                chunk, n, size = [], 0, 0
-            chunk.append(run)
-            n += total
-            size += len(run[6])
-            if n >= LINK_BATCH or size >= most:
-                yield chunk, n
-                chunk, n, size = [], 0, 0
-            continue
+        spliced = 0 if exact else _spliced_size(run, total, most)
         if chunk and not exact and 0 < total <= LINK_BATCH:
             # a run that fits a frame by itself (its ends' payloads say) but not the rest of
             # this one starts the next frame whole: a node's link runs end where its
             # frames do (node/publishes.py), and a piece of the next run in each frame
             # would leave it two runs, which the next node can only decode and pack again
-            whole = (len(entries[0][0]) + len(entries[-1][0])) * total // 2
-            if whole <= most and (n + total > LINK_BATCH or size + whole > most):
+            whole = spliced or (len(entries[0][0]) + len(entries[-1][0])) * total // 2
+            if (spliced or whole <= most) and (n + total > LINK_BATCH or size + whole > most):
                 yield chunk, n
                 chunk, n, size = [], 0, 0
+        if spliced:
+            chunk.append(run)
+            n += total
+            size += spliced
+            if n >= LINK_BATCH or size >= most:
+                yield chunk, n
+                chunk, n, size = [], 0, 0
+            continue
         start = 0
         while start < total:
             end = min(total, start + LINK_BATCH - n)
@@ -104,6 +93,19 @@ def _pieces(box: list[Any], most: int, exact: bool) -> Iterator[tuple[list[Any],
                 chunk, n, size = [], 0, 0
     if chunk:
         yield chunk, n
+
+
+def _spliced_size(run: list[Any], total: int, most: int) -> int:
+    """The size of a run that carries its entries' bytes (relayed whole: joined as it came;
+    cut, both pieces would be packed again) and so is never cut: its bytes' length, if it
+    holds at most LINK_BATCH messages and its bytes are within ``most`` plus
+    LINK_FRAME_SLACK (the fields and headers of a run the previous node cut at ``most``
+    payload bytes; within the peer's limit, as ``most`` is at most the peer's
+    max_frame_bytes and its limit is that plus LINK_FRAME_SLACK); else 0."""
+    if len(run) != 7 or total > LINK_BATCH:
+        return 0
+    size = len(run[6])
+    return size if size <= most + LINK_FRAME_SLACK else 0
 
 
 def _by_bytes(
