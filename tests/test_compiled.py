@@ -114,6 +114,22 @@ def test_an_extension_not_built_from_its_source_is_not_used(tmp_path: Path) -> N
     assert finder.find_spec("pkg.mod", [str(source.parent)]) is not None
 
 
+def test_a_pxd_companion_is_part_of_what_an_extension_is_built_from(tmp_path: Path) -> None:
+    # Cython compiles a module's .pxd into it (wire/entries.pxd holds C code): an edit of
+    # the .pxd alone makes the extension stale as an edit of the .py does
+    finder, source = _package(tmp_path, hashlib.sha256(b"X = 1\n").hexdigest())
+    companion = source.with_suffix(".pxd")
+    companion.write_text("cdef int Y\n")
+    assert _compiled.built_from(source) is False
+    spec = finder.find_spec("pkg.mod", [str(source.parent)])
+    assert spec is not None and spec.origin == str(source)
+    both = hashlib.sha256(b"X = 1\n" + b"cdef int Y\n").hexdigest()
+    assert _compiled.digest(source) == both
+    (source.parent / ("mod" + _compiled.STAMP)).write_text(both + "\n")
+    assert _compiled.built_from(source) is True
+    assert finder.find_spec("pkg.mod", [str(source.parent)]) is None
+
+
 def test_an_extension_with_no_stamp_is_not_used(tmp_path: Path) -> None:
     finder, source = _package(tmp_path, None)
     spec = finder.find_spec("pkg.mod", [str(source.parent)])

@@ -16,10 +16,12 @@ from hypothesis import strategies as st
 from zbroker import wire
 from zbroker.errors import ProtocolError
 from zbroker.links.flush import _encode_runs
+from zbroker.wire.entries import WRITES
 from zbroker.wire.splice import (
     MSGR_HEAD,
     SPLICE_MIN_BYTES,
     SPLICE_MIN_ENTRIES,
+    WRITE_MIN_ENTRIES,
     spliced,
     spliced_msgr,
 )
@@ -64,9 +66,18 @@ def test_runs_with_and_without_bytes_mix() -> None:
     parts = spliced([first, cut], 6)
     assert parts is not None
     assert b"".join([MSGR_HEAD, *parts]) == _frame([first[:6], cut])
-    assert spliced([first[:6], cut], 6) is None  # nothing to splice: pack as usual
-    assert spliced_msgr([first[:6], cut]) is None
     assert spliced_msgr([first, cut]) == _frame([first[:6], cut])
+    # no run carries bytes: where the entries writer is compiled, runs long enough are
+    # written (the same bytes); else there is nothing to splice: pack as usual
+    plain = spliced([first[:6], cut], 6)
+    if WRITES:
+        assert plain is not None and b"".join([MSGR_HEAD, *plain]) == _frame([first[:6], cut])
+        assert spliced_msgr([first[:6], cut]) == _frame([first[:6], cut])
+    else:
+        assert plain is None
+        assert spliced_msgr([first[:6], cut]) is None
+    short = [*second[:5], second[5][: WRITE_MIN_ENTRIES - 1]]
+    assert spliced([short], 6) is None  # (too short to write: packed in one call)
 
 
 @pytest.mark.parametrize(

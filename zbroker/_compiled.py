@@ -57,6 +57,7 @@ COMPILED = (
     "zbroker.wire.link",
     "zbroker.wire.publish",
     "zbroker.wire.runs",
+    "zbroker.wire.entries",
     "zbroker.routing.dedupe",
     "zbroker.routing.engine",
     "zbroker.links.flush",
@@ -119,8 +120,14 @@ def built_from(source: Path) -> bool | None:
 
 
 def digest(source: Path) -> str:
-    """What a stamp holds: the sha256 of ``source``, in hex."""
-    return hashlib.sha256(source.read_bytes()).hexdigest()
+    """What a stamp holds: the sha256 of ``source``, in hex, and of its ``.pxd`` companion
+    after it where there is one (Cython compiles both into the extension: an edit of
+    either makes the build stale)."""
+    h = hashlib.sha256(source.read_bytes())
+    companion = source.with_suffix(".pxd")
+    if companion.is_file():
+        h.update(companion.read_bytes())
+    return h.hexdigest()
 
 
 def stamped(source: Path, folder: Path) -> bool:

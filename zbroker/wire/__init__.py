@@ -11,6 +11,7 @@ the tests alike; every name is reachable here as ``wire.NAME``:
 * :mod:`.link` — link frames: handshake maps, HEARTBEAT, ADVERT, MSGS, BYE;
 * :mod:`.runs` — MSGR, a link frame's messages as runs;
 * :mod:`.splice` — a relayed run's entries sent on as the bytes they came as;
+* :mod:`.entries` — a run's entries written into msgpack bytes without a Packer;
 * :mod:`.forward` — store-and-forward frames: PMSGS and PACK;
 * :mod:`.queues` — queue group frames: QMSGS and QCAP.
 

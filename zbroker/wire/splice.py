@@ -10,7 +10,10 @@ entries]``, a seventh element: the bytes of its entries array in the frame (a
 ``memoryview``, which no msgpack decode yields, so no peer can send one). A run that goes
 on whole and unchanged carries those bytes along (its entries list is the same object),
 and :func:`spliced` writes the array of such runs by packing only their other fields.
-The wire does not change: what leaves is byte for byte what packing the runs would give.
+A run the node numbered itself (a client's publishes, at the publisher's node) has no
+such bytes, but where the writer of :mod:`.entries` is compiled its entries are written
+into bytes directly, and join the frame the same way. The wire does not change: what
+leaves is byte for byte what packing the runs would give.
 
 Where the entries start is known without parsing them: a one-run frame is ``[MSGR,
 [[fields..., entries]]]``, so they follow the four array and type bytes and the run's five
@@ -24,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from .codec import array_header, packb
+from .entries import WRITES, written
 from .frames import MSGR
 
 __all__ = [
@@ -31,6 +35,7 @@ __all__ = [
     "ONE_RUN",
     "SPLICE_MIN_BYTES",
     "SPLICE_MIN_ENTRIES",
+    "WRITE_MIN_ENTRIES",
     "keep_run_bytes",
     "spliced",
     "spliced_msgr",
@@ -40,6 +45,11 @@ __all__ = [
 #: than packing, which a run this long repays (``bench_runs.py --messages 32``: 1.26x at
 #: 100 B, 1.27x at 1 KiB, a relay's decode and send-on per message)
 SPLICE_MIN_ENTRIES = 32
+#: a run of fewer entries is packed with its fields in one call rather than written
+#: (:mod:`.entries`): below this the calls cost more than the writer saves
+#: (``bench_entries.py``, a MSGR frame of one run at 100 B: 4 entries 1.03 µs packed
+#: against 1.31 spliced, 8 entries 1.48 against 1.39, 32 entries 4.1 against 2.1)
+WRITE_MIN_ENTRIES = 8
 #: (frames shorter than this cannot hold so many: not looked at)
 SPLICE_MIN_BYTES = 1024
 #: a MSGR frame starts with these: array of 2, MSGR (its runs' array follows)
@@ -75,10 +85,12 @@ def spliced_msgr(runs: list[list[Any]]) -> bytes | None:
 
 def spliced(runs: list[list[Any]], width: int) -> list[bytes | memoryview] | None:
     """The msgpack array of ``runs`` (each of ``width`` fields, its entries last) as parts
-    to join, where a run carries its entries' bytes after them (``width + 1`` elements):
-    those go in as they are. None if no run does (pack the array as usual)."""
+    to join: a run that carries its entries' bytes after them (``width + 1`` elements) has
+    those joined in as they are, one of at least WRITE_MIN_ENTRIES entries has them written
+    (:func:`.entries.written`, where compiled), the others are packed. None if no run
+    carries or gets its entries' bytes (pack the array as usual: one call)."""
     for run in runs:
-        if len(run) > width:
+        if len(run) > width or (WRITES and len(run[width - 1]) >= WRITE_MIN_ENTRIES):
             break
     else:
         return None
@@ -86,9 +98,15 @@ def spliced(runs: list[list[Any]], width: int) -> list[bytes | memoryview] | Non
     parts: list[bytes | memoryview] = [array_header(len(runs))]
     for run in runs:
         if len(run) > width:
+            body: bytes | memoryview | None = run[width]
+        elif WRITES and len(run[width - 1]) >= WRITE_MIN_ENTRIES:
+            body = written(run[width - 1])  # (None: an entry with headers; packed)
+        else:
+            body = None
+        if body is None:
+            parts.append(packb(run))
+        else:
             parts.append(head)
             parts.append(packb(run[: width - 1])[1:])  # (its fields: their array's header off)
-            parts.append(run[width])
-        else:
-            parts.append(packb(run))
+            parts.append(body)
     return parts
