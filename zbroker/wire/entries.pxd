@@ -79,7 +79,7 @@ cdef inline object _write(list entries):
         except OverflowError:
             return None
         size = PyBytes_GET_SIZE(payload)
-        if size >= 0x100000000ULL:
+        if size >= 0x100000000LL:
             return None  # (Packer refuses it: let it say so)
         total += 1 + (2 if size < 0x100 else (3 if size < 0x10000 else 5)) + size + 2
         total += _uint_size(s) + 9
