@@ -57,6 +57,7 @@ cdef inline object _write(list entries):
     cdef uint64_t bits
     cdef double d
     cdef unsigned char* p
+    cdef unsigned char* end
     for i in range(n):
         e = <object>PyList_GET_ITEM(entries, i)
         if type(e) is not list or PyList_GET_SIZE(e) != 5:
@@ -83,13 +84,19 @@ cdef inline object _write(list entries):
             return None  # (Packer refuses it: let it say so)
         total += 1 + (2 if size < 0x100 else (3 if size < 0x10000 else 5)) + size + 2
         total += _uint_size(s) + 9
+    # (nothing between the two passes runs Python code or releases the GIL: the entries
+    # are as measured; each is still checked to fit before it is written)
     out = PyBytes_FromStringAndSize(NULL, total)
     p = <unsigned char*>PyBytes_AS_STRING(out)
+    end = p + total
     p = _header(p, 0x90, 0xDC, n, 16)
     for i in range(n):
         e = <object>PyList_GET_ITEM(entries, i)
         payload = <object>PyList_GET_ITEM(e, 0)
         size = PyBytes_GET_SIZE(payload)
+        s = <object>PyList_GET_ITEM(e, 3)
+        if end - p < 1 + (2 if size < 0x100 else (3 if size < 0x10000 else 5)) + size + 2 + _uint_size(s) + 9:
+            return None
         p[0] = 0x95
         p = _header(p + 1, 0xC4, 0xC5, size, 0x100)
         memcpy(p, PyBytes_AS_STRING(payload), size)
@@ -97,7 +104,6 @@ cdef inline object _write(list entries):
         p[0] = 1 if <object>PyList_GET_ITEM(e, 1) == 1 else 0
         p[1] = 0xC0
         p += 2
-        s = <object>PyList_GET_ITEM(e, 3)
         if s < 0x80:
             p[0] = <unsigned char>s
             p += 1
