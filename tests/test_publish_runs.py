@@ -340,14 +340,48 @@ _MESSAGE = st.tuples(
 )
 
 
+def _joined(entry: publish_wire.Entry) -> bytes:
+    """An entry's bytes (a large payload's entry is its parts)."""
+    return b"".join(entry) if isinstance(entry, tuple) else entry
+
+
 @pytest.mark.parametrize("size", [0, 1, 255, 256, 1024, 65535, 65536, 70_000])
 def test_an_entry_of_any_size_is_what_msgpack_would_write(size: int) -> None:
-    """Each payload size's header (bin8, bin16, bin32), built without msgpack."""
+    """Each payload size's header (bin8, bin16, bin32), built without msgpack; a payload
+    of 256 B or more without headers is not copied into its entry (its parts, the payload
+    itself among them, are joined only with the batch), and alone it leaves as the publish
+    frame msgpack would write."""
     payload = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
+    head = b"\x94" + pack("T")
     for value, headers in ((payload, None), (size, None), (payload, {"k": 1})):
-        entry = publisher._entry("T", b"\x94" + pack("T"), value, headers)
+        entry = publisher._entry("T", head, value, headers)
         raw, fmt = encode_payload(value)
-        assert entry == pack([raw, fmt, headers])
+        assert _joined(entry) == pack([raw, fmt, headers])
+        assert publish_wire.frame_of(head, entry) == pack(["T", raw, fmt, headers])
+        assert publish_wire.entry_frame("T", entry) == pack(["T", raw, fmt, headers])
+    parts = publisher._entry("T", head, payload, None)
+    if size >= 256:
+        assert isinstance(parts, tuple) and parts[1] is payload
+    else:
+        assert type(parts) is bytes
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [[10, 300, 10], [300, 10, 300], [300, 300], [10, 10], [10, 70_000, 20, 5]],
+)
+def test_runs_of_small_and_large_payloads_join_into_the_frame_msgpack_would_write(
+    sizes: list[int],
+) -> None:
+    # a large payload's entry is its parts (joined only here), a small one's its bytes:
+    # a run of either, or of both in any order, leaves as packing the runs gives
+    head = b"\x94" + pack("T")
+    payloads = [bytes([i]) * n for i, n in enumerate(sizes)]
+    pairs = [("T", publisher._entry("T", head, p, None)) for p in payloads]
+    pairs.append(("U", publisher._entry("U", b"\x94" + pack("U"), payloads[0], None)))
+    batch, starts = publish_wire.runs_of(pairs)
+    want = [["T", [[p, 0, None] for p in payloads]], ["U", [[payloads[0], 0, None]]]]
+    assert publish_wire.batch_frame(batch, starts, True) == pack(want)
 
 
 @settings(max_examples=200, deadline=None)
@@ -362,7 +396,7 @@ def test_a_batch_is_what_msgpack_would_write(messages: list[Any]) -> None:
         head = b"\x94" + pack(topic)
         entry = publisher._entry(topic, head, payload, headers)
         raw, fmt = encode_payload(payload)
-        assert entry == pack([raw, fmt, headers])
+        assert _joined(entry) == pack([raw, fmt, headers])
         pairs.append((topic, entry))
         if want and want[-1][0] == topic:
             want[-1][1].append([raw, fmt, headers])

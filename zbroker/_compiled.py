@@ -71,6 +71,7 @@ COMPILED = (
     "zbroker.node.selected",
     "zbroker.client.messages",
     "zbroker.client.publisher",
+    "zbroker.client.publish_wire",
     "zbroker.client.subscriber",
     "zbroker.client.thread",
 )

@@ -16,8 +16,11 @@ from .. import wire
 from ..errors import PayloadError
 
 __all__ = [
+    "Entry",
     "batch_frame",
     "entry_frame",
+    "entry_size",
+    "frame_of",
     "pairs",
     "persistent_body",
     "runs_of",
@@ -30,6 +33,12 @@ _array_header = wire.array_header
 # isinstance(k, str) without a generator's Python frame per header name
 _is_str = str.__instancecheck__
 
+#: a batched message's ``[payload, fmt, headers]`` encoded: its bytes, or for a payload
+#: of 256 B or more without headers the parts that make them (header, the payload itself,
+#: format and nil), joined only into the batch's frame: a large payload is copied once on
+#: its way to the socket, not also into an entry of its own
+Entry = bytes | tuple[bytes, bytes, bytes]
+
 
 def with_headers(topic: str, raw: bytes, fmt: int, headers: Any) -> bytes:
     """A publish frame with headers, which are checked here: they come from the caller."""
@@ -41,13 +50,28 @@ def with_headers(topic: str, raw: bytes, fmt: int, headers: Any) -> bytes:
         raise PayloadError(f"headers cannot be encoded with msgpack: {exc}") from exc
 
 
-def entry_frame(topic: str, entry: bytes) -> bytes:
+def entry_frame(topic: str, entry: Entry) -> bytes:
     """A batched message (``entry``: ``[payload, fmt, headers]`` encoded) as a publish
     frame of its own: ``[topic, payload, fmt, headers]``."""
-    return b"\x94" + _packb(topic) + entry[1:]
+    return frame_of(b"\x94" + _packb(topic), entry)
 
 
-def batch_frame(batch: list[bytes], starts: list[tuple[str, int]], runs: bool) -> bytes:
+def entry_size(entry: Entry) -> int:
+    """The bytes of ``entry`` (for one made of parts, their sum)."""
+    if isinstance(entry, tuple):
+        return len(entry[0]) + len(entry[1]) + len(entry[2])
+    return len(entry)
+
+
+def frame_of(head: bytes, entry: Entry) -> bytes:
+    """``entry`` as a publish frame of its own on the topic whose frames start with
+    ``head`` (``[topic`` encoded: the entry's fields follow, its array header off)."""
+    if isinstance(entry, tuple):
+        return b"".join((head, entry[0][1:], entry[1], entry[2]))
+    return head + entry[1:]
+
+
+def batch_frame(batch: list[Entry], starts: list[tuple[str, int]], runs: bool) -> bytes:
     """A batch of encoded entries, in runs that start where ``starts`` say (per run its
     topic and first index), as one frame: a batch of runs for a node that reads them
     (``runs``: the entries' bytes joined under their heads, nothing encoded again), else
@@ -55,25 +79,42 @@ def batch_frame(batch: list[bytes], starts: list[tuple[str, int]], runs: bool) -
     if not runs:
         frames = [entry_frame(topic, e) for topic, e in pairs(batch, starts)]
         return frames[0] if len(frames) == 1 else _packb(frames)
-    parts = [_array_header(len(starts))]
+    parts: list[Any] = [_array_header(len(starts))]
     for topic, start, end in _spans(batch, starts):
         parts.append(b"\x92" + _packb(topic) + _array_header(end - start))
-        parts += batch[start:end]
-    return b"".join(parts)
+        if isinstance(batch[start], tuple) or isinstance(batch[end - 1], tuple):
+            parts += _flat(batch[start:end])  # (large payloads: their entries' parts)
+        else:
+            parts += batch[start:end]  # (small ones: no look at each entry)
+    try:
+        return b"".join(parts)
+    except TypeError:  # a run of small payloads at its ends held a large one between
+        return b"".join(_flat(parts))
 
 
-def runs_of(pairs: list[tuple[str, bytes]]) -> tuple[list[bytes], list[tuple[str, int]]]:
+def _flat(entries: list[Any]) -> list[bytes]:
+    """``entries`` with each entry's parts in its place (:data:`Entry`)."""
+    flat: list[bytes] = []
+    for entry in entries:
+        if isinstance(entry, tuple):
+            flat += entry
+        else:
+            flat.append(entry)
+    return flat
+
+
+def runs_of(pairs: list[tuple[str, Entry]]) -> tuple[list[Entry], list[tuple[str, int]]]:
     """A batch and its runs' starts (see :func:`batch_frame`) of ``(topic, entry)``."""
     starts = [(t, i) for i, (t, _) in enumerate(pairs) if not i or t != pairs[i - 1][0]]
     return [e for _, e in pairs], starts
 
 
-def pairs(batch: list[bytes], starts: list[tuple[str, int]]) -> list[tuple[str, bytes]]:
+def pairs(batch: list[Entry], starts: list[tuple[str, int]]) -> list[tuple[str, Entry]]:
     """Each entry of a batch with its run's topic."""
     return [(topic, e) for topic, start, end in _spans(batch, starts) for e in batch[start:end]]
 
 
-def _spans(batch: list[bytes], starts: list[tuple[str, int]]) -> list[tuple[str, int, int]]:
+def _spans(batch: list[Entry], starts: list[tuple[str, int]]) -> list[tuple[str, int, int]]:
     """Per run of a batch: its topic, first index and end."""
     ends = [i for _, i in starts[1:]]
     ends.append(len(batch))

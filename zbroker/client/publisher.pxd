@@ -23,4 +23,4 @@ cdef class Publisher:
 
 
 @cython.locals(n=Py_ssize_t)
-cpdef bytes _entry(str topic, bytes head, object payload, object headers)
+cpdef object _entry(str topic, bytes head, object payload, object headers)

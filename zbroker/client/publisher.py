@@ -20,7 +20,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import zmq
 import zmq.backend
@@ -39,7 +39,7 @@ from . import publish_wire
 from .credentials import Credentials
 from .messages import encode_payload
 from .persistent import Persistent
-from .publish_wire import batch_frame, too_large, with_headers
+from .publish_wire import Entry, batch_frame, entry_size, frame_of, too_large, with_headers
 from .push import new_push
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ class Publisher:
         # publish() made them (the headers as they were then), in runs of one topic (per
         # run its topic and first index); it leaves once past _batch_full bytes (as
         # publish frames count)
-        self._batch: list[bytes] = []
+        self._batch: list[Entry] = []
         self._starts: list[tuple[str, int]] = []
         self._run_head: bytes | None = None  # the last run's topic head (None: start one)
         self._batch_bytes = 0
@@ -136,12 +136,13 @@ class Publisher:
         if self._closed:
             raise ClientClosed("client is closed")
         head = self._topic_heads.get(topic) or self._topic_head(topic)
-        entry = _entry(topic, head, payload, headers)
-        size = len(head) + len(entry) - 1  # as a publish frame of its own
+        entry = _entry(topic, head, payload, headers)  # (bytes, or a large payload's parts)
+        n = len(entry)  # (3: its parts, see publish_wire.Entry; any entry's bytes are longer)
+        size = len(head) - 1 + (n if n != 3 else entry_size(entry))  # as a frame of its own
         if self._frame_max and size > self._frame_max:
             raise PayloadError(too_large(size, self._frame_max))  # the node would drop it
         if self._fanout is not None:
-            return self._fanout.publish(head + entry[1:])
+            return self._fanout.publish(frame_of(head, entry))
         with self._lock:
             if self._closed:
                 raise ClientClosed("client is closed")
@@ -170,7 +171,7 @@ class Publisher:
                     return None
                 wait, queued = entry, True  # no room: until it has left
             else:
-                wait, queued = head + entry[1:], False  # the publish frame
+                wait, queued = frame_of(head, entry), False  # the publish frame
                 if not batch or self._flush_batch(now):  # what came before leaves first
                     try:
                         self._send(wait, _NOBLOCK)
@@ -195,7 +196,7 @@ class Publisher:
         """Check every topic afresh (another node, other permissions)."""
         self._topic_heads.clear()
 
-    def _wait_taken(self, item: bytes, queued: bool) -> None:
+    def _wait_taken(self, item: Entry, queued: bool) -> None:
         """No room, or between nodes during a failover: wait until ``item`` (a frame, or
         if ``queued`` a batched entry) has left, without holding the lock between tries,
         so the client thread can connect the next node. PublishTimeout after
@@ -206,12 +207,12 @@ class Publisher:
                 if self._closed:
                     raise ClientClosed("client is closed")
                 now = _monotonic()
-                if queued:  # (each entry is its own bytes object: identity finds it)
+                if queued:  # (each entry is its own object: identity finds it)
                     if not any(e is item for e in self._batch) or self._flush_batch(now):
                         return  # it has left (here, or from another thread)
                 elif not self._batch or self._flush_batch(now):
                     try:
-                        self._send(item, _NOBLOCK)
+                        self._send(cast("bytes", item), _NOBLOCK)  # (a frame, not queued)
                         self._last_send = now
                         return
                     except zmq.Again:
@@ -227,7 +228,7 @@ class Publisher:
                     )
             self._push.poll(int(min(left, 0.05) * 1000) + 1, zmq.POLLOUT)
 
-    def _keep(self, pairs: list[tuple[str, bytes]]) -> None:
+    def _keep(self, pairs: list[tuple[str, Entry]]) -> None:
         """Make the batch these ``(topic, entry)`` (under the lock)."""
         self._batch[:], self._starts[:] = publish_wire.runs_of(pairs)
         self._run_head = None  # (the next publish starts a run)
@@ -383,17 +384,17 @@ class Publisher:
             self._fanout.close(linger)
 
 
-def _entry(topic: str, head: bytes, payload: Any, headers: Any) -> bytes:
-    """A message's ``[payload, fmt, headers]``, encoded: without headers as msgpack would
-    write it, without a call to it; with headers (checked) cut from its publish frame,
-    which is the topic's ``head`` and then these three fields."""
+def _entry(topic: str, head: bytes, payload: Any, headers: Any) -> Entry:
+    """A message's ``[payload, fmt, headers]``, encoded (:data:`.publish_wire.Entry`):
+    without headers as msgpack would write it, without a call to it (256 B or more: its
+    parts, the payload not copied); with headers (checked) cut from its publish frame."""
     raw, fmt = (payload, _FMT_BYTES) if type(payload) is bytes else encode_payload(payload)
     if headers is None:
         n = len(raw)
         tail = b"\x00\xc0" if fmt == 0 else b"\x01\xc0"
         if n < 256:
             return _ENTRY_BIN8[n] + raw + tail
-        # larger: one copy (a join, not two concatenations), the common header packed in C
+        # larger: the parts, joined once with the batch's frame (the common header in C)
         pre = _ENTRY_BIN16(0x93, 0xC5, n) if n < 65536 else b"\x93" + _bin_header(n)
-        return b"".join((pre, raw, tail))
+        return (pre, raw, tail)
     return b"\x93" + with_headers(topic, raw, fmt, headers)[len(head) :]
