@@ -19,7 +19,6 @@ __all__ = [
     "Entry",
     "batch_frame",
     "entry_frame",
-    "entry_size",
     "frame_of",
     "pairs",
     "persistent_body",
@@ -54,13 +53,6 @@ def entry_frame(topic: str, entry: Entry) -> bytes:
     """A batched message (``entry``: ``[payload, fmt, headers]`` encoded) as a publish
     frame of its own: ``[topic, payload, fmt, headers]``."""
     return frame_of(b"\x94" + _packb(topic), entry)
-
-
-def entry_size(entry: Entry) -> int:
-    """The bytes of ``entry`` (for one made of parts, their sum)."""
-    if isinstance(entry, tuple):
-        return len(entry[0]) + len(entry[1]) + len(entry[2])
-    return len(entry)
 
 
 def frame_of(head: bytes, entry: Entry) -> bytes:

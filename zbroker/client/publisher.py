@@ -39,7 +39,7 @@ from . import publish_wire
 from .credentials import Credentials
 from .messages import encode_payload
 from .persistent import Persistent
-from .publish_wire import Entry, batch_frame, entry_size, frame_of, too_large, with_headers
+from .publish_wire import Entry, batch_frame, frame_of, too_large, with_headers
 from .push import new_push
 
 if TYPE_CHECKING:
@@ -136,9 +136,9 @@ class Publisher:
         if self._closed:
             raise ClientClosed("client is closed")
         head = self._topic_heads.get(topic) or self._topic_head(topic)
-        entry = _entry(topic, head, payload, headers)  # (bytes, or a large payload's parts)
+        entry: Any = _entry(topic, head, payload, headers)  # (bytes, or a large one's parts)
         n = len(entry)  # (3: its parts, see publish_wire.Entry; any entry's bytes are longer)
-        size = len(head) - 1 + (n if n != 3 else entry_size(entry))  # as a frame of its own
+        size = len(head) - 1 + (n if n != 3 else len(entry[0]) + len(entry[1]) + 2)
         if self._frame_max and size > self._frame_max:
             raise PayloadError(too_large(size, self._frame_max))  # the node would drop it
         if self._fanout is not None:
