@@ -22,6 +22,12 @@ cdef inline Py_ssize_t _uint_size(unsigned long long v) noexcept nogil:
     return 9
 
 
+cdef inline Py_ssize_t _entry_size(Py_ssize_t size, unsigned long long s) noexcept nogil:
+    """Bytes of an entry of a ``size``-byte payload and sequence ``s``: its array header,
+    the bin header and payload, format and nil, the sequence, the float64 time."""
+    return 1 + (2 if size < 0x100 else (3 if size < 0x10000 else 5)) + size + 2 + _uint_size(s) + 9
+
+
 cdef inline unsigned char* _big(unsigned char* p, unsigned long long v, int n) noexcept nogil:
     """``v``'s ``n`` low bytes at ``p``, big-endian; returns the next position."""
     cdef int k
@@ -82,8 +88,7 @@ cdef inline object _write(list entries):
         size = PyBytes_GET_SIZE(payload)
         if size >= 0x100000000LL:
             return None  # (Packer refuses it: let it say so)
-        total += 1 + (2 if size < 0x100 else (3 if size < 0x10000 else 5)) + size + 2
-        total += _uint_size(s) + 9
+        total += _entry_size(size, s)
     # (nothing between the two passes runs Python code or releases the GIL: the entries
     # are as measured; each is still checked to fit before it is written)
     out = PyBytes_FromStringAndSize(NULL, total)
@@ -95,7 +100,7 @@ cdef inline object _write(list entries):
         payload = <object>PyList_GET_ITEM(e, 0)
         size = PyBytes_GET_SIZE(payload)
         s = <object>PyList_GET_ITEM(e, 3)
-        if end - p < 1 + (2 if size < 0x100 else (3 if size < 0x10000 else 5)) + size + 2 + _uint_size(s) + 9:
+        if end - p < _entry_size(size, s):
             return None
         p[0] = 0x95
         p = _header(p + 1, 0xC4, 0xC5, size, 0x100)
