@@ -87,22 +87,22 @@ def spliced(runs: list[list[Any]], width: int) -> list[bytes | memoryview] | Non
     """The msgpack array of ``runs`` (each of ``width`` fields, its entries last) as parts
     to join: a run that carries its entries' bytes after them (``width + 1`` elements) has
     those joined in as they are, one of at least WRITE_MIN_ENTRIES entries has them written
-    (:func:`.entries.written`, where compiled: None for an entry with headers), the others
-    are packed. None if no run carries or gets its entries' bytes (pack the array as
-    usual: one call)."""
-    bodies = [
-        run[width]
-        if len(run) > width
-        else written(run[width - 1])
-        if WRITES and len(run[width - 1]) >= WRITE_MIN_ENTRIES
-        else None
-        for run in runs
-    ]
-    if bodies.count(None) == len(bodies):
+    (:func:`.entries.written`, where compiled), the others are packed. None if no run
+    carries or gets its entries' bytes (pack the array as usual: one call)."""
+    for run in runs:
+        if len(run) > width or (WRITES and len(run[width - 1]) >= WRITE_MIN_ENTRIES):
+            break
+    else:
         return None
     head = _HEADS[width]
     parts: list[bytes | memoryview] = [array_header(len(runs))]
-    for run, body in zip(runs, bodies, strict=True):
+    for run in runs:
+        if len(run) > width:
+            body: bytes | memoryview | None = run[width]
+        elif WRITES and len(run[width - 1]) >= WRITE_MIN_ENTRIES:
+            body = written(run[width - 1])  # (None: an entry with headers; packed)
+        else:
+            body = None
         if body is None:
             parts.append(packb(run))
         else:
