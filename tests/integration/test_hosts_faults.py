@@ -56,6 +56,19 @@ def gaps(seen: set[int]) -> list[tuple[int, int]]:
     return out
 
 
+def after_restart(pub: Publisher, seen: set[int], eps: dict[str, str], host: Any) -> str:
+    """What a failure after the restart shows: what is missing, every node's forward
+    status (their queues and what they hold), and the restarted host's log."""
+    lines = [f"sent {pub.sent}, error {pub.error!r}, missing ranges {gaps(seen | {N})[:20]}"]
+    for name, endpoint in eps.items():
+        try:
+            lines.append(f"{name} forward: {status(endpoint)['forward']}")
+        except Exception as exc:  # a node that does not answer is itself the finding
+            lines.append(f"{name} status failed: {exc!r}")
+    lines.append(f"restarted host's stderr (tail): {host.stderr_text()[-4000:]}")
+    return "\n".join(lines)
+
+
 def check_once(events: list[tuple[int, bool]], n: int) -> None:
     """Every message 0..n-1 seen; a repeat only flagged redelivered (the order across a
     host's failure is not promised: what the dead host had taken comes when it returns)."""
@@ -130,11 +143,8 @@ def test_a_host_killed_under_a_persistent_stream(
     assert sent_to_c(ep(other)) > 0
     time.sleep(0.5)
     start(first)  # hands on what it had taken before it died
-    assert wait_until(lambda: progress(N), WAIT * 2), (
-        pub.sent,
-        pub.error,
-        sorted(set(range(N)) - {p for p, _ in seen.events})[:20],
-        status(ep("P"))["forward"],
+    assert wait_until(lambda: progress(N), WAIT * 2), after_restart(
+        pub, {p for p, _ in seen.events}, {n: ep(n) for n in DIALS}, nodes[first]
     )
     pub.join(WAIT)
     assert pub.error is None, pub.error
