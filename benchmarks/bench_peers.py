@@ -30,6 +30,11 @@ Systems, every process on 127.0.0.1 only:
   ``-a 127.0.0.1``; the chain is a cluster whose routes listen on 127.0.0.1 (B routes to A,
   C to B). NATS gossips routes into a full mesh, so its "chain" delivers A -> C in one
   route hop: a NATS cluster cannot be a line. ``nats-py`` clients (asyncio).
+* relays, the floor (``peer_relays.py``): the same processes with no broker, each node a
+  bare pyzmq relay (a frame in, the same frame out), one frame per message, the
+  subscriber's callbacks on a thread. At 2,000 msg/s it is what a line of pyzmq processes
+  cannot go below on this machine (libzmq's thread wake-ups per hop); its flood rows are
+  shown, not compared (nothing batches).
 
 Systems alternate round by round (the order rotates), and each round starts and stops its
 own topology per system. The table gives per row the median over rounds (min-max when
@@ -62,14 +67,25 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_network as bnet  # zbroker's chain, as the network benchmark starts it
 import bench_node as bn  # roles' helpers, /proc accounting, latency statistics
+import peer_relays  # the floor: bare pyzmq relays
 from _common import snapshot_sources
 
 log = bn.log
 HOST = "127.0.0.1"
-SYSTEMS = ("zbroker", "zenoh", "nats")
+SYSTEMS = ("zbroker", "zenoh", "nats", "relays")
 SIZES = (100, 1024)
-TOPIC = {"zbroker": "BENCH.DATA", "zenoh": "bench/data", "nats": "BENCH.DATA"}
-WARM = {"zbroker": "BENCH.WARM", "zenoh": "bench/warm", "nats": "BENCH.WARM"}
+TOPIC = {
+    "zbroker": "BENCH.DATA",
+    "zenoh": "bench/data",
+    "nats": "BENCH.DATA",
+    "relays": "BENCH.DATA",
+}
+WARM = {
+    "zbroker": "BENCH.WARM",
+    "zenoh": "bench/warm",
+    "nats": "BENCH.WARM",
+    "relays": "BENCH.WARM",
+}
 BENCH_EXTRA = "pip install -e '.[bench]'"
 
 
@@ -121,6 +137,8 @@ def _sync_client(system: str, endpoint: str) -> tuple[Any, Any, Any]:
             lambda t, cb: client.subscribe(t, lambda m: cb(m.payload)),
             client.close,
         )
+    if system == "relays":
+        return peer_relays.client(endpoint)
     import zenoh
 
     session = zenoh.open(_zenoh_config("client", None, [int(endpoint)]))
@@ -497,7 +515,12 @@ def _start_zbroker(ctx: Any, hops: int, tmp: str) -> dict[str, Any]:
     }
 
 
-STARTERS = {"zbroker": _start_zbroker, "zenoh": _start_zenoh, "nats": _start_nats}
+STARTERS = {
+    "zbroker": _start_zbroker,
+    "zenoh": _start_zenoh,
+    "nats": _start_nats,
+    "relays": peer_relays.start,
+}
 
 
 def _stop_topology(topo: dict[str, Any]) -> None:
