@@ -12,9 +12,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
+
+if TYPE_CHECKING:
+    from .. import _cython as cython  # (typed: Cython's own module has no stubs)
+else:
+    try:
+        import cython  # compiled: the compiler's; from the sources: Cython's no-ops
+    except ImportError:  # the sources without Cython installed
+        from .. import _cython as cython
 
 from .. import wire
 from ..errors import PayloadError, ProtocolError
@@ -56,6 +64,8 @@ class MessageId:
         return f"{self.origin}:{self.incarnation}:{self.seq}"
 
 
+@cython.no_gc
+@cython.cclass
 class Message:
     """A delivered message (treat as read-only).
 
@@ -65,7 +75,10 @@ class Message:
     delivered for. ``id`` is the :class:`MessageId` the origin node assigned.
 
     A plain slotted class rather than a frozen dataclass: one is built per delivery, and a
-    frozen dataclass's ``__init__`` costs about 1.5 us more per message.
+    frozen dataclass's ``__init__`` costs about 1.5 us more per message. Compiled, it is an
+    extension type the cyclic garbage collector does not track (``messages.pxd``): a
+    tracked object per delivery made a flooded subscriber run the collector every few
+    hundred messages. It holds only its fields, which never refer back to it.
 
     A stateful topic's update carries ``version`` (and ``removed`` for a removal); a
     value from a snapshot or a fetch is ``initial`` (see :mod:`zbroker.stateful`).
@@ -74,7 +87,7 @@ class Message:
     initial = False  # (a class attribute: InitialMessage says True; no per-message cost)
 
     __slots__ = (
-        "headers",
+        "_headers",
         "incarnation",
         "log_seq",
         "origin",
@@ -93,7 +106,7 @@ class Message:
         topic: str,
         payload: Any,
         payload_type: str,
-        headers: dict[str, Any],
+        headers: dict[str, Any] | None,
         origin: str,
         incarnation: int,
         seq: int,
@@ -110,7 +123,7 @@ class Message:
         self.topic = topic
         self.payload = payload
         self.payload_type = payload_type
-        self.headers = headers
+        self._headers = headers  # (None or empty: a dict made when first asked for)
         self.origin = origin
         self.incarnation = incarnation
         self.seq = seq
@@ -119,19 +132,35 @@ class Message:
         self.raw = raw
 
     @property
+    def headers(self) -> dict[str, Any]:
+        """The publisher's headers (a dict; empty when it sent none). Made when first
+        read for a message that came without any: a dict per delivery, read or not, made
+        a flooded subscriber run the garbage collector (each is a tracked allocation)."""
+        h = self._headers
+        if not h:
+            h = self._headers = {}
+        return h
+
+    @headers.setter
+    def headers(self, value: dict[str, Any]) -> None:
+        self._headers = value
+
+    @property
     def id(self) -> MessageId:
         return MessageId(self.origin, self.incarnation, self.seq)
 
     @property
     def version(self) -> int | None:
         """A stateful topic's version (None: a plain message)."""
-        v = self.headers.get("zb.version") if self.headers else None
+        h = self._headers
+        v = h.get("zb.version") if h else None
         return v if type(v) is int else None
 
     @property
     def removed(self) -> bool:
         """A stateful topic's removal."""
-        return bool(self.headers.get("zb.removed")) if self.headers else False
+        h = self._headers
+        return bool(h.get("zb.removed")) if h else False
 
     def __repr__(self) -> str:
         return (
@@ -143,9 +172,16 @@ class Message:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Message):
             return NotImplemented
-        return all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+        return all(getattr(self, k) == getattr(other, k) for k in _FIELDS)
 
     __hash__ = None  # type: ignore[assignment]
+
+
+#: Message's fields (an extension type has no ``__slots__`` to read them from)
+_FIELDS = (
+    "headers", "incarnation", "log_seq", "origin", "pattern", "payload", "payload_type",
+    "raw", "redelivered", "seq", "timestamp", "topic",
+)  # fmt: skip
 
 
 def message_from_fields(pattern: str, fields: list[Any]) -> Message:
@@ -158,14 +194,14 @@ def message_from_fields(pattern: str, fields: list[Any]) -> Message:
     if type(topic) is not str or type(raw) is not bytes:
         raise ProtocolError("bad_type", "delivery envelope has wrong field types")
     if fmt == _FMT_BYTES:  # the common case first, against module constants
-        return Message(topic, raw, "bytes", headers or {}, origin, inc, seq, ts, pattern, raw)
+        return Message(topic, raw, "bytes", headers, origin, inc, seq, ts, pattern, raw)
     if fmt != _FMT_MSGPACK:
         raise ProtocolError("bad_type", f"unknown payload format {fmt!r}")
     try:
         payload = msgpack.unpackb(raw, raw=False, strict_map_key=False)
     except (ValueError, msgpack.UnpackException) as exc:
         raise ProtocolError("not_msgpack", "payload marked msgpack does not decode") from exc
-    return Message(topic, payload, "msgpack", headers or {}, origin, inc, seq, ts, pattern, raw)
+    return Message(topic, payload, "msgpack", headers, origin, inc, seq, ts, pattern, raw)
 
 
 def messages_from_envelopes(pattern: str, envelopes: list[list[Any]]) -> list[Message]:
@@ -175,7 +211,7 @@ def messages_from_envelopes(pattern: str, envelopes: list[list[Any]]) -> list[Me
     A bytes payload with a string topic (what a flood is made of) is built inline, one
     call per message fewer; anything else goes through :func:`message_from_fields`."""
     return [
-        Message(topic, raw, "bytes", headers or {}, origin, inc, seq, ts, pattern, raw)
+        Message(topic, raw, "bytes", headers, origin, inc, seq, ts, pattern, raw)
         if fmt == _FMT_BYTES and type(topic) is str and type(raw) is bytes
         else message_from_fields(pattern, [topic, raw, fmt, headers, origin, inc, seq, ts])
         for topic, raw, fmt, headers, origin, inc, seq, ts in envelopes
@@ -188,7 +224,7 @@ def messages_from_runs(pattern: str, runs: list[list[Any]]) -> list[Message]:
     lengths): what :func:`messages_from_envelopes` gives for the same messages spelled
     out, built without spelling them out."""
     return [
-        Message(topic, raw, "bytes", headers or {}, origin, inc, seq, ts, pattern, raw)
+        Message(topic, raw, "bytes", headers, origin, inc, seq, ts, pattern, raw)
         if fmt == _FMT_BYTES and type(topic) is str and type(raw) is bytes
         else message_from_fields(pattern, [topic, raw, fmt, headers, origin, inc, seq, ts])
         for topic, origin, inc, entries in runs

@@ -46,9 +46,12 @@ def value_message(pattern: str, v: Value) -> Message:
     headers = dict(v[3]) if v[3] else {}
     headers[VERSION] = v[4]
     headers[OWNER] = v[5]
-    msg = message_from_fields(pattern, [v[0], v[1], v[2], headers, v[5], 0, 0, v[6]])
-    msg.__class__ = InitialMessage
-    return msg
+    m = message_from_fields(pattern, [v[0], v[1], v[2], headers, v[5], 0, 0, v[6]])
+    # (made anew, not re-classed: a compiled Message's class cannot be assigned)
+    return InitialMessage(
+        m.topic, m.payload, m.payload_type, m.headers, m.origin, m.incarnation, m.seq,
+        m.timestamp, m.pattern, m.raw,
+    )  # fmt: skip
 
 
 def _stamp(msg: Message) -> tuple[str, int, str, int] | None:
