@@ -429,18 +429,7 @@ def relay_hop_main(q: Any, stop: Any, tag: str, upstream_port: int | None) -> No
         sock.setsockopt(zmq.LINGER, 0)
     out_port = out.bind_to_random_port(f"tcp://{HOST}", 20000, 60000)
     q.put((tag, {"in_port": in_port, "out_port": out_port}))
-    recv, send, noblock, again = inp.recv, out.send, zmq.NOBLOCK, zmq.Again
-    poller = zmq.Poller()
-    poller.register(inp, zmq.POLLIN)
-    while not stop.is_set():
-        if not poller.poll(200):
-            continue
-        for _ in range(512):
-            try:
-                frame = recv(noblock)
-            except again:
-                break
-            send(frame)
+    bn.drain_loop(inp, out.send, stop, 200)
     inp.close()
     out.close()
     ctx.term()

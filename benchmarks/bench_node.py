@@ -229,6 +229,24 @@ def raw_sub(
     ctx.term()
 
 
+def drain_loop(sock: Any, handle: Any, stop: Any, poll_ms: int) -> None:
+    """Until ``stop`` is set: wait for ``sock`` to be readable, then hand each frame it
+    holds to ``handle`` (at most 512 per wake-up). The bare relays' loop and the
+    reference subscriber's: nothing else per frame."""
+    recv, noblock, again = sock.recv, zmq.NOBLOCK, zmq.Again
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    while not stop.is_set():
+        if not poller.poll(poll_ms):
+            continue
+        for _ in range(512):
+            try:
+                frame = recv(noblock)
+            except again:
+                break
+            handle(frame)
+
+
 def relay_main(q: Any, stop: Any) -> None:
     """Reference forwarder, same topology as a node: PULL -> PUB in one Python loop.
 
@@ -245,18 +263,7 @@ def relay_main(q: Any, stop: Any) -> None:
     in_port = pull.bind_to_random_port(f"tcp://{HOST}", 20000, 60000)
     out_port = pub.bind_to_random_port(f"tcp://{HOST}", 20000, 60000)
     q.put(("relay", {"in_port": in_port, "out_port": out_port}))
-    recv, send, noblock, again = pull.recv, pub.send, zmq.NOBLOCK, zmq.Again
-    poller = zmq.Poller()
-    poller.register(pull, zmq.POLLIN)
-    while not stop.is_set():
-        if not poller.poll(200):
-            continue
-        for _ in range(512):
-            try:
-                frame = recv(noblock)
-            except again:
-                break
-            send(frame)
+    drain_loop(pull, pub.send, stop, 200)
     pull.close()
     pub.close()
     ctx.term()

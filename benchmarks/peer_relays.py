@@ -80,21 +80,13 @@ def client(endpoint: str) -> tuple[Any, Any, Any]:
             state["thread"].start()
 
     def _deliver(sub: Any) -> None:
-        poller = zmq.Poller()
-        poller.register(sub, zmq.POLLIN)
-        recv, noblock, again = sub.recv, zmq.NOBLOCK, zmq.Again
-        while not stop.is_set():
-            if not poller.poll(100):
-                continue
-            for _ in range(512):
-                try:
-                    frame = recv(noblock)
-                except again:
-                    break
-                key, _, payload = frame.partition(b" ")
-                cb = callbacks.get(key)
-                if cb is not None:
-                    cb(payload)
+        def one(frame: bytes) -> None:
+            key, _, payload = frame.partition(b" ")
+            cb = callbacks.get(key)
+            if cb is not None:
+                cb(payload)
+
+        bn.drain_loop(sub, one, stop, 100)
 
     def close() -> None:
         stop.set()
