@@ -79,6 +79,9 @@ def test_an_initial_message_is_made_anew_with_its_version() -> None:
     assert type(m) is InitialMessage and m.initial
     assert m.headers == {"h": 1, "zb.version": 4, "zb.owner": "B"}
     assert m.version == 4 and m.payload == b"v" and m.timestamp == 2.5
+    other = value_message("S.>", ["S.a", b"w", wire.FMT_BYTES, {"h": 1}, 4, "B", 2.5, None])
+    # (equality compares every field: it once read InitialMessage's empty __slots__)
+    assert m != other and m == value_message("S.>", ["S.a", b"v", 0, {"h": 1}, 4, "B", 2.5, None])
 
 
 def test_messages_run_from_their_source_without_cython() -> None:

@@ -78,7 +78,8 @@ class Message:
     frozen dataclass's ``__init__`` costs about 1.5 us more per message. Compiled, it is an
     extension type the cyclic garbage collector does not track (``messages.pxd``): a
     tracked object per delivery made a flooded subscriber run the collector every few
-    hundred messages. It holds only its fields, which never refer back to it.
+    hundred messages. It holds only its fields, which never refer back to it (a cycle a
+    caller makes through one, a header holding the message, is never collected).
 
     A stateful topic's update carries ``version`` (and ``removed`` for a removal); a
     value from a snapshot or a fetch is ``initial`` (see :mod:`zbroker.stateful`).
