@@ -58,11 +58,14 @@ def gaps(seen: set[int]) -> list[tuple[int, int]]:
 
 def after_restart(pub: Publisher, seen: set[int], eps: dict[str, str], host: Any) -> str:
     """What a failure after the restart shows: what is missing, every node's forward
-    status (their queues and what they hold), and the restarted host's log."""
+    status (their queues and what they hold), its durables and counters (C's durable
+    feeds the subscriber), and the restarted host's log."""
     lines = [f"sent {pub.sent}, error {pub.error!r}, missing ranges {gaps(seen | {N})[:20]}"]
     for name, endpoint in eps.items():
         try:
-            lines.append(f"{name} forward: {status(endpoint)['forward']}")
+            st = status(endpoint)
+            lines.append(f"{name} forward: {st['forward']}")
+            lines.append(f"{name} durables: {st.get('durables')}; counters: {st['counters']}")
         except Exception as exc:  # a node that does not answer is itself the finding
             lines.append(f"{name} status failed: {exc!r}")
     lines.append(f"restarted host's stderr (tail): {host.stderr_text()[-4000:]}")
