@@ -439,17 +439,21 @@ def start_relay_chain(ctx: Any, stop: Any, hops: int = 3) -> dict[str, Any]:
     q = ctx.Queue()
     inbox = bn._Inbox(q)
     pids: list[int] = []
+    procs: list[Any] = []
     upstream: int | None = None
     first_in = 0
     for i in range(hops):
         proc = bn._start(ctx, relay_hop_main, q, stop, f"hop{i}", upstream)
+        procs.append(proc)
         info = inbox.get(f"hop{i}", 30)
         pids.append(proc.pid)
         if i == 0:
             first_in = info["in_port"]
         upstream = info["out_port"]
     assert upstream is not None
-    return {"in_port": first_in, "out_port": upstream, "pid": pids[0], "pids": pids}
+    return {
+        "in_port": first_in, "out_port": upstream, "pid": pids[0], "pids": pids, "procs": procs
+    }  # fmt: skip
 
 
 def _print_relay_run(name: str, r: dict[str, Any]) -> None:

@@ -27,24 +27,18 @@ HOST = bn.HOST
 
 
 def start(ctx: Any, hops: int, tmp: str) -> dict[str, Any]:
-    """A line of ``hops`` relays (as ``bench_peers``' starters return a topology): the
-    publisher connects to the first hop's PULL, the subscriber to the last hop's PUB."""
+    """A line of ``hops`` relays (``bench_network.start_relay_chain``), as ``bench_peers``'
+    starters return a topology: the publisher connects to the first hop's PULL, the
+    subscriber to the last hop's PUB."""
     stop = ctx.Event()
-    topo: dict[str, Any] = {"procs": [], "stop": stop, "pids": []}
-    q = ctx.Queue()
-    inbox = bn._Inbox(q)
-    upstream: int | None = None
-    first_in = 0
-    for i in range(hops):
-        proc = bn._start(ctx, bnet.relay_hop_main, q, stop, f"hop{i}", upstream)
-        topo["procs"].append(proc)
-        info = inbox.get(f"hop{i}", 30)
-        topo["pids"].append((f"H{i + 1}", proc.pid))
-        if i == 0:
-            first_in = info["in_port"]
-        upstream = info["out_port"]
-    topo["pub_at"], topo["sub_at"] = str(first_in), str(upstream)
-    return topo
+    chain = bnet.start_relay_chain(ctx, stop, hops)
+    return {
+        "procs": chain["procs"],
+        "stop": stop,
+        "pids": [(f"H{i + 1}", pid) for i, pid in enumerate(chain["pids"])],
+        "pub_at": str(chain["in_port"]),
+        "sub_at": str(chain["out_port"]),
+    }
 
 
 def client(endpoint: str) -> tuple[Any, Any, Any]:

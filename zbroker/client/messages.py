@@ -178,16 +178,15 @@ class Message:
     __hash__ = None  # type: ignore[assignment]
 
 
-#: Message's fields (an extension type has no ``__slots__`` to read them from)
-_FIELDS = (
-    "headers", "incarnation", "log_seq", "origin", "pattern", "payload", "payload_type",
-    "raw", "redelivered", "seq", "timestamp", "topic",
-)  # fmt: skip
+#: Message's fields as a reader sees them (``__eq__`` compares these: ``self.__slots__``
+#: is ``()`` on a subclass such as InitialMessage)
+_FIELDS = tuple(name.lstrip("_") for name in Message.__slots__)
 
 
-def message_from_fields(pattern: str, fields: list[Any]) -> Message:
-    """Build a Message from a delivery envelope's fields ``[topic, payload, fmt, headers,
-    origin, incarnation, seq, ts]`` (raises ProtocolError). Called once per message."""
+def message_from_fields(pattern: str, fields: list[Any], cls: type[Message] = Message) -> Message:
+    """Build a Message (or ``cls``, a subclass) from a delivery envelope's fields
+    ``[topic, payload, fmt, headers, origin, incarnation, seq, ts]`` (raises
+    ProtocolError). Called once per message."""
     try:
         topic, raw, fmt, headers, origin, inc, seq, ts = fields
     except (TypeError, ValueError) as exc:
@@ -195,14 +194,14 @@ def message_from_fields(pattern: str, fields: list[Any]) -> Message:
     if type(topic) is not str or type(raw) is not bytes:
         raise ProtocolError("bad_type", "delivery envelope has wrong field types")
     if fmt == _FMT_BYTES:  # the common case first, against module constants
-        return Message(topic, raw, "bytes", headers, origin, inc, seq, ts, pattern, raw)
+        return cls(topic, raw, "bytes", headers, origin, inc, seq, ts, pattern, raw)
     if fmt != _FMT_MSGPACK:
         raise ProtocolError("bad_type", f"unknown payload format {fmt!r}")
     try:
         payload = msgpack.unpackb(raw, raw=False, strict_map_key=False)
     except (ValueError, msgpack.UnpackException) as exc:
         raise ProtocolError("not_msgpack", "payload marked msgpack does not decode") from exc
-    return Message(topic, payload, "msgpack", headers, origin, inc, seq, ts, pattern, raw)
+    return cls(topic, payload, "msgpack", headers, origin, inc, seq, ts, pattern, raw)
 
 
 def messages_from_envelopes(pattern: str, envelopes: list[list[Any]]) -> list[Message]:

@@ -46,12 +46,9 @@ def value_message(pattern: str, v: Value) -> Message:
     headers = dict(v[3]) if v[3] else {}
     headers[VERSION] = v[4]
     headers[OWNER] = v[5]
-    m = message_from_fields(pattern, [v[0], v[1], v[2], headers, v[5], 0, 0, v[6]])
-    # (made anew, not re-classed: a compiled Message's class cannot be assigned)
-    return InitialMessage(
-        m.topic, m.payload, m.payload_type, m.headers, m.origin, m.incarnation, m.seq,
-        m.timestamp, m.pattern, m.raw,
-    )  # fmt: skip
+    # (made as one, not re-classed after: a compiled Message's class cannot be assigned)
+    fields = [v[0], v[1], v[2], headers, v[5], 0, 0, v[6]]
+    return message_from_fields(pattern, fields, InitialMessage)
 
 
 def _stamp(msg: Message) -> tuple[str, int, str, int] | None:
