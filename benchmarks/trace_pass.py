@@ -103,7 +103,7 @@ MARKS: list[tuple[str, str, int | None, int | None, int]] = [
     ("zbroker/node/kernel.py", "flush_outboxes(self.links)", None, 22, 1),
     ("zbroker/node/kernel.py", "self.links.goodbye(time.monotonic())", None, None, 1),
     ("zbroker/node/kernel.py", "def _send_confirms(self) -> None:", None, None, 1),
-    ("zbroker/links/dialer.py", "body = sock.recv(zmq.NOBLOCK)", None, 2, 1),
+    ("zbroker/links/dialer.py", "body = read(zmq.NOBLOCK)", None, 2, 1),
     ("zbroker/links/dialer.py", "value = wire.decode_frame(body)", None, 3, 1),
     (
         "zbroker/links/dialer.py",

@@ -26,6 +26,7 @@ import zmq
 from .. import selectors, wire
 from ..errors import ClientClosed, PermissionDenied, ProtocolError
 from ..wire.gaps import decode_gap_notice
+from ..wire.reading import FrameReader
 from .credentials import Credentials
 from .messages import Gap, Message, Subscription, messages_from_envelopes, messages_from_runs
 
@@ -103,6 +104,7 @@ class Subscriber:
         self._refs: dict[str, int] = {}  # pattern -> subscriptions wanting it
         self._syncs: dict[bytes, Future[Any]] = {}  # sync key -> its subscribe() waiting
         self._pseq: dict[str, int] = {}  # last delivery sequence seen per pattern
+        self._read = FrameReader(self.sock)  # (large frames as views: a flood's)
         # frames read from a node we left, with that node's sequences: delivered first
         self._backlog: deque[tuple[deque[bytes], dict[str, int]]] = deque()
         self._gaps: dict[str, int] = {}  # missed deliveries not yet reported
@@ -178,7 +180,7 @@ class Subscriber:
                 if clock() > until:
                     return
             backlog.popleft()
-        recv = self.sock.recv
+        read = self._read
         pseq = self._pseq
         events = cast("Callable[[int], int]", self.sock.getsockopt)
         for i in range(1024):
@@ -187,16 +189,16 @@ class Subscriber:
             if i and (not events(_EVENTS) & _POLLIN or clock() > until):
                 return
             try:
-                frame = recv(zmq.NOBLOCK)
+                frame = read(zmq.NOBLOCK)
             except zmq.Again:
                 return
             self._deliver(frame, pseq)
 
-    def _deliver(self, frame: bytes, pseq: dict[str, int]) -> None:
+    def _deliver(self, frame: bytes | memoryview, pseq: dict[str, int]) -> None:
         """One frame: a sync key's echo, or deliveries (one message, a batch, or a batch of
         runs), numbered in ``pseq`` (the sequences of the node that sent it)."""
         if frame[0] == _SYNC:
-            self._synced(frame)
+            self._synced(bytes(frame))  # (an echo is small: bytes already, not copied)
             return
         try:  # one decoder per frame, whichever form it has
             pattern, first, items, runs = wire.decode_delivery_items(frame)
@@ -204,7 +206,8 @@ class Subscriber:
             label = pattern.partition(_SEP)[0] if _SEP in pattern else pattern
             msgs = (messages_from_runs if runs else messages_from_envelopes)(label, items)
         except ProtocolError as exc:
-            notice = decode_gap_notice(frame)  # (a notice's body is a map: rare, so here)
+            # (a notice's body is a map: rare, so here; a small frame, never a view)
+            notice = decode_gap_notice(frame) if type(frame) is bytes else None
             if notice is None:
                 log.warning("dropped malformed delivery: %s", exc)
             else:

@@ -24,6 +24,7 @@ import zmq
 from .. import wire
 from ..const import DRAIN_BATCH
 from ..errors import ProtocolError
+from ..wire.reading import FrameReader
 from .handshake import (
     Repeats,
     describe,
@@ -71,7 +72,8 @@ class Dialer:
         link.socket = sock
         sock.send(wire.encode_link(wire.LINK_HELLO, hello_body(table.me, link.name, cfg)))
         link.dialling(now)
-        table.sockets.add(sock, lambda: self.on_frames(link))
+        read = FrameReader(sock)  # (a flood's large frames are read as views)
+        table.sockets.add(sock, lambda: self.on_frames(link, read))
         log.debug("link %s: dialling %s (attempt %d)", link.name, cfg.uri, link.attempts)
 
     def _socket(self, link: Link) -> zmq.Socket[bytes] | None:
@@ -107,8 +109,9 @@ class Dialer:
         log.error("link %s: %s", link.name, why)
         link.state = LinkState.FAILED
 
-    def on_frames(self, link: Link) -> None:
-        """Drain a dialer's DEALER: the handshake's answer, then the link's frames."""
+    def on_frames(self, link: Link, read: FrameReader) -> None:
+        """Drain a dialer's DEALER (``read`` reads it): the handshake's answer, then the
+        link's frames."""
         sock = link.socket
         table = self._table
         budget = DRAIN_BATCH  # messages, not frames: a MSGR frame holds up to LINK_BATCH
@@ -121,7 +124,7 @@ class Dialer:
                 return  # (no zmq.Again per pass: see the pipeline)
             first = False
             try:
-                body = sock.recv(zmq.NOBLOCK)
+                body = read(zmq.NOBLOCK)
             except zmq.Again:
                 return
             now = time.monotonic()

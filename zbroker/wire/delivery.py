@@ -13,6 +13,11 @@ from typing import Any
 from ..errors import ProtocolError
 from .codec import array_header, packb, unpack
 
+#: bytes of a delivery frame read as a view that are copied to find its pattern; a
+#: pattern with a selector may be longer (up to MAX_SELECTOR characters of selector):
+#: such a frame is copied whole to find it
+_PREFIX_LOOK = 4096
+
 
 def encode_delivery_body(
     topic: str,
@@ -34,8 +39,11 @@ def encode_delivery_batch(bodies: list[bytes]) -> bytes:
     return array_header(len(bodies)) + b"".join(bodies)
 
 
-def _split_pattern(frame: bytes) -> tuple[str, int]:
+def _split_pattern(frame: bytes | memoryview) -> tuple[str, int]:
     """The pattern a delivery frame starts with, and the index of the NUL ending it."""
+    if type(frame) is not bytes:  # a view of a large frame: its start holds the pattern
+        head = bytes(frame[:_PREFIX_LOOK])
+        frame = head if b"\0" in head else bytes(frame)
     nul = frame.find(b"\0")
     if nul <= 0:
         raise ProtocolError("bad_shape", "delivery frame has no pattern prefix")
@@ -45,15 +53,16 @@ def _split_pattern(frame: bytes) -> tuple[str, int]:
         raise ProtocolError("bad_type", "pattern is not UTF-8") from exc
 
 
-def _check_trailer(frame: bytes) -> None:
+def _check_trailer(frame: bytes | memoryview) -> None:
     """A whole delivery frame holds at least a pattern byte, NUL, and the 8-byte trailer."""
     if len(frame) < 10:
         raise ProtocolError("bad_shape", "delivery frame too short")
 
 
-def decode_delivery_items(frame: bytes) -> tuple[str, int, list[list[Any]], bool]:
-    """A whole delivery frame of any form: (pattern, pattern sequence of its *first*
-    message, its items, whether they are runs). Items are 8-element envelopes, or runs
+def decode_delivery_items(frame: bytes | memoryview) -> tuple[str, int, list[list[Any]], bool]:
+    """A whole delivery frame of any form (bytes, or a view of a large one): (pattern,
+    pattern sequence of its *first* message, its items, whether they are runs). Items are
+    8-element envelopes, or runs
     ``[topic, origin, incarnation, [[payload, fmt, headers, seq, ts], ...]]``."""
     _check_trailer(frame)
     last = int.from_bytes(frame[-8:], "big")

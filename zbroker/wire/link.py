@@ -27,13 +27,14 @@ def encode_link(*parts: Any) -> bytes:
     return packb(list(parts))
 
 
-def decode_frame(frame: bytes) -> list[Any]:
-    """Decode any ROUTER/DEALER body into its array; the first element is an int type. A
-    large MSGR frame of one run keeps its entries' bytes (:mod:`.splice`)."""
+def decode_frame(frame: bytes | memoryview) -> list[Any]:
+    """Decode any ROUTER/DEALER body (bytes, or a view of the message libzmq received)
+    into its array; the first element is an int type. A large MSGR frame of one run keeps
+    its entries' bytes (:mod:`.splice`)."""
     value = unpack(frame)
     if type(value) is not list or not value or type(value[0]) is not int:
         raise ProtocolError("bad_shape", "frame must be an array starting with its type")
-    if len(frame) >= SPLICE_MIN_BYTES and frame.startswith(ONE_RUN):
+    if len(frame) >= SPLICE_MIN_BYTES and frame[: len(ONE_RUN)] == ONE_RUN:
         keep_run_bytes(value, frame)
     return value
 

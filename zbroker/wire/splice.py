@@ -61,7 +61,7 @@ _FIELDS_AT = len(ONE_RUN)
 _HEADS = {n: bytes((0x90 | n,)) for n in (4, 6)}
 
 
-def keep_run_bytes(value: list[Any], frame: bytes) -> None:
+def keep_run_bytes(value: list[Any], frame: bytes | memoryview) -> None:
     """``value``, ``frame`` decoded, if ``frame`` starts with :data:`ONE_RUN`: its run
     gets the bytes of its entries (the frame's tail) after its six fields, if the fields
     before them are packed as packing them gives."""
@@ -72,8 +72,9 @@ def keep_run_bytes(value: list[Any], frame: bytes) -> None:
         fields = packb(run[:5])[1:]  # (their array's header off)
     except (TypeError, ValueError, OverflowError):
         return
-    if frame.startswith(fields, _FIELDS_AT):
-        run.append(memoryview(frame)[_FIELDS_AT + len(fields) :])
+    end = _FIELDS_AT + len(fields)
+    if frame[_FIELDS_AT:end] == fields:
+        run.append(memoryview(frame)[end:])
 
 
 def spliced_msgr(runs: list[list[Any]]) -> bytes | None:
