@@ -7,7 +7,7 @@
 Two PAIR sockets over TCP on 127.0.0.1 in one process; per frame size, frames sent one at
 a time and each read when it has come (``poll``), timing only the read: pyzmq's
 ``recv()`` (a copy into a new ``bytes``) against ``recv(copy=False)`` and the Frame's
-buffer (what ``zbroker.wire.reading.recv_frame`` does after a large frame, for a frame
+buffer (what ``zbroker.wire.reading.FrameReader`` does after a large frame, for a frame
 of at least ``VIEW_BYTES``; below that it takes the Frame's bytes, so both are shown).
 Printed: µs per read, median of the frames, the two alternated in rounds. The sizes are a
 lone message (150 B), a publish batch and a flood's link and delivery frames.
