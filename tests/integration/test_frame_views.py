@@ -14,13 +14,12 @@ from typing import Any
 import pytest
 import zmq
 
-from tests.helpers import Collector
 from zbroker import Broker, Client, wire
-from zbroker.config import LinkConfig
 from zbroker.wire import reading
 
 from .test_fuzz import RawPeer
-from .test_network import FAST, WAIT, has_route
+from .test_network import WAIT
+from .test_splice_chain import b_and_c
 
 
 def _run(topic: str, first: int, n: int, size: int) -> list[Any]:
@@ -51,12 +50,7 @@ def test_a_flood_of_large_frames_is_read_as_views_and_delivered_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     seen = _counting(monkeypatch)
-    b = broker_factory(broker_id="B")
-    c = broker_factory(broker_id="C", links=(LinkConfig(name="cb", uri=b.endpoint, **FAST),))
-    at_b, at_c = Collector(), Collector()
-    client_factory(b.endpoint).subscribe("VIEW.>", at_b)
-    client_factory(c.endpoint).subscribe("VIEW.>", at_c)
-    assert wait_until(lambda: has_route(b, "VIEW.>", "C", hops=1), WAIT)
+    b, at_b, at_c = b_and_c(broker_factory, client_factory, wait_until, "VIEW.>")
     peer = RawPeer(b)
     # five runs of 120 messages of 600 bytes (about 73 KB a frame: over VIEW_BYTES),
     # then one of a single small message

@@ -28,6 +28,23 @@ def _run(origin: str, topic: str, n: int, first: int = 1) -> list[Any]:
     return [topic, origin, 1, [origin], None, entries]
 
 
+def b_and_c(
+    broker_factory: Callable[..., Broker],
+    client_factory: Callable[..., Client],
+    wait_until: Callable[..., bool],
+    pattern: str,
+) -> tuple[Broker, Collector, Collector]:
+    """Node B and node C dialing it, a subscriber to ``pattern`` on each (B's route to C's
+    known): (B, what B's subscriber gets, what C's gets)."""
+    b = broker_factory(broker_id="B")
+    c = broker_factory(broker_id="C", links=(LinkConfig(name="cb", uri=b.endpoint, **FAST),))
+    at_b, at_c = Collector(), Collector()
+    client_factory(b.endpoint).subscribe(pattern, at_b)
+    client_factory(c.endpoint).subscribe(pattern, at_c)
+    assert wait_until(lambda: has_route(b, pattern, "C", hops=1), WAIT)
+    return b, at_b, at_c
+
+
 def test_a_large_frame_goes_on_as_it_came(
     broker_factory: Callable[..., Broker],
     client_factory: Callable[..., Client],
@@ -47,12 +64,7 @@ def test_a_large_frame_goes_on_as_it_came(
 
     monkeypatch.setattr(wire, "spliced", counting)  # (the delivery's)
     monkeypatch.setattr(splice, "spliced", counting)  # (spliced_msgr's: the link flush's)
-    b = broker_factory(broker_id="B")
-    c = broker_factory(broker_id="C", links=(LinkConfig(name="cb", uri=b.endpoint, **FAST),))
-    at_b, at_c = Collector(), Collector()
-    client_factory(b.endpoint).subscribe("SPL.>", at_b)
-    client_factory(c.endpoint).subscribe("SPL.>", at_c)
-    assert wait_until(lambda: has_route(b, "SPL.>", "C", hops=1), WAIT)
+    b, at_b, at_c = b_and_c(broker_factory, client_factory, wait_until, "SPL.>")
     peer = RawPeer(b)
     o1, o2 = _run("o1", "SPL.a", 40), _run("o2", "SPL.b", 35)
     # a run whose first twenty B has seen: the forty it takes are a new list, packed
