@@ -436,24 +436,22 @@ def relay_hop_main(q: Any, stop: Any, tag: str, upstream_port: int | None) -> No
 
 
 def start_relay_chain(ctx: Any, stop: Any, hops: int = 3) -> dict[str, Any]:
+    """``hops`` relays in a line (each SUB to the previous one's PUB): the first one's
+    PULL port, the last one's PUB port, their processes and PIDs in order."""
     q = ctx.Queue()
     inbox = bn._Inbox(q)
-    pids: list[int] = []
     procs: list[Any] = []
     upstream: int | None = None
     first_in = 0
     for i in range(hops):
-        proc = bn._start(ctx, relay_hop_main, q, stop, f"hop{i}", upstream)
-        procs.append(proc)
+        procs.append(bn._start(ctx, relay_hop_main, q, stop, f"hop{i}", upstream))
         info = inbox.get(f"hop{i}", 30)
-        pids.append(proc.pid)
         if i == 0:
             first_in = info["in_port"]
         upstream = info["out_port"]
     assert upstream is not None
-    return {
-        "in_port": first_in, "out_port": upstream, "pid": pids[0], "pids": pids, "procs": procs
-    }  # fmt: skip
+    pids = [p.pid for p in procs]
+    return {"in_port": first_in, "out_port": upstream, "pid": pids[0], "pids": pids, "procs": procs}
 
 
 def _print_relay_run(name: str, r: dict[str, Any]) -> None:
@@ -734,7 +732,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         _print_relay_run("3 relays latency", result["ref_relay3_latency"])
         stop_r.set()
-        bn._stop_procs([p for p in bn._PROCS if p.pid in relays["pids"]])
+        bn._stop_procs(relays["procs"])
 
         # (e) simulator: alone on the machine as far as this script goes
         if not args.no_sim:
