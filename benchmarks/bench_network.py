@@ -406,9 +406,10 @@ def _print_chain_run(name: str, r: dict[str, Any]) -> None:
 # -- reference: the same five-process pipeline with bare Python relays -------------------
 
 
-def relay_hop_main(q: Any, stop: Any, tag: str, upstream_port: int | None) -> None:
+def relay_hop_main(q: Any, stop: Any, tag: str, upstream_port: int | None, idle: int = 0) -> None:
     """One hop of the reference chain: PULL (first hop) or SUB (connected to the previous
-    hop's PUB) -> PUB, in one Python loop; no decoding, routing or re-encoding."""
+    hop's PUB) -> PUB, in one Python loop; no decoding, routing or re-encoding. ``idle``:
+    that many bound DEALER sockets polled beside the input, never sent to."""
     bn._guard_child()
     import zmq
 
@@ -428,23 +429,28 @@ def relay_hop_main(q: Any, stop: Any, tag: str, upstream_port: int | None) -> No
     for sock in (inp, out):
         sock.setsockopt(zmq.LINGER, 0)
     out_port = out.bind_to_random_port(f"tcp://{HOST}", 20000, 60000)
+    others = tuple(ctx.socket(zmq.DEALER) for _ in range(idle))
+    for sock in others:
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.bind_to_random_port(f"tcp://{HOST}", 20000, 60000)
     q.put((tag, {"in_port": in_port, "out_port": out_port}))
-    bn.drain_loop(inp, out.send, stop, 200)
-    inp.close()
-    out.close()
+    bn.drain_loop(inp, out.send, stop, 200, others)
+    for sock in (inp, out, *others):
+        sock.close()
     ctx.term()
 
 
-def start_relay_chain(ctx: Any, stop: Any, hops: int = 3) -> dict[str, Any]:
+def start_relay_chain(ctx: Any, stop: Any, hops: int = 3, idle: int = 0) -> dict[str, Any]:
     """``hops`` relays in a line (each SUB to the previous one's PUB): the first one's
-    PULL port, the last one's PUB port, their processes and PIDs in order."""
+    PULL port, the last one's PUB port, their processes and PIDs in order. ``idle``: the
+    idle sockets each relay polls beside its input (:func:`relay_hop_main`)."""
     q = ctx.Queue()
     inbox = bn._Inbox(q)
     procs: list[Any] = []
     upstream: int | None = None
     first_in = 0
     for i in range(hops):
-        procs.append(bn._start(ctx, relay_hop_main, q, stop, f"hop{i}", upstream))
+        procs.append(bn._start(ctx, relay_hop_main, q, stop, f"hop{i}", upstream, idle))
         info = inbox.get(f"hop{i}", 30)
         if i == 0:
             first_in = info["in_port"]

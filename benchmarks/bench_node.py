@@ -229,13 +229,16 @@ def raw_sub(
     ctx.term()
 
 
-def drain_loop(sock: Any, handle: Any, stop: Any, poll_ms: int) -> None:
+def drain_loop(sock: Any, handle: Any, stop: Any, poll_ms: int, idle: tuple[Any, ...] = ()) -> None:
     """Until ``stop`` is set: wait for ``sock`` to be readable, then hand each frame it
     holds to ``handle`` (at most 512 per wake-up). The bare relays' loop and the
-    reference subscriber's: nothing else per frame."""
+    reference subscriber's: nothing else per frame. ``idle``: sockets polled beside
+    ``sock`` that never get input (``latency_parts.py``: what polling several costs)."""
     recv, noblock, again = sock.recv, zmq.NOBLOCK, zmq.Again
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
+    for other in idle:
+        poller.register(other, zmq.POLLIN)
     while not stop.is_set():
         if not poller.poll(poll_ms):
             continue
