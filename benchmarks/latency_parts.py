@@ -3,6 +3,7 @@
 
     .venv/bin/python benchmarks/latency_parts.py               # 3 rounds, about 5 minutes
     .venv/bin/python benchmarks/latency_parts.py --rounds 5 --seconds 3
+    .venv/bin/python benchmarks/latency_parts.py --parts client --rounds 5   # ~2 minutes
 
 ``bench_peers.py`` puts zbroker's chain at 2,000 msg/s near 450 µs p50 and the bare pyzmq
 relays (the floor: the same processes, no broker code) near 285. This measures two parts
@@ -208,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=4.0, help="per run, at 2,000 msg/s")
     ap.add_argument("--idle", type=int, default=5, help="idle sockets per relay's poll")
+    ap.add_argument(
+        "--parts", default="relays,client,chain", help="which parts, comma-separated (all)"
+    )
     args = ap.parse_args(argv)
     snapshot_sources()  # (a copy of the sources: what the digest below names is measured)
     n = int(args.seconds * RATE) + LEAD_IN
@@ -216,25 +220,31 @@ def main(argv: list[str] | None = None) -> int:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     bn.log(f"{when}, load {load}, sources {bn.source_digest()}; {args.rounds} round(s)")
     bn.log(f"of {n:,} messages at 2,000 msg/s (the first {LEAD_IN} not counted)")
+    parts = set(args.parts.split(","))
+    if not parts or parts - {"relays", "client", "chain"}:
+        ap.error(f"--parts: relays, client or chain, not {args.parts!r}")
     with tempfile.TemporaryDirectory(prefix="zb-parts-") as tmp:
         stop = ctx.Event()
-        nodes, _ = bnet.start_chain(ctx, tmp, stop)
+        nodes = bnet.start_chain(ctx, tmp, stop)[0] if "chain" in parts else []
         try:
             for r in range(1, args.rounds + 1):
-                _round(ctx, r, n, args.idle, nodes, tmp)
+                _round(ctx, r, n, args.idle, nodes, tmp, parts)
         finally:
             bnet.stop_nodes(nodes, stop)  # (their status clients, then each by its PID)
     return 0
 
 
-def _round(ctx: Any, r: int, n: int, idle: int, nodes: list[dict[str, Any]], tmp: str) -> None:
-    """One round of the three parts, each pair in the opposite order of the last round's."""
-    for k in (0, idle) if r % 2 else (idle, 0):
+def _round(
+    ctx: Any, r: int, n: int, idle: int, nodes: list[dict[str, Any]], tmp: str, parts: set[str]
+) -> None:
+    """One round of the parts, each pair in the opposite order of the last round's."""
+    for k in ((0, idle) if r % 2 else (idle, 0)) if "relays" in parts else ():
         bn.log(f"round {r} relays, {k} idle sockets per poll: {run_relays(ctx, n, k)}")
-    res = run_client(ctx, n, tmp)
-    for who in ("client", "bare"):
-        bn.log(f"round {r} one node, {who:6} subscriber: {res[who]}")
-    for awake in (False, True) if r % 2 else (True, False):
+    if "client" in parts:
+        res = run_client(ctx, n, tmp)
+        for who in ("client", "bare"):
+            bn.log(f"round {r} one node, {who:6} subscriber: {res[who]}")
+    for awake in ((False, True) if r % 2 else (True, False)) if nodes else ():
         what = "CPUs kept awake" if awake else "as it is       "
         bn.log(f"round {r} chain, {what}: {run_chain(ctx, nodes, n, awake)}")
 
