@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -223,14 +224,21 @@ def main(argv: list[str] | None = None) -> int:
     parts = set(args.parts.split(","))
     if not parts or parts - {"relays", "client", "chain"}:
         ap.error(f"--parts: relays, client or chain, not {args.parts!r}")
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
     with tempfile.TemporaryDirectory(prefix="zb-parts-") as tmp:
         stop = ctx.Event()
-        nodes = bnet.start_chain(ctx, tmp, stop)[0] if "chain" in parts else []
+        nodes: list[dict[str, Any]] = []
         try:
+            nodes = bnet.start_chain(ctx, tmp, stop)[0] if "chain" in parts else []
             for r in range(1, args.rounds + 1):
                 _round(ctx, r, n, args.idle, nodes, tmp, parts)
         finally:
             bnet.stop_nodes(nodes, stop)  # (their status clients, then each by its PID)
+            bn._stop_procs(bn._PROCS, 5)  # whatever a failed part left running, by PID
     return 0
 
 
