@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Two parts of a low-rate message's latency, each measured side by side in one run.
+"""Three parts of a low-rate message's latency, each measured side by side in one run.
 
     .venv/bin/python benchmarks/latency_parts.py               # 3 rounds, about 5 minutes
     .venv/bin/python benchmarks/latency_parts.py --rounds 5 --seconds 3
     .venv/bin/python benchmarks/latency_parts.py --parts client --rounds 5   # ~2 minutes
 
 ``bench_peers.py`` puts zbroker's chain at 2,000 msg/s near 450 µs p50 and the bare pyzmq
-relays (the floor: the same processes, no broker code) near 285. This measures two parts
-of that difference in ways that let the machine's noise fall on both sides alike:
+relays (the floor: the same processes, no broker code) near 285. This measures three
+parts of that difference in ways that let the machine's noise fall on both sides alike:
 
 * **The poll** (``relays``): three bare relays in a line (``bench_network``'s reference
   chain: PULL -> PUB, then SUB -> PUB) at 2,000 msg/s, each relay polling its input
@@ -20,13 +20,12 @@ of that difference in ways that let the machine's noise fall on both sides alike
   subscriber and a bare SUB socket subscribed to the same pattern (a thread reading it,
   as a client's thread does): the same frames, the same moments, two receivers. The
   difference is what the client's receive path costs beyond libzmq's.
-
 * **The machine** (``chain``): ``bench_network``'s chain (A -> B -> C, every feature on,
   publisher on A, subscriber on C) at 2,000 msg/s, alternately as it is and with one
-  ``SCHED_IDLE`` process per CPU spinning beside it. Such a process runs only when no
-  other wants the CPU, so it takes no time from the chain; it only keeps the CPU from
-  halting, and on this virtual machine an idle vCPU halts at once and waking it is a trip
-  through the host. The difference is what those wake-ups cost the chain.
+  ``SCHED_IDLE`` process per CPU spinning beside it. Such a process runs when no other
+  wants the CPU (the scheduler still gives it a slice now and then: the p99 suffers), so
+  the CPUs do not halt; on this virtual machine an idle vCPU halts at once and waking it
+  is a trip through the host. The p50's difference is what those wake-ups cost.
 
 It measures a copy of the sources (``_common.snapshot_sources``), whose digest it prints.
 Per run: p50 / p90 / p99 publish -> receipt (µs), the first ``LEAD_IN`` messages left out
