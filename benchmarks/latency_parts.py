@@ -70,12 +70,14 @@ def _latency(frame: bytes, now: int, lats: list[int]) -> bool:
     return True
 
 
-def _stats(lats: list[int]) -> str:
-    s = sorted(lats)
-    if not s:
+def _line(lat: dict[str, Any], lost: int | None = None) -> str:
+    """A run's ``bench_node._lat_stats`` in µs on one line (and what it lost, if said)."""
+    if not lat["samples"]:
         return "no samples"
-    pick = [s[min(len(s) - 1, int(q * len(s)))] / 1e3 for q in (0.5, 0.9, 0.99)]
-    return f"p50 {pick[0]:4.0f}  p90 {pick[1]:4.0f}  p99 {pick[2]:5.0f} µs ({len(s):,})"
+    told = "" if lost is None else f", lost {lost}"
+    return f"p50 {lat['p50_ms'] * 1e3:4.0f}  p90 {lat['p90_ms'] * 1e3:4.0f}  " + (
+        f"p99 {lat['p99_ms'] * 1e3:5.0f} µs ({lat['samples']:,}{told})"
+    )
 
 
 def run_relays(ctx: Any, n: int, idle: int) -> str:
@@ -87,10 +89,7 @@ def run_relays(ctx: Any, n: int, idle: int) -> str:
     finally:
         stop.set()
         bn._stop_procs(chain["procs"])
-    lat = res["latency"]
-    return f"p50 {lat['p50_ms'] * 1e3:4.0f}  p90 {lat['p90_ms'] * 1e3:4.0f}  " + (
-        f"p99 {lat['p99_ms'] * 1e3:5.0f} µs ({lat['samples']:,})"
-    )
+    return _line(res["latency"])
 
 
 def client_sub(q: Any, endpoint: str, ready: Any, done: Any) -> None:
@@ -172,7 +171,7 @@ def run_client(ctx: Any, n: int, tmp: str) -> dict[str, str]:
         finally:
             pub.close()
         done.set()
-        return {"client": _stats(inbox.get("client", 60)), "bare": _stats(inbox.get("bare", 60))}
+        return {who: _line(bn._lat_stats(inbox.get(who, 60))) for who in ("client", "bare")}
     finally:
         done.set()
         stop.set()
@@ -198,10 +197,7 @@ def run_chain(ctx: Any, nodes: list[dict[str, Any]], n: int, awake: bool) -> str
     finally:
         stop.set()
         bn._stop_procs(spinners)
-    lat = res["latency"]
-    return f"p50 {lat['p50_ms'] * 1e3:4.0f}  p90 {lat['p90_ms'] * 1e3:4.0f}  " + (
-        f"p99 {lat['p99_ms'] * 1e3:5.0f} µs ({lat['samples']:,}, lost {res['lost']})"
-    )
+    return _line(res["latency"], res["lost"])
 
 
 def main(argv: list[str] | None = None) -> int:
