@@ -635,6 +635,11 @@ def test_delivery_items_says_which_form() -> None:
         [["A", "n", 1, [[b"x", 0, None, 1, 0.0]]], {0: "A", 1: "n", 2: 1, 3: 3}],
         [["A", "n", 1, [{"a": 1, "b": 2, "c": 3, "d": 4, "e": 5}]]],  # a map for an entry
         [["A", "n", 1, [[b"x", 0, None, 1, 0.0], "abcde"]]],  # a str for an entry
+        # one run of one entry (a low rate's frame, decoded by a shorter way)
+        [["A", "n", 1, 5]],  # entries not an array
+        [["A", "n", 1, ["abcde"]]],  # a str for its entry
+        [["A", "n", 1, [[b"x", 0, None, 1, 0.0, 9]]]],  # a long entry
+        [["A", "n", 1, [[b"x", 0, None, 1, 0.0]], 7]],  # a run of 5 elements
     ],
 )
 def test_delivery_runs_malformed(runs: list[Any]) -> None:
