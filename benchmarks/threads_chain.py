@@ -12,6 +12,13 @@ prints per thread: its share of one core, its voluntary context switches per sec
 waited: a poll, a lock, the GIL) and its involuntary ones (it was preempted), then the
 msg/s published and delivered during the window and each process's CPU µs per message
 delivered. Needs no ``perf``. Every process it starts is stopped by its PID.
+
+    .venv/bin/python benchmarks/threads_chain.py --syscalls --rate 2000   # needs perf
+
+``--syscalls`` counts instead, with ``perf stat`` on every process at once (the system
+call tracepoints of :data:`CALLS`, all calls, context switches), and prints per process
+each count per message delivered: at a low rate, where a message's latency and CPU go to
+waking up and looking around (a poll of every socket), not to the work.
 """
 
 from __future__ import annotations
@@ -63,6 +70,63 @@ def window(pids: dict[str, int], seconds: float) -> dict[str, Threads]:
     }
 
 
+#: the system calls ``--syscalls`` counts one by one (every call is counted in "all")
+CALLS = ("poll", "getpid", "epoll_wait", "read", "write", "sendto", "recvfrom", "futex")
+
+
+def stat_counts(text: str) -> dict[str, int]:
+    """``perf stat -x ,`` output (its stderr) as {event: count}; an event perf could not
+    count is left out. The event's name: a tracepoint's last part, ``sys_enter_`` cut
+    (``raw_syscalls:sys_enter`` is "all")."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        fields = line.split(",")
+        if len(fields) < 3 or not fields[0].isdigit():
+            continue  # (a comment, a blank line, "<not counted>")
+        name = fields[2].rsplit(":", 1)[-1].removeprefix("sys_enter_")
+        out["all" if name == "sys_enter" else name] = int(fields[0])
+    return out
+
+
+def count_syscalls(pids: dict[str, int], seconds: float) -> dict[str, dict[str, int]]:
+    """``perf stat`` on every process of ``pids`` at once for ``seconds``: per process,
+    its counts (:func:`stat_counts`). Each perf is stopped by its PID if it overruns."""
+    import subprocess
+
+    from profile_chain import stop_processes
+
+    events = ["raw_syscalls:sys_enter", *(f"syscalls:sys_enter_{c}" for c in CALLS)]
+    cmd = ["perf", "stat", "-x", ",", *(a for e in events for a in ("-e", e))]
+    cmd += ["-e", "context-switches"]
+    running = {
+        name: subprocess.Popen(
+            [*cmd, "-p", str(pid), "--", "sleep", f"{seconds:g}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, pid in pids.items()
+    }
+    try:
+        return {
+            name: stat_counts(p.communicate(timeout=seconds + 60)[1]) for name, p in running.items()
+        }
+    finally:
+        stop_processes(list(running.values()))
+
+
+def print_syscalls(counts: dict[str, dict[str, int]], delivered: float, elapsed: float) -> None:
+    n = delivered * elapsed
+    print("per message delivered: system calls (all, then by call) and context switches")
+    for name in ORDER:
+        c = counts.get(name, {})
+        if not c or not n:
+            print(f"{name:8} perf counted nothing (is perf installed and permitted?)")
+            continue
+        parts = [f"{k} {c.get(k, 0) / n:.2f}" for k in ("all", *CALLS, "context-switches")]
+        print(f"{name:8} " + "  ".join(parts))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -70,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=5.0, help="the window read (default 5)")
     ap.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
     ap.add_argument("--rate", type=int, default=0, help="msg/s, paced (default: flood)")
+    ap.add_argument("--syscalls", action="store_true", help="count system calls (perf stat)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from _common import snapshot_sources
@@ -81,11 +146,29 @@ def main(argv: list[str] | None = None) -> int:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"{pc._utc()}, load {load}, sources {bn.source_digest()}, {bn.compiled_state()}")
     with tempfile.TemporaryDirectory(prefix="zbroker-threads-") as t:
-        threads, published, delivered, elapsed = pc.run_flood(
-            args, Path(t), copy, lambda pids: window({n: pids[n] for n in ORDER}, args.seconds)
-        )
+        if args.syscalls:
+            counts, published, delivered, elapsed = pc.run_flood(
+                args, Path(t), copy, lambda p: count_syscalls(_roles(p), args.seconds)
+            )
+        else:
+            threads, published, delivered, elapsed = pc.run_flood(
+                args, Path(t), copy, lambda p: window(_roles(p), args.seconds)
+            )
     print(f"{args.size}-byte payloads, {args.seconds:g} s: {published:,.0f} msg/s published on A,")
     print(f"{delivered:,.0f} msg/s delivered on C")
+    if args.syscalls:
+        print_syscalls(counts, delivered, elapsed)
+    else:
+        print_threads(threads, delivered, elapsed)
+    return 0
+
+
+def _roles(pids: dict[str, int]) -> dict[str, int]:
+    """The PIDs of the processes reported, in :data:`ORDER`."""
+    return {n: pids[n] for n in ORDER}
+
+
+def print_threads(threads: dict[str, Threads], delivered: float, elapsed: float) -> None:
     print(f"{'process':8} {'thread':16} {'% core':>7} {'waits/s':>9} {'preempted/s':>12}")
     for name in ORDER:
         total = 0.0
@@ -98,7 +181,6 @@ def main(argv: list[str] | None = None) -> int:
                 )
         per = total / (delivered * elapsed) * 1e6 if delivered else float("nan")
         print(f"{name:8} {'(all threads)':16} {100 * total / elapsed:7.1f}   {per:.2f} us/msg")
-    return 0
 
 
 if __name__ == "__main__":

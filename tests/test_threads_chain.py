@@ -9,7 +9,7 @@ import os
 import threading
 import time
 
-from benchmarks.threads_chain import threads_of, window
+from benchmarks.threads_chain import stat_counts, threads_of, window
 
 
 def _spin(stop: threading.Event) -> None:
@@ -48,3 +48,17 @@ def test_a_window_counts_a_spinning_thread_and_a_waiting_one() -> None:
     assert spinner.native_id in got and waiter.native_id in got
     assert got[spinner.native_id][1] >= 0.02  # its CPU seconds (10 ms ticks; a shared machine)
     assert got[waiter.native_id][2] >= 20  # its voluntary switches: 1 ms waits
+
+
+def test_perf_stat_output_is_read_per_event_and_uncounted_events_left_out() -> None:
+    text = "\n".join(
+        [
+            "# started on Mon Nov 30 07:30:00 2026",
+            "",
+            "87410,,raw_syscalls:sys_enter,5001234567,100.00,,",
+            "30012,,syscalls:sys_enter_poll,5001234567,100.00,,",
+            "<not counted>,,syscalls:sys_enter_futex,0,100.00,,",
+            "6800,,context-switches,5001234567,100.00,,",
+        ]
+    )
+    assert stat_counts(text) == {"all": 87410, "poll": 30012, "context-switches": 6800}
