@@ -42,10 +42,10 @@ Systems, every process on 127.0.0.1 only:
 
 Systems alternate round by round (the order rotates), and each round starts and stops its
 own topology per system. The table gives per row the median over rounds (min-max when
-several) and the ratios zbroker/Zenoh and zbroker/NATS of the medians (throughput: higher
-is better for zbroker; latency: lower is). A peer whose packages are missing is skipped
-with the reason and the command that installs it. Every process started is stopped by
-its PID in a ``finally`` block.
+several) and, per other system, the ratio of the medians: zbroker's over its for
+throughput, its over zbroker's for latency (above 1.00x zbroker is ahead). A peer whose
+packages are missing is skipped with the reason and the command that installs it. Every
+process started is stopped by its PID in a ``finally`` block.
 """
 
 from __future__ import annotations

@@ -101,9 +101,9 @@ def start_c(ctx: Any, hops: int, tmp: str) -> dict[str, Any]:
                 raise RuntimeError(f"C relay {i + 1} did not start (exit {p.poll()})")
             first, upstream = first or ports[0], ports[1]
     except BaseException:
-        for p in procs:
-            p.terminate()
-            p.wait(5)
+        from profile_chain import stop_processes
+
+        stop_processes(procs)  # (by PID; SIGKILL after 10 s)
         raise
     return {
         "procs": procs,

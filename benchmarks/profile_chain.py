@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -166,7 +166,7 @@ def _answers(endpoint: str) -> bool:
         return False
 
 
-def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
+def stop_processes(procs: Sequence[subprocess.Popen[Any]]) -> None:
     """SIGTERM each (by its PID), then SIGKILL what is still running after 10 s."""
     for p in procs:
         if p.poll() is None:
