@@ -28,6 +28,8 @@ from zbroker.config import LinkConfig, MonitorConfig, config_from_mapping
 from zbroker.const import PROTOCOL_VERSION
 from zbroker.errors import AddressInUse, ConfigError
 from zbroker.features.monitor import Monitor
+from zbroker.features.monitor.feature import MonitorHub
+from zbroker.features.monitor.snapshot import Snapshot
 
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
@@ -79,8 +81,8 @@ def test_monitor_port_taken_fails_start_cleanly(broker_factory: BrokerFactory) -
     with pytest.raises(AddressInUse, match=f"monitor: cannot listen on 127.0.0.1:{taken}"):
         Broker(port=0, monitor=f"127.0.0.1:{taken}").start()
     # the failed node released everything: another starts and serves (healthy once its
-    # loop has published its first snapshot: until then /healthz says 503 "no snapshot
-    # yet", which under a loaded suite can outlast the first request)
+    # loop has published its first snapshot: /healthz waits for it at most 2 s, which a
+    # loaded suite can outlast)
     b = broker_factory(monitor=FAST_MONITOR)
     url = monitor_url(b) + "/healthz"
     answers: list[tuple[int, bytes]] = []
@@ -242,6 +244,33 @@ def test_healthz_503_when_the_loop_stalls(broker_factory: BrokerFactory) -> None
     assert code == 503 and b"has not run for" in body
     stall.result(10)
     assert _wait(lambda: get(url + "/healthz")[0] == 200)
+
+
+def _snapshot_now(store_error: str | None = None) -> Snapshot:
+    return Snapshot(time.monotonic(), time.time(), {}, {}, {}, store_error, 0)
+
+
+def test_healthz_waits_for_a_starting_loops_first_tick() -> None:
+    """A node whose loop has not ticked yet (just started, on a busy machine) is starting,
+    not stopped: /healthz waits for the first tick's snapshot instead of answering 503."""
+    hub = MonitorHub(0.1)
+
+    def first_tick() -> None:
+        time.sleep(0.3)
+        assert hub.want  # the waiting reader asked for a snapshot
+        hub.beat = time.monotonic()
+        hub.publish(_snapshot_now())
+
+    loop = threading.Thread(target=first_tick)
+    loop.start()
+    try:
+        assert hub.health() == (True, "ok")
+    finally:
+        loop.join()
+    hub.stopped, hub.beat = True, 0.0  # what Monitor.stop does when the loop ends
+    started = time.monotonic()
+    assert hub.health() == (False, "the node loop is not running")
+    assert time.monotonic() - started < 0.5  # a stopped loop is not waited for
 
 
 def test_every_metric_is_documented(broker_factory: BrokerFactory) -> None:

@@ -45,7 +45,8 @@ class MonitorHub:
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self.snapshot: Snapshot | None = None
-        self.beat = 0.0  # monotonic time of the loop's last tick (0: not running)
+        self.beat = 0.0  # monotonic time of the loop's last tick (0: none yet, or stopped)
+        self.stopped = False  # the loop has finished
         self.read_at = -IDLE  # monotonic time of the last read
         self.want = False  # a reader found the snapshot stale
         self._cond = threading.Condition()
@@ -88,7 +89,9 @@ class MonitorHub:
     def health(self) -> tuple[bool, str]:
         """(healthy, why): the loop ticked lately and the store can be written."""
         stalled = self._stalled()
-        if stalled is None:
+        if stalled is None or self.starting:
+            # a node just started has not ticked yet: its first tick publishes a snapshot
+            # (current() asks for one), so wait for it rather than answer "not running"
             snap = self.current()
             # a loop that stalls while we wait for its snapshot is caught here
             stalled = self._stalled()
@@ -99,6 +102,11 @@ class MonitorHub:
         if snap.store_error is not None:
             return False, snap.store_error
         return True, "ok"
+
+    @property
+    def starting(self) -> bool:
+        """The node has not ticked yet and has not stopped."""
+        return self.beat == 0.0 and not self.stopped
 
     def _stalled(self) -> str | None:
         if self.beat == 0.0:
@@ -166,6 +174,7 @@ class Monitor(Feature):
 
     def stop(self) -> None:
         self.hub.beat = 0.0
+        self.hub.stopped = True
 
     def close(self) -> None:
         if self._server is not None:
