@@ -73,6 +73,7 @@ import bench_network as bnet  # zbroker's chain, as the network benchmark starts
 import bench_node as bn  # roles' helpers, /proc accounting, latency statistics
 import peer_relays  # the floors: bare pyzmq relays, C relays
 from _common import snapshot_sources
+from profile_chain import stop_processes  # by PID: SIGTERM, SIGKILL after 10 s
 
 log = bn.log
 HOST = "127.0.0.1"
@@ -536,14 +537,7 @@ def _stop_topology(topo: dict[str, Any]) -> None:
         topo["stop"].set()
     mp_procs = [p for p in topo["procs"] if isinstance(p, mp.process.BaseProcess)]
     bn._stop_procs(mp_procs)
-    for p in topo["procs"]:
-        if isinstance(p, subprocess.Popen):
-            p.terminate()  # SIGTERM to this PID
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+    stop_processes([p for p in topo["procs"] if isinstance(p, subprocess.Popen)])
 
 
 # -- availability, rounds, table ---------------------------------------------------------
