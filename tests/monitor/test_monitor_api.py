@@ -254,10 +254,11 @@ def test_healthz_waits_for_a_starting_loops_first_tick() -> None:
     """A node whose loop has not ticked yet (just started, on a busy machine) is starting,
     not stopped: /healthz waits for the first tick's snapshot instead of answering 503."""
     hub = MonitorHub(0.1)
+    asked: list[bool] = []
 
     def first_tick() -> None:
         time.sleep(0.3)
-        assert hub.want  # the waiting reader asked for a snapshot
+        asked.append(hub.want)  # the waiting reader asked for a snapshot
         hub.beat = time.monotonic()
         hub.publish(_snapshot_now())
 
@@ -267,6 +268,7 @@ def test_healthz_waits_for_a_starting_loops_first_tick() -> None:
         assert hub.health() == (True, "ok")
     finally:
         loop.join()
+    assert asked == [True]
     hub.stopped, hub.beat = True, 0.0  # what Monitor.stop does when the loop ends
     started = time.monotonic()
     assert hub.health() == (False, "the node loop is not running")
