@@ -21,7 +21,7 @@ PURE_TESTS ?= tests/test_wire.py tests/test_wire_links.py tests/test_link_state.
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "zbroker needs Python 3.11+")'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q --upgrade pip 'setuptools>=77'  # (make build: the SPDX license)
 	$(BIN)/python -m pip install -q -e '.[test,spark]'
 	touch $(STAMP)
 
