@@ -31,6 +31,7 @@ from typing import Any
 
 import bench_network as bnet
 import bench_node as bn
+from profile_chain import stop_processes  # by PID: SIGTERM, SIGKILL after 10 s
 
 HOST = bn.HOST
 
@@ -101,9 +102,7 @@ def start_c(ctx: Any, hops: int, tmp: str) -> dict[str, Any]:
                 raise RuntimeError(f"C relay {i + 1} did not start (exit {p.poll()})")
             first, upstream = first or ports[0], ports[1]
     except BaseException:
-        from profile_chain import stop_processes
-
-        stop_processes(procs)  # (by PID; SIGKILL after 10 s)
+        stop_processes(procs)
         raise
     return {
         "procs": procs,

@@ -29,6 +29,7 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -93,9 +94,7 @@ def stat_counts(text: str) -> dict[str, int]:
 def count_syscalls(pids: dict[str, int], seconds: float) -> dict[str, dict[str, int]]:
     """``perf stat`` on every process of ``pids`` at once for ``seconds``: per process,
     its counts (:func:`stat_counts`). Each perf is stopped by its PID if it overruns."""
-    import subprocess
-
-    from profile_chain import stop_processes
+    from profile_chain import stop_processes  # (benchmarks/ on the path: main's import)
 
     events = ["raw_syscalls:sys_enter", *(f"syscalls:sys_enter_{c}" for c in CALLS)]
     cmd = ["perf", "stat", "-x", ",", *(a for e in events for a in ("-e", e))]
