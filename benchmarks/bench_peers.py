@@ -73,7 +73,7 @@ import bench_network as bnet  # zbroker's chain, as the network benchmark starts
 import bench_node as bn  # roles' helpers, /proc accounting, latency statistics
 import peer_relays  # the floors: bare pyzmq relays, C relays
 from _common import snapshot_sources
-from profile_chain import stop_processes  # by PID: SIGTERM, SIGKILL after 10 s
+from chain_run import stop_processes  # by PID: SIGTERM, SIGKILL after 10 s
 
 log = bn.log
 HOST = "127.0.0.1"

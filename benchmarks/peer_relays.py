@@ -31,7 +31,7 @@ from typing import Any
 
 import bench_network as bnet
 import bench_node as bn
-from profile_chain import stop_processes  # by PID: SIGTERM, SIGKILL after 10 s
+from chain_run import stop_processes  # by PID: SIGTERM, SIGKILL after 10 s
 
 HOST = bn.HOST
 

@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/threads_chain.py                 # 100-byte flood, 5 s
     .venv/bin/python benchmarks/threads_chain.py --size 1024 --seconds 10
 
-``profile_chain.py``'s chain and clients (nodes A, B, C as ``zbroker start`` processes on
+``chain_run.py``'s chain and clients (nodes A, B, C as ``zbroker start`` processes on
 127.0.0.1; a subscriber on C, a publisher flooding A), but instead of sampling with
 ``perf`` it reads ``/proc/PID/task/TID/{stat,status}`` of every process (the nodes, the
 publisher ``pub``, the subscriber ``sub``) before and after ``--seconds`` of flood and
@@ -91,10 +91,25 @@ def stat_counts(text: str) -> dict[str, int]:
     return out
 
 
+def stat_unusable() -> str | None:
+    """Why ``perf stat`` cannot count the system call tracepoints here (None: it can):
+    not installed, or not permitted (root, or ``kernel.perf_event_paranoid`` -1 and
+    tracefs readable). Tried on a short ``sleep`` of its own (a process that sleeps
+    throughout an attach reads "<not counted>": it never ran)."""
+    if shutil.which("perf") is None:
+        return "perf not found (apt-get install linux-perf)"
+    cmd = ["perf", "stat", "-x", ",", "-e", "raw_syscalls:sys_enter", "--", "sleep", "0.01"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    if out.returncode != 0 or not stat_counts(out.stderr).get("all"):
+        why = (out.stderr.strip().splitlines() or ["no output"])[-2:]
+        return f"perf stat failed (uid {os.geteuid()}): " + " / ".join(why)
+    return None
+
+
 def count_syscalls(pids: dict[str, int], seconds: float) -> dict[str, dict[str, int]]:
     """``perf stat`` on every process of ``pids`` at once for ``seconds``: per process,
     its counts (:func:`stat_counts`). Each perf is stopped by its PID if it overruns."""
-    from profile_chain import stop_processes  # (benchmarks/ on the path: main's import)
+    from chain_run import stop_processes  # (benchmarks/ on the path: main's import)
 
     events = ["raw_syscalls:sys_enter", *(f"syscalls:sys_enter_{c}" for c in CALLS)]
     cmd = ["perf", "stat", "-x", ",", *(a for e in events for a in ("-e", e))]
@@ -141,25 +156,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=int, default=0, help="msg/s, paced (default: flood)")
     ap.add_argument("--syscalls", action="store_true", help="count system calls (perf stat)")
     args = ap.parse_args(argv)
-    if args.syscalls and shutil.which("perf") is None:
-        print("--syscalls needs perf (apt-get install linux-perf)", file=sys.stderr)
+    why = stat_unusable() if args.syscalls else None
+    if why is not None:
+        print(f"--syscalls cannot count: {why}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from _common import snapshot_sources
 
     copy = snapshot_sources()
     import bench_node as bn
-    import profile_chain as pc
+    import chain_run as cr
 
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"{pc._utc()}, load {load}, sources {bn.source_digest()}, {bn.compiled_state()}")
+    print(f"{cr.utc()}, load {load}, sources {bn.source_digest()}, {bn.compiled_state()}")
     with tempfile.TemporaryDirectory(prefix="zbroker-threads-") as t:
         if args.syscalls:
-            counts, published, delivered, elapsed = pc.run_flood(
+            counts, published, delivered, elapsed = cr.run_flood(
                 args, Path(t), copy, lambda p: count_syscalls(_roles(p), args.seconds)
             )
         else:
-            threads, published, delivered, elapsed = pc.run_flood(
+            threads, published, delivered, elapsed = cr.run_flood(
                 args, Path(t), copy, lambda p: window(_roles(p), args.seconds)
             )
     print(f"{args.size}-byte payloads, {args.seconds:g} s: {published:,.0f} msg/s published on A,")

@@ -10,7 +10,7 @@ one message's way through a node, in order. It copies the sources, writes a time
 (``time.perf_counter_ns``) at fixed places of the copy (:data:`MARKS`: the loop's poll,
 a frame received, decoded, checked, relayed or taken, the batch's end, the link flush,
 the ROUTER's two sends, the pass's end), builds the copy's compiled modules (as ``make
-build`` does; ``--pure``: none), and runs ``profile_chain.py``'s chain (A, B dialing A,
+build`` does; ``--pure``: none), and runs ``chain_run.py``'s chain (A, B dialing A,
 C dialing B: ``zbroker start`` processes, discovery off) with its paced publisher on A
 and its subscriber on C. Each node writes its stamps when it stops; printed per node,
 over the passes that handled a message (the first quarter left out: warm-up): p50, p90,
@@ -23,14 +23,13 @@ A stamp costs about 0.1 µs warm, more cold, so the steps are slightly longer th
 are unstamped; their sum against ``bench_latency.py``'s figures tells what share of a
 chain's latency is the nodes' own work. An anchor that is not in the sources exactly once
 stops the run with its name (the code moved: move the anchor). Every process is stopped
-by its PID (``profile_chain.stop_processes``).
+by its PID (``chain_run.stop_processes``).
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import multiprocessing as mp
 import os
 import shutil
 import subprocess
@@ -199,37 +198,22 @@ def _stamp_and_build(tmp: Path, pure: bool) -> None:
 
 
 def run_chain(args: argparse.Namespace, tmp: Path) -> dict[str, int]:
-    """The chain under a paced publisher for ``args.seconds``; the nodes' PIDs."""
-    import bench_node as bn
-    import profile_chain as pc
+    """``chain_run.py``'s chain (data directories in ``tmp``, the stamped copy) under a
+    paced publisher: a second of warm-up, then ``args.seconds``; the nodes' PIDs (each
+    node writes its stamps when it is stopped)."""
+    from chain_run import NODES, run_flood
 
-    nodes: dict[str, subprocess.Popen[bytes]] = {}
-    children = []
-    ctx = mp.get_context("spawn")
-    ready, first, go, stop = (ctx.Event() for _ in range(4))
-    sent, got = ctx.RawValue("q", 0), ctx.RawValue("q", 0)
-    try:
-        endpoints = pc.start_nodes(tmp, nodes)
-        children.append(bn._start(ctx, pc.subscriber, endpoints["C"], ready, first, stop, got))
-        if not ready.wait(60):
-            raise TimeoutError("the subscriber on C never subscribed")
-        pc.wait_crossing(endpoints["A"], first)
-        children.append(
-            bn._start(ctx, pc.flood_publisher, endpoints["A"], go, stop, sent, args.size, args.rate)
-        )
-        go.set()
-        t0 = time.monotonic()
+    pids: dict[str, int] = {}
+
+    def during(running: dict[str, int]) -> None:
+        pids.update({n: running[n] for n in NODES})
         time.sleep(args.seconds)
-        elapsed, n = time.monotonic() - t0, sent.value
-        print(
-            f"published {n:,} on A in {elapsed:.1f} s ({n / elapsed:,.0f} msg/s), "
-            f"{got.value:,} delivered on C (counted per 1,024)"
-        )
-    finally:
-        stop.set()
-        bn._stop_procs(children, 5)
-        pids = {name: p.pid for name, p in nodes.items()}
-        pc.stop_processes(list(nodes.values()))  # (SIGTERM: each node writes its stamps)
+
+    _, published, delivered, elapsed = run_flood(args, tmp, str(tmp), during)
+    print(
+        f"in {elapsed:.1f} s: {published:,.0f} msg/s published on A, "
+        f"{delivered:,.0f} delivered on C (counted per 1,024)"
+    )
     return pids
 
 
@@ -301,7 +285,9 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--rate", type=int, default=2000, help="msg/s, paced (default 2,000)")
-    ap.add_argument("--seconds", type=float, default=5.0, help="publishing time (default 5)")
+    ap.add_argument(
+        "--seconds", type=float, default=5.0, help="measured, after 1 s of warm-up (default 5)"
+    )
     ap.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
     ap.add_argument("--pure", action="store_true", help="the pure-Python path (no extensions)")
     args = ap.parse_args(argv)

@@ -54,7 +54,7 @@ def test_a_line_of_c_relays_passes_every_frame_once_in_order(peer_relays: Any) -
         push.close(0)
         sub.close(0)
         ctx.term()
-        from profile_chain import stop_processes
+        from chain_run import stop_processes
 
         stop_processes(topo["procs"])  # by PID (SIGKILL after 10 s)
     assert all(p.returncode is not None for p in topo["procs"])

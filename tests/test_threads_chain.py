@@ -6,9 +6,13 @@ measurement."""
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 
+import pytest
+
+from benchmarks import threads_chain
 from benchmarks.threads_chain import stat_counts, threads_of, window
 
 
@@ -62,3 +66,16 @@ def test_perf_stat_output_is_read_per_event_and_uncounted_events_left_out() -> N
         ]
     )
     assert stat_counts(text) == {"all": 87410, "poll": 30012, "context-switches": 6800}
+
+
+def test_stat_unusable_says_perf_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads_chain.shutil, "which", lambda name: None)
+    assert threads_chain.stat_unusable() == "perf not found (apt-get install linux-perf)"
+
+
+def test_stat_unusable_tries_perf_stat_on_a_sleep_of_its_own() -> None:
+    why = threads_chain.stat_unusable()
+    if shutil.which("perf") is None:
+        assert why == "perf not found (apt-get install linux-perf)"
+    else:  # (a container may refuse perf_event_open even to root: said, not raised)
+        assert why is None or why.startswith(f"perf stat failed (uid {os.geteuid()}): ")
