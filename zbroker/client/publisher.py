@@ -97,8 +97,7 @@ class Publisher:
         self._send: Callable[[bytes, int], Any] = zmq.backend.Socket.send.__get__(self._push)
         # the batch: at most PUBLISH_BATCH entries, [payload, fmt, headers] encoded as
         # publish() made them (the headers as they were then), in runs of one topic (per
-        # run its topic and first index); it leaves once past _batch_full bytes (as
-        # publish frames count)
+        # run its topic and first index); it leaves past _batch_full (publish frames' bytes)
         self._batch: list[Entry] = []
         self._starts: list[tuple[str, int]] = []
         self._run_head: bytes | None = None  # the last run's topic head (None: start one)
@@ -273,6 +272,7 @@ class Publisher:
         the linger), then disarm. During a flood (its sender sent batches of a flood since
         the last look) stay armed, doubling ``tail_poll`` up to PUBLISH_TAIL_POLL_MS: only
         the flood's last batch needs this thread, and each look takes the publisher's GIL."""
+        since = left = 0.0  # (C must see both set on every way out of the lock's block)
         with self._lock:
             now = _monotonic()
             flood, self._flood = self._flood, False  # its sender sent a flood's batches
