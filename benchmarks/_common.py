@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -49,3 +50,19 @@ def snapshot_sources(repo: Path = REPO, prepare: Callable[[Path], None] | None =
     if not origin.is_relative_to(Path(tmp).resolve()):
         raise RuntimeError(f"zbroker imported from {origin}, not from the copy in {tmp}")
     return tmp
+
+
+def build_copy(tmp: Path, repo: Path = REPO) -> None:
+    """Build the compiled modules of a copy that ``prepare`` changed, as ``make build``
+    does: the build's own files go beside the copy, and only the modules whose source no
+    longer matches its extension's stamp are rebuilt (the changed ones)."""
+    shutil.copytree(repo / "cli", tmp / "cli", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(repo / name, tmp / name)
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=tmp,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )

@@ -31,8 +31,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import shutil
-import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -175,6 +173,8 @@ def patched_copy(pure: bool) -> Path:
 
 
 def _stamp_and_build(tmp: Path, pure: bool) -> None:
+    from _common import build_copy
+
     for rel in sorted({m[0] for m in MARKS}):
         path = tmp / rel
         path.write_text(stamp(path.read_text(), rel))
@@ -183,18 +183,7 @@ def _stamp_and_build(tmp: Path, pure: bool) -> None:
         for ext in (tmp / "zbroker").rglob("*.so"):
             ext.unlink()
         return
-    # the build's own files beside the copy (only the stamped modules' stamps no longer
-    # match their extensions: they are rebuilt)
-    shutil.copytree(REPO / "cli", tmp / "cli", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("setup.py", "pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, tmp / name)
-    subprocess.run(
-        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
-        cwd=tmp,
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    build_copy(tmp)  # (only the stamped modules no longer match their extensions)
 
 
 def run_chain(args: argparse.Namespace, tmp: Path) -> dict[str, int]:
