@@ -1,0 +1,103 @@
+"""``benchmarks/bare_hop.py`` turns node B of a chain into a bare hop in a patched copy of
+the sources: its kernel anchors must still be there once each and the patched kernel must
+compile, and both hops (pyzmq, and C on libzmq) must move every frame between a DEALER
+and a ROUTER identity once, in order, and drop another identity's. Checked here so a
+change that moves an anchor, or a hop that no longer builds or moves, says so in the
+suite, not in the middle of a sitting."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def bare_hop(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # (its imports are top-level)
+    import bare_hop as module
+
+    return module
+
+
+def test_the_kernel_patch_applies_once_and_compiles(bare_hop: Any) -> None:
+    source = (REPO / "zbroker" / "node" / "kernel.py").read_text()
+    patched = bare_hop.patch_kernel(source)
+    compile(patched, "kernel.py", "exec")
+    compile(bare_hop.SWITCH_MODULE, "_bare_hop.py", "exec")
+    for anchor, added in bare_hop.PATCHES:
+        assert patched.count(anchor + added) == 1
+    with pytest.raises(RuntimeError, match="no longer has this once"):
+        bare_hop.patch_kernel(source.replace("import zmq\n", "import zmq as _zmq\n"))
+
+
+@pytest.fixture
+def sockets() -> Iterator[dict[str, zmq.Socket[bytes]]]:
+    """A's ROUTER; B's DEALER dialing it and B's ROUTER; C's and X's DEALERs dialing B."""
+    ctx = zmq.Context()
+    s: dict[str, zmq.Socket[bytes]] = {}
+    try:
+        s["a"] = ctx.socket(zmq.ROUTER)
+        port_a = s["a"].bind_to_random_port("tcp://127.0.0.1")
+        s["b_dealer"] = ctx.socket(zmq.DEALER)
+        s["b_dealer"].setsockopt(zmq.IDENTITY, b"B")
+        s["b_dealer"].connect(f"tcp://127.0.0.1:{port_a}")
+        s["b_router"] = ctx.socket(zmq.ROUTER)
+        port_b = s["b_router"].bind_to_random_port("tcp://127.0.0.1")
+        for name in ("C", "X"):
+            s[name] = ctx.socket(zmq.DEALER)
+            s[name].setsockopt(zmq.IDENTITY, name.encode())
+            s[name].connect(f"tcp://127.0.0.1:{port_b}")
+        yield s
+    finally:
+        for sock in s.values():
+            sock.close(0)
+        ctx.term()
+
+
+def _moves_every_frame(s: dict[str, zmq.Socket[bytes]], hop: Callable[..., int]) -> None:
+    up = [b"up %d" % i + bytes(range(200)) for i in range(20)]
+    down = [b"down %d" % i for i in range(20)]
+    done: list[int] = []
+    t = threading.Thread(
+        target=lambda: done.append(hop(s["b_dealer"], s["b_router"], b"C", 40)), daemon=True
+    )
+    t.start()
+    s["X"].send(b"not C's: dropped")
+    for frame in up:
+        s["C"].send(frame)
+    got_up = [s["a"].recv_multipart() for _ in up if s["a"].poll(5000)]
+    assert got_up == [[b"B", frame] for frame in up]
+    for frame in down:
+        s["a"].send_multipart([b"B", frame])
+    got_down = [s["C"].recv() for _ in down if s["C"].poll(5000)]
+    assert got_down == down
+    t.join(5)
+    assert done == [40]  # returned after its limit: 40 moved, X's frame not among them
+    assert not s["a"].poll(100) and not s["C"].poll(100) and not s["X"].poll(100)
+
+
+def test_the_python_hop_moves_every_frame_once_in_order(
+    bare_hop: Any, sockets: dict[str, zmq.Socket[bytes]]
+) -> None:
+    _moves_every_frame(sockets, bare_hop.python_hop)
+
+
+def test_the_c_hop_moves_every_frame_once_in_order(
+    bare_hop: Any, sockets: dict[str, zmq.Socket[bytes]], tmp_path: Path
+) -> None:
+    import peer_relays
+
+    if shutil.which("gcc") is None and shutil.which("cc") is None:
+        pytest.skip("no C compiler on this machine")
+    if peer_relays._libzmq() is None:
+        pytest.skip("pyzmq has no bundled libzmq to link against (built from source)")
+    lib = str(bare_hop.build_c(tmp_path))
+    _moves_every_frame(sockets, lambda *a: bare_hop.c_hop(lib, *a))
