@@ -212,7 +212,8 @@ def run_one(ctx: Any, variant: str, case: dict[str, Any], tmp: str) -> dict[str,
 
 
 def summary(results: dict[str, list[dict[str, Any]]]) -> None:
-    base = statistics.median(r["latency"]["p50_ms"] for r in results.get("node", [])) or None
+    ref = [r["latency"]["p50_ms"] for r in results.get("node", [])]
+    base = statistics.median(ref) if ref else None  # (no "node" among the variants: none)
     print("\nper variant, µs: median p50 (range), median p99 (range)")
     for v, runs in results.items():
         p50 = [r["latency"]["p50_ms"] * 1e3 for r in runs]

@@ -7,9 +7,10 @@
 The chain of ``chain_run.py``: three ``zbroker start`` processes (A; B dialing A; C
 dialing B; discovery off, free ports on 127.0.0.1), a subscriber on C and a publisher on
 A flooding 100-byte payloads (``--size``; or paced at ``--rate`` msg/s), Python clients,
-each in its own process. After a second of flood, ``perf record -F 499 -g -p PID -- sleep S`` runs
-on every node at once, then ``perf report --no-children --sort dso,sym -g none`` (with
-``--stdio -n``: the same percentages, sample counts beside them) on each recording.
+each in its own process. After a second of flood, ``perf record -F 499 -g -p PID --
+sleep S`` runs on every node at once, then ``perf report --no-children --sort dso,sym -g
+none`` (with ``--stdio -n``: the same percentages, sample counts beside them) on each
+recording.
 
 Printed per node: the samples, the node's CPU use during the recording (from ``/proc``),
 the percent per DSO, the same grouped (the interpreter, the kernel, msgpack, libc, libzmq,

@@ -101,3 +101,17 @@ def test_the_c_hop_moves_every_frame_once_in_order(
         pytest.skip("pyzmq has no bundled libzmq to link against (built from source)")
     lib = str(bare_hop.build_c(tmp_path))
     _moves_every_frame(sockets, lambda *a: bare_hop.c_hop(lib, *a))
+
+
+def test_the_summary_compares_with_node_only_when_node_ran(
+    bare_hop: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def run(p50_ms: float) -> dict[str, Any]:
+        return {"latency": {"p50_ms": p50_ms, "p99_ms": 2 * p50_ms}}
+
+    bare_hop.summary({"node": [run(0.5), run(0.52)], "python": [run(0.4)]})
+    out = capsys.readouterr().out
+    assert "node    p50   510 (500-520), p99  1020 (1000-1040), p50 +0 against node" in out
+    assert "python  p50   400 (400-400), p99   800 (800-800), p50 -110 against node" in out
+    bare_hop.summary({"python": [run(0.4)], "c": [run(0.42)]})
+    assert "against" not in capsys.readouterr().out
