@@ -7,7 +7,11 @@ suite, not in the middle of a sitting."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -115,3 +119,27 @@ def test_the_summary_compares_with_node_only_when_node_ran(
     assert "python  p50   400 (400-400), p99   800 (800-800), p50 -110 against node" in out
     bare_hop.summary({"python": [run(0.4)], "c": [run(0.42)]})
     assert "against" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_run_of_node_and_work_loses_nothing() -> None:
+    """The whole script, one short round: the copy patched and built, B turned into
+    ``work`` mid-run (its loop reaches into the relay's internals: a rename there must
+    say so here), every message delivered in both runs."""
+    cmd = [sys.executable, str(REPO / "benchmarks" / "bare_hop.py")]
+    cmd += ["--rounds", "1", "--seconds", "1", "--variants", "node,work"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:  # (by its PID: SIGTERM lets it stop its own children)
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+    assert proc.returncode == 0, out[-2000:]
+    rounds = [ln for ln in out.splitlines() if ln.startswith("round 1 ")]
+    assert [ln.split()[2] for ln in rounds] == ["node", "work"], out[-2000:]
+    assert all(", lost 0, " in ln for ln in rounds), rounds
