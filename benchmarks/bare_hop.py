@@ -6,8 +6,8 @@
 
 bench_peers.py's zbroker chain (A; B dialing A; C dialing B: bench_network's nodes, every
 feature on) with its latency row's clients: a paced publisher on A (2,000 msg/s, 100 B)
-and a subscriber on C. In a copy of the sources (its kernel patched at two lines and built
-as ``make build`` builds it), node B, once it has forwarded 50 messages (inside the run's
+and a subscriber on C. In a copy of the sources (its kernel given an import and two calls,
+built as ``make build`` builds it), node B, once it has forwarded 50 messages (inside the run's
 lead-in: the subscriber's interest has reached A), becomes what ``--variants`` names:
 
 * ``node``: nothing changes (the reference);
@@ -26,8 +26,9 @@ lead-in: the subscriber's interest has reached A), becomes what ``--variants`` n
 The variants alternate (their order reversed every other round) so each meets the same
 machine. Printed: each run's p50 / p99 publish -> callback, lost, CPU µs per message of
 each process; then per variant the median and range of p50 and p99, and the median p50
-against ``node``'s. A bare B no longer answers the stop: its process is stopped by its
-PID after the others (``bench_node._stop_procs``).
+against ``node``'s. A B in a loop of its own (``work``, ``python``, ``c``) no longer
+answers the stop: its process is stopped by its PID after the others
+(``bench_node._stop_procs``).
 """
 
 from __future__ import annotations
