@@ -204,6 +204,8 @@ def work_hop(node: Any, dealer: zmq.Socket[bytes], router: zmq.Socket[bytes], id
     seen, state_of = r._locals(pipe)[:2]
     counters, caches = node.counters, pipe._link_caches
     plans: dict[Any, Any] = {}
+    # python_hop's loop written out again: a generator shared by both would add its own
+    # cost per frame to the bound that loop measures
     poller = zmq.Poller()
     poller.register(dealer, zmq.POLLIN)
     poller.register(router, zmq.POLLIN)
