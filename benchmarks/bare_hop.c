@@ -1,4 +1,5 @@
-/* Node B of the chain as a bare hop in C (benchmarks/bare_hop.py, variant "c").
+/* Node B of the chain as a bare hop in C (benchmarks/bare_hop.py, variant "c"), and the
+ * head of a one-run link frame read in C (variant "head", at the end of this file).
  *
  * Moves each frame from B's DEALER (its link to A) to C's identity on B's ROUTER, and
  * each frame C's identity sends on the ROUTER to the DEALER: no decode, no dedupe, no
@@ -9,6 +10,7 @@
  * GIL released. Returns after `limit` frames moved (0: never), or -1 if a poll failed.
  */
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 typedef struct { unsigned char opaque[64]; } zmq_msg_t;
@@ -72,4 +74,142 @@ long zb_bare_hop(void *dealer, void *router, const char *ident, size_t n, long l
             }
         }
     }
+}
+
+/* -- the head of a one-run MSGR frame (variant "head") ----------------------------------
+ *
+ * A link frame of one run is [36, [[topic, origin, inc, path, targets, entries]]] in
+ * msgpack. zb_run_head checks that shape, the head's field types and every entry
+ * ([payload bin, fmt 0|1, headers nil|map, seq uint, ts float|int]), that the seqs
+ * ascend by one and that nothing follows; it returns where the entries' array starts
+ * (the head is everything before it) and the first and last seq, or -1 for any frame
+ * that is not such a run (the caller takes it the general way).
+ */
+typedef struct { const uint8_t *b; size_t n, pos; } cur_t;
+
+static int need(cur_t *c, size_t k) { return c->n - c->pos >= k; }
+
+static uint64_t be(const uint8_t *p, int k) {
+    uint64_t v = 0;
+    for (int i = 0; i < k; i++) v = (v << 8) | p[i];
+    return v;
+}
+
+/* a length that follows a type byte in k bytes */
+static int len_of(cur_t *c, int k, size_t *len) {
+    if (!need(c, (size_t)k)) return 0;
+    *len = (size_t)be(c->b + c->pos, k);
+    c->pos += (size_t)k;
+    return 1;
+}
+
+static int array_of(cur_t *c, size_t *count) {
+    if (!need(c, 1)) return 0;
+    uint8_t t = c->b[c->pos++];
+    if ((t & 0xf0) == 0x90) { *count = t & 0x0f; return 1; }
+    if (t == 0xdc) return len_of(c, 2, count);
+    if (t == 0xdd) return len_of(c, 4, count);
+    return 0;
+}
+
+static int str_of(cur_t *c) {
+    if (!need(c, 1)) return 0;
+    uint8_t t = c->b[c->pos++];
+    size_t len;
+    if ((t & 0xe0) == 0xa0) len = t & 0x1f;
+    else if (t == 0xd9) { if (!len_of(c, 1, &len)) return 0; }
+    else if (t == 0xda) { if (!len_of(c, 2, &len)) return 0; }
+    else if (t == 0xdb) { if (!len_of(c, 4, &len)) return 0; }
+    else return 0;
+    if (!need(c, len)) return 0;
+    c->pos += len;
+    return 1;
+}
+
+static int uint_of(cur_t *c, uint64_t *v) {
+    if (!need(c, 1)) return 0;
+    uint8_t t = c->b[c->pos++];
+    if (t <= 0x7f) { *v = t; return 1; }
+    int k = t == 0xcc ? 1 : t == 0xcd ? 2 : t == 0xce ? 4 : t == 0xcf ? 8 : 0;
+    if (!k || !need(c, (size_t)k)) return 0;
+    *v = be(c->b + c->pos, k);
+    c->pos += (size_t)k;
+    return *v < ((uint64_t)1 << 63); /* (the node's i64 range) */
+}
+
+/* skip any one value (maps and arrays nested at most 8 deep) */
+static int skip(cur_t *c, int depth) {
+    if (depth > 8 || !need(c, 1)) return 0;
+    uint8_t t = c->b[c->pos++];
+    size_t len = 0, items = 0;
+    if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) return 1;
+    if ((t & 0xe0) == 0xa0) len = t & 0x1f;
+    else if ((t & 0xf0) == 0x90) items = t & 0x0f;
+    else if ((t & 0xf0) == 0x80) items = 2 * (size_t)(t & 0x0f);
+    else switch (t) {
+        case 0xc4: case 0xd9: if (!len_of(c, 1, &len)) return 0; break;
+        case 0xc5: case 0xda: if (!len_of(c, 2, &len)) return 0; break;
+        case 0xc6: case 0xdb: if (!len_of(c, 4, &len)) return 0; break;
+        case 0xca: len = 4; break;
+        case 0xcb: len = 8; break;
+        case 0xcc: case 0xd0: len = 1; break;
+        case 0xcd: case 0xd1: len = 2; break;
+        case 0xce: case 0xd2: len = 4; break;
+        case 0xcf: case 0xd3: len = 8; break;
+        case 0xdc: if (!len_of(c, 2, &items)) return 0; break;
+        case 0xdd: if (!len_of(c, 4, &items)) return 0; break;
+        case 0xde: if (!len_of(c, 2, &items)) return 0; items *= 2; break;
+        case 0xdf: if (!len_of(c, 4, &items)) return 0; items *= 2; break;
+        default: return 0; /* ext types: none of the node's */
+    }
+    if (!need(c, len)) return 0;
+    c->pos += len;
+    for (size_t i = 0; i < items; i++)
+        if (!skip(c, depth + 1)) return 0;
+    return 1;
+}
+
+static int entry_of(cur_t *c, uint64_t *seq) {
+    size_t k;
+    if (!array_of(c, &k) || k != 5 || !need(c, 1)) return 0;
+    uint8_t t = c->b[c->pos];
+    if (t != 0xc4 && t != 0xc5 && t != 0xc6) return 0; /* payload: bin */
+    if (!skip(c, 0) || !need(c, 1)) return 0;
+    t = c->b[c->pos++];
+    if (t != 0x00 && t != 0x01) return 0; /* fmt */
+    if (!need(c, 1)) return 0;
+    t = c->b[c->pos];
+    if (t != 0xc0 && (t & 0xf0) != 0x80 && t != 0xde && t != 0xdf) return 0; /* headers */
+    if (!skip(c, 0) || !uint_of(c, seq) || !need(c, 1)) return 0;
+    t = c->b[c->pos];
+    if (t != 0xca && t != 0xcb && !(t <= 0x7f || t >= 0xe0 || (t >= 0xcc && t <= 0xd3)))
+        return 0; /* ts: a number (its range is the general path's business: floats only) */
+    return skip(c, 0);
+}
+
+long zb_run_head(const uint8_t *b, size_t n, long long *first, long long *last) {
+    cur_t c = {b, n, 0};
+    size_t k;
+    uint64_t op, inc, seq;
+    if (!array_of(&c, &k) || k != 2 || !uint_of(&c, &op) || op != 36) return -1;
+    if (!array_of(&c, &k) || k != 1 || !array_of(&c, &k) || k != 6) return -1;
+    if (!str_of(&c) || !str_of(&c) || !uint_of(&c, &inc) || !array_of(&c, &k)) return -1;
+    for (size_t i = 0; i < k; i++)
+        if (!str_of(&c)) return -1;
+    if (!need(&c, 1)) return -1;
+    if (c.b[c.pos] == 0xc0) c.pos++;
+    else {
+        if (!array_of(&c, &k)) return -1;
+        for (size_t i = 0; i < k; i++)
+            if (!str_of(&c)) return -1;
+    }
+    long head = (long)c.pos;
+    if (!array_of(&c, &k) || k == 0) return -1;
+    for (size_t i = 0; i < k; i++) {
+        if (!entry_of(&c, &seq)) return -1;
+        if (i == 0) *first = (long long)seq;
+        else if ((long long)seq != *last + 1) return -1;
+        *last = (long long)seq;
+    }
+    return c.pos == n ? head : -1;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How much of the chain's latency is node B's own pass: B as it is, beside B as a bare hop.
 
-    .venv/bin/python benchmarks/bare_hop.py                       # 3 rounds, ~8 minutes
+    .venv/bin/python benchmarks/bare_hop.py                       # 3 rounds, ~10 minutes
     .venv/bin/python benchmarks/bare_hop.py --rounds 5 --variants node,python
 
 bench_peers.py's zbroker chain (A; B dialing A; C dialing B: bench_network's nodes, every
@@ -14,8 +14,12 @@ lead-in: the subscriber's interest has reached A), becomes what ``--variants`` n
 * ``phases``: each pass of B ends after the link flush (its link ticks kept): no events,
   no features' commit hooks, no store commit; what the phases after the send cost;
 * ``work``: a loop like ``python``'s that does B's own work on each link frame from A
-  (decode, checks, dedupe, route, encode, send: :func:`work_hop`) and nothing of the pass
+  (decode, checks, dedupe, route, encode, send: ``hop_steps.py``) and nothing of the pass
   or the pipeline around it: what a lean path keeping today's steps would cost;
+* ``head``: ``work``, but a frame of one run whose head came before is read in C
+  (``zb_run_head`` in ``bare_hop.c``: checked to its end), deduped by its seq range and
+  sent on as its bytes behind the head B writes (``hop_steps.py``): a lean path's
+  candidate;
 * ``python``: a bare pyzmq loop (:func:`python_hop`) that moves each frame from B's DEALER
   (its link to A) to C's identity on B's ROUTER and back, nothing else: no decode,
   dedupe, route or counters (no relay a network could use, the bound a lean one in
@@ -48,7 +52,7 @@ from typing import Any
 
 import zmq
 
-VARIANTS = ("node", "phases", "work", "python", "c")
+VARIANTS = ("node", "phases", "work", "head", "python", "c")
 VARIANT_ENV = "ZB_BARE_HOP"
 LIB_ENV = "ZB_BARE_HOP_LIB"
 C_SOURCE = Path(__file__).resolve().parent / "bare_hop.c"
@@ -68,7 +72,7 @@ def _b(node):
 
 
 def ready(node):
-    return VARIANT in ("work", "python", "c") and _b(node) and node.counters.forwarded >= 50
+    return VARIANT not in ("node", "phases") and _b(node) and node.counters.forwarded >= 50
 
 
 def skip_phases(node):
@@ -189,65 +193,6 @@ def c_hop(
     return int(fn(dealer.underlying, router.underlying, ident, len(ident), limit))
 
 
-def work_hop(node: Any, dealer: zmq.Socket[bytes], router: zmq.Socket[bytes], ident: bytes) -> None:
-    """:func:`python_hop`, but each link frame from A gets B's own work on the way: its
-    decode and checks, the dedupe, the route (the relay's plan, kept across frames here:
-    no interest changes during a run), the outgoing frame's encode and the link's send,
-    as the pipeline and the link flush do them; frames that hold no messages, and C's,
-    go on as they came (A's heartbeats keep C's link up). What is left out is the pass
-    and the pipeline's structures around that work."""
-    from zbroker import wire
-    from zbroker.links.flush import _encode_runs
-    from zbroker.node import relay as r
-
-    pipe, table = node.pipeline, node.links
-    seen, state_of = r._locals(pipe)[:2]
-    counters, caches = node.counters, pipe._link_caches
-    plans: dict[Any, Any] = {}
-    # python_hop's loop written out again: a generator shared by both would add its own
-    # cost per frame to the bound that loop measures
-    poller = zmq.Poller()
-    poller.register(dealer, zmq.POLLIN)
-    poller.register(router, zmq.POLLIN)
-    nb, more = zmq.NOBLOCK, zmq.SNDMORE
-    while True:
-        for sock, _ in poller.poll():
-            while True:
-                try:
-                    first = sock.recv(nb)
-                except zmq.Again:
-                    break
-                if sock is router:
-                    frame = router.recv()
-                    if first == ident:
-                        dealer.send(frame)
-                    continue
-                value = wire.decode_frame(first)
-                if value[0] != wire.MSGR:
-                    router.send(ident, more)
-                    router.send(first)
-                    continue
-                errors: list[tuple[str, str]] = []
-                wire.check_runs(value[1], caches, errors)
-                for run in value[1]:
-                    if run is None:
-                        continue
-                    topic, origin, inc, key_path, key_targets, entries = run[:6]
-                    plan = plans.get((topic, key_path, key_targets))
-                    if plan is None:
-                        plan = plans[topic, key_path, key_targets] = r._plan(
-                            pipe, topic, key_path, key_targets, {}
-                        )
-                    kept = r._fresh(seen, state_of, origin, inc, entries)
-                    if plan[0] is False or not kept:
-                        continue
-                    body = [kept, run[6]] if kept is entries and len(run) == 7 else [kept]
-                    for out, targets, _copies in plan[2]:
-                        out_run = [topic, origin, inc, plan[0], targets, *body]
-                        if table.send(out, _encode_runs([out_run]), time.monotonic()):
-                            counters.forwarded += len(kept)
-
-
 def take_over(node: Any, variant: str) -> None:
     """In node B's thread: serve as a bare hop between its two links from now on."""
     dealer = next(iter(node.links.dialers.values())).socket
@@ -255,8 +200,13 @@ def take_over(node: Any, variant: str) -> None:
     ident = next(ln.ident for ln in node.links.all() if not ln.dialer and ln.ident)
     if variant == "c":
         c_hop(os.environ[LIB_ENV], dealer, router, ident, 0)
-    elif variant == "work":
-        work_hop(node, dealer, router, ident)
+    elif variant in ("work", "head"):
+        import hop_steps
+
+        if variant == "work":
+            hop_steps.work_hop(node, dealer, router, ident)
+        else:
+            hop_steps.head_hop(node, dealer, router, ident, os.environ[LIB_ENV])
     else:
         python_hop(dealer, router, ident, 0)
 
@@ -304,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = tempfile.mkdtemp(prefix="zbroker-barehop-")
     try:
-        if "c" in variants:
+        if "c" in variants or "head" in variants:
             os.environ[LIB_ENV] = str(build_c(Path(tmp)))
         from _common import snapshot_sources
 

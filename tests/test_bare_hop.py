@@ -7,6 +7,7 @@ suite, not in the middle of a sitting."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -122,12 +123,12 @@ def test_the_summary_compares_with_node_only_when_node_ran(
 
 
 @pytest.mark.slow
-def test_a_run_of_node_and_work_loses_nothing() -> None:
+def test_a_run_of_node_work_and_head_loses_nothing() -> None:
     """The whole script, one short round: the copy patched and built, B turned into
-    ``work`` mid-run (its loop reaches into the relay's internals: a rename there must
-    say so here), every message delivered in both runs."""
+    ``work`` and ``head`` mid-run (their loops reach into the relay's internals: a rename
+    there must say so here), every message delivered in each run."""
     cmd = [sys.executable, str(REPO / "benchmarks" / "bare_hop.py")]
-    cmd += ["--rounds", "1", "--seconds", "1", "--variants", "node,work"]
+    cmd += ["--rounds", "1", "--seconds", "1", "--variants", "node,work,head"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         out, _ = proc.communicate(timeout=240)
@@ -141,5 +142,75 @@ def test_a_run_of_node_and_work_loses_nothing() -> None:
                 proc.wait(5)
     assert proc.returncode == 0, out[-2000:]
     rounds = [ln for ln in out.splitlines() if ln.startswith("round 1 ")]
-    assert [ln.split()[2] for ln in rounds] == ["node", "work"], out[-2000:]
+    assert [ln.split()[2] for ln in rounds] == ["node", "work", "head"], out[-2000:]
     assert all(", lost 0, " in ln for ln in rounds), rounds
+
+
+@pytest.fixture
+def run_head(bare_hop: Any, tmp_path: Path) -> Callable[[bytes], tuple[int, int, int]]:
+    """``zb_run_head`` (``bare_hop.c``): (where the entries start, first seq, last seq)."""
+    import hop_steps
+    import peer_relays
+
+    if shutil.which("gcc") is None and shutil.which("cc") is None:
+        pytest.skip("no C compiler on this machine")
+    if peer_relays._libzmq() is None:
+        pytest.skip("pyzmq has no bundled libzmq to link against (built from source)")
+    fn = hop_steps.run_head_function(str(bare_hop.build_c(tmp_path)))
+    first, last = ctypes.c_longlong(-7), ctypes.c_longlong(-7)
+
+    def call(frame: bytes) -> tuple[int, int, int]:
+        return (
+            fn(frame, len(frame), ctypes.byref(first), ctypes.byref(last)),
+            first.value,
+            last.value,
+        )
+
+    return call
+
+
+def _entry(seq: int, headers: Any = None) -> list[Any]:
+    return [b"x" * 100, 0, headers, seq, 1.5]
+
+
+def test_a_one_run_frames_head_is_read_in_c_and_its_bytes_go_on(run_head: Any) -> None:
+    from zbroker import wire
+
+    frame = wire.encode_link(wire.MSGR, [["PRICE.x", "A", 7, ["A"], None, [_entry(5)]]])
+    at, first, last = run_head(frame)
+    assert (first, last) == (5, 5)
+    assert frame[:at] == wire.encode_link(wire.MSGR, [["PRICE.x", "A", 7, ["A"], None, []]])[:-1]
+    written = wire.encode_link(wire.MSGR, [["PRICE.x", "A", 7, ["A", "B"], None, []]])[:-1]
+    assert wire.decode_frame(written + frame[at:]) == [
+        wire.MSGR,
+        [["PRICE.x", "A", 7, ["A", "B"], None, [_entry(5)]]],
+    ]
+    nested = {"k": [1, {"a": b"z"}], "n": None}
+    many = [_entry(9, nested), _entry(10), _entry(11)]
+    big = wire.encode_link(wire.MSGR, [["T", "o", 2**40, ["A", "C"], ["x", "y"], many]])
+    assert run_head(big)[1:] == (9, 11)
+
+
+@pytest.mark.parametrize(
+    "runs, tail",
+    [
+        ([["T", "o", 1, [], None, [_entry(9), _entry(11)]]], b""),  # a gap in the seqs
+        ([["T", "o", 1, [], None, [_entry(9)]], ["T", "o", 1, [], None, [_entry(10)]]], b""),
+        ([["T", "o", 1, [], None, [_entry(9)]]], b"\x00"),  # something after the frame
+        ([["T", "o", 1, [], None, []]], b""),  # no entries
+        ([["T", "o", 1, [], None, [[b"x", 2, None, 9, 1.5]]]], b""),  # fmt 2
+        ([["T", "o", 1, [], None, [["text", 0, None, 9, 1.5]]]], b""),  # payload not bin
+        ([["T", "o", 1, [], None, [[b"x", 0, None, -1, 1.5]]]], b""),  # negative seq
+        ([["T", "o", -1, [], None, [_entry(9)]]], b""),  # negative incarnation
+        ([["T", "o", 1, [1], None, [_entry(9)]]], b""),  # a path of numbers
+    ],
+)
+def test_any_other_frame_is_left_to_the_general_way(
+    run_head: Any, runs: list[Any], tail: bytes
+) -> None:
+    from zbroker import wire
+
+    frame = wire.encode_link(wire.MSGR, runs)
+    assert run_head(frame + tail)[0] == -1
+    assert run_head(frame[:-1])[0] == -1  # cut short
+    assert run_head(b"")[0] == -1
