@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["REPO", "snapshot_sources"]
+__all__ = ["REPO", "build_copy", "snapshot_sources"]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -59,10 +59,11 @@ def build_copy(tmp: Path, repo: Path = REPO) -> None:
     shutil.copytree(repo / "cli", tmp / "cli", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("setup.py", "pyproject.toml", "README.md"):
         shutil.copy(repo / name, tmp / name)
-    subprocess.run(
+    done = subprocess.run(
         [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
         cwd=tmp,
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
     )
+    if done.returncode != 0:
+        raise RuntimeError(f"the copy's build failed: {(done.stderr or done.stdout)[-2000:]}")

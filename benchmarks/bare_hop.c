@@ -9,11 +9,13 @@
  * few declarations are below); called through ctypes with pyzmq's socket handles, the
  * GIL released. Returns after `limit` frames moved (0: never), or -1 if a poll failed.
  */
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-typedef struct { unsigned char opaque[64]; } zmq_msg_t;
+/* aligned as zmq.h declares it (libzmq's msg_t lives in these 64 bytes) */
+typedef struct { unsigned char opaque[64]; } __attribute__((aligned(sizeof(void *)))) zmq_msg_t;
 typedef struct { void *socket; int fd; short events; short revents; } zmq_pollitem_t;
 int zmq_poll(zmq_pollitem_t *, int, long);
 int zmq_msg_init(zmq_msg_t *);
@@ -23,6 +25,7 @@ int zmq_msg_close(zmq_msg_t *);
 void *zmq_msg_data(zmq_msg_t *);
 size_t zmq_msg_size(const zmq_msg_t *);
 int zmq_send(void *, const void *, size_t, int);
+int zmq_errno(void);
 enum { POLLIN = 1, DONTWAIT = 1, SNDMORE = 2 };
 
 /* one frame from `in` on to `out` (after `ident` when given); 0 if none was waiting */
@@ -55,7 +58,10 @@ long zb_bare_hop(void *dealer, void *router, const char *ident, size_t n, long l
     zmq_pollitem_t items[2] = {{dealer, 0, POLLIN, 0}, {router, 0, POLLIN, 0}};
     long moved = 0;
     for (;;) {
-        if (zmq_poll(items, 2, -1) < 0) return -1;
+        if (zmq_poll(items, 2, -1) < 0) {
+            if (zmq_errno() == EINTR) continue; /* a signal: poll again */
+            return -1;
+        }
         if (items[0].revents & POLLIN)
             while (move(dealer, router, ident, n))
                 if (++moved == limit) return moved;
@@ -81,9 +87,13 @@ long zb_bare_hop(void *dealer, void *router, const char *ident, size_t n, long l
  * A link frame of one run is [36, [[topic, origin, inc, path, targets, entries]]] in
  * msgpack. zb_run_head checks that shape, the head's field types and every entry
  * ([payload bin, fmt 0|1, headers nil|map, seq uint, ts float|int]), that the seqs
- * ascend by one and that nothing follows; it returns where the entries' array starts
+ * ascend by one and that nothing follows. It returns where the entries' array starts
  * (the head is everything before it) and the first and last seq, or -1 for any frame
- * that is not such a run (the caller takes it the general way).
+ * that is not such a run (the caller takes it the general way). Not checked here,
+ * unlike the node's own checks: a ts's range (NaN, infinities, beyond TS_MAX) and the
+ * strings' UTF-8 (a head's are checked once, the general way, with its first frame: a
+ * later frame with the same head bytes has the same strings; the headers' never). A
+ * path built on this must add both.
  */
 typedef struct { const uint8_t *b; size_t n, pos; } cur_t;
 
@@ -183,7 +193,7 @@ static int entry_of(cur_t *c, uint64_t *seq) {
     if (!skip(c, 0) || !uint_of(c, seq) || !need(c, 1)) return 0;
     t = c->b[c->pos];
     if (t != 0xca && t != 0xcb && !(t <= 0x7f || t >= 0xe0 || (t >= 0xcc && t <= 0xd3)))
-        return 0; /* ts: a number (its range is the general path's business: floats only) */
+        return 0; /* ts: a number (its range unchecked: see above) */
     return skip(c, 0);
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How much of the chain's latency is node B's own pass: B as it is, beside B as a bare hop.
 
-    .venv/bin/python benchmarks/bare_hop.py                       # 3 rounds, ~10 minutes
+    .venv/bin/python benchmarks/bare_hop.py                       # 3 rounds, ~7 minutes
     .venv/bin/python benchmarks/bare_hop.py --rounds 5 --variants node,python
 
 bench_peers.py's zbroker chain (A; B dialing A; C dialing B: bench_network's nodes, every
@@ -10,7 +10,7 @@ and a subscriber on C. In a copy of the sources (its kernel given an import and 
 built as ``make build`` builds it), node B, once it has forwarded 50 messages (inside the run's
 lead-in: the subscriber's interest has reached A), becomes what ``--variants`` names:
 
-* ``node``: nothing changes (the reference);
+* ``node``: nothing changes but a call per pass that says so (the reference);
 * ``phases``: each pass of B ends after the link flush (its link ticks kept): no events,
   no features' commit hooks, no store commit; what the phases after the send cost;
 * ``work``: a loop like ``python``'s that does B's own work on each link frame from A
@@ -30,7 +30,7 @@ lead-in: the subscriber's interest has reached A), becomes what ``--variants`` n
 The variants alternate (their order reversed every other round) so each meets the same
 machine. Printed: each run's p50 / p99 publish -> callback, lost, CPU µs per message of
 each process; then per variant the median and range of p50 and p99, and the median p50
-against ``node``'s. A B in a loop of its own (``work``, ``python``, ``c``) no longer
+against ``node``'s. A B in a loop of its own (``work``, ``head``, ``python``, ``c``) no longer
 answers the stop: its process is stopped by its PID after the others
 (``bench_node._stop_procs``).
 """

@@ -16,7 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct { unsigned char opaque[64]; } zmq_msg_t;
+/* aligned as zmq.h declares it (libzmq's msg_t lives in these 64 bytes) */
+typedef struct { unsigned char opaque[64]; } __attribute__((aligned(sizeof(void *)))) zmq_msg_t;
 void *zmq_ctx_new(void);
 void *zmq_socket(void *, int);
 int zmq_bind(void *, const char *);

@@ -99,7 +99,10 @@ def stat_unusable() -> str | None:
     if shutil.which("perf") is None:
         return "perf not found (apt-get install linux-perf)"
     cmd = ["perf", "stat", "-x", ",", "-e", "raw_syscalls:sys_enter", "--", "sleep", "0.01"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:  # (run() has killed it by its PID)
+        return "perf stat did not end within 30 s"
     if out.returncode != 0 or not stat_counts(out.stderr).get("all"):
         why = (out.stderr.strip().splitlines() or ["no output"])[-2:]
         return f"perf stat failed (uid {os.geteuid()}): " + " / ".join(why)

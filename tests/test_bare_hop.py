@@ -144,6 +144,7 @@ def test_a_run_of_node_work_and_head_loses_nothing() -> None:
     rounds = [ln for ln in out.splitlines() if ln.startswith("round 1 ")]
     assert [ln.split()[2] for ln in rounds] == ["node", "work", "head"], out[-2000:]
     assert all(", lost 0, " in ln for ln in rounds), rounds
+    assert "head: 100 frames taken by their head" in out  # (its fast path, not only work's)
 
 
 @pytest.fixture
