@@ -40,7 +40,7 @@ class Steps:
 
         self.wire, self.encode_runs, self.relay = wire, _encode_runs, relay
         self.pipe, self.table, self.counters = node.pipeline, node.links, node.counters
-        self.seen, self.state_of = relay._locals(self.pipe)[:2]
+        self.seen, self.state_of = self.pipe.dedupe.seen, self.pipe.dedupe.state
         self.caches = self.pipe._link_caches
         self.plans: dict[Any, Any] = {}
 
@@ -158,11 +158,11 @@ def head_hop(
                         dealer.send(frame)
                     continue
                 at = run_head(first, len(first), pa, pz)
-                known = heads.get(first[:at]) if at > 0 else None
-                if known is None and at > 0:
-                    known = heads[first[:at]] = steps.head(first) or False
-                    known = None  # (the first frame of a head takes the steps)
-                if known:
+                head = first[:at] if at > 0 else b""
+                known = heads.get(head) if head else False
+                if known is None:  # (a head's first frame: learnt, and takes the steps)
+                    heads[head] = steps.head(first) or False
+                elif known:
                     out, written, origin, inc = known
                     s = state_of(origin, inc)
                     if s is not None and a.value - 1 == s.floor and not s.above:
