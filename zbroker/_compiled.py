@@ -58,6 +58,7 @@ COMPILED = (
     "zbroker.wire.publish",
     "zbroker.wire.runs",
     "zbroker.wire.entries",
+    "zbroker.wire.heads",
     "zbroker.routing.dedupe",
     "zbroker.routing.engine",
     "zbroker.links.flush",
