@@ -70,6 +70,7 @@ COMPILED = (
     "zbroker.node.publishes",
     "zbroker.node.relay",
     "zbroker.node.selected",
+    "zbroker.node.shortcut",
     "zbroker.client.messages",
     "zbroker.client.publisher",
     "zbroker.client.publish_wire",

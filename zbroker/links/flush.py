@@ -21,7 +21,7 @@ from .state import Link, LinkState
 if TYPE_CHECKING:
     from .table import LinkTable
 
-__all__ = ["flush_adverts", "flush_outboxes", "too_large"]
+__all__ = ["flush_adverts", "flush_outboxes", "sent", "too_large"]
 
 log = logging.getLogger("zbroker.node")
 
@@ -48,7 +48,7 @@ def flush_outboxes(table: LinkTable) -> None:
             # generators, which cost a cold pass more than the encoding
             frame = _encode_runs(box)
             if len(frame) <= limit:
-                _sent(table, link, frame, 1, now)
+                sent(table, link, frame, 1, now)
                 continue
         for frame, n, topic in cut_runs(box, link.batch_bytes, limit, _encode_runs):
             if len(frame) > limit:
@@ -56,11 +56,11 @@ def flush_outboxes(table: LinkTable) -> None:
                 # than its publisher's node's, or headers and path grew it): counted
                 too_large(table, link, f"a message of {len(frame)} bytes on {topic!r}")
             else:
-                _sent(table, link, frame, n, now)
+                sent(table, link, frame, n, now)
     table.dirty.clear()
 
 
-def _sent(table: LinkTable, link: Link, frame: bytes, n: int, now: float) -> None:
+def sent(table: LinkTable, link: Link, frame: bytes, n: int, now: float) -> None:
     """Send a frame of ``n`` messages on ``link``, counted as sent or dropped."""
     if table.send(link, frame, now):
         link.msgs_out += n

@@ -94,6 +94,9 @@ class LinkTable:
         self.frame_limit = config.max_frame_bytes + LINK_FRAME_SLACK
         self._control: zmq.Socket[bytes] | None = None
         self._control_send: Callable[[bytes, int], Any] | None = None
+        #: set by the node: takes a link frame read (bytes) before it is decoded, the
+        #: messages it held, or -1 for the general way (:mod:`zbroker.node.shortcut`)
+        self.shortcut: Callable[[Link, bytes, float], int] | None = None
 
     def bind(self, control: zmq.Socket[bytes], control_send: Callable[[bytes, int], Any]) -> None:
         """The node's ROUTER, on which acceptor links live."""
@@ -166,11 +169,15 @@ class LinkTable:
 
     # -- frames of established links --------------------------------------------------------
 
-    def on_frame(self, link: Link, value: list[Any], size: int, now: float) -> int:
-        """A frame from a link that is up (either side). Returns the messages it held."""
+    def heard(self, link: Link, size: int, now: float) -> None:
+        """A frame of ``size`` bytes came on ``link`` (the relay's shortcut tells it too)."""
         link.last_recv = now
         link.unheard = 0  # the peer is alive: what we sent before reached its socket
         link.bytes_in += size
+
+    def on_frame(self, link: Link, value: list[Any], size: int, now: float) -> int:
+        """A frame from a link that is up (either side). Returns the messages it held."""
+        self.heard(link, size, now)
         op = value[0]
         if op == wire.MSGR or op == wire.MSGS:
             if len(value) != 2 or type(value[1]) is not list:

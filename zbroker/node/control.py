@@ -1,7 +1,9 @@
 """Control dispatch: the node's ROUTER, where client requests and peers' link frames
 arrive.
 
-Link frames go to the link table's acceptor. A control request ``[op, req_id, body]`` is
+A frame of an accepted link goes to the relay's shortcut first (:mod:`.shortcut`: with
+security on, once its sender passed the check the acceptor makes); link frames it does
+not take go to the link table's acceptor. A control request ``[op, req_id, body]`` is
 looked up in the op table the features declared (:class:`~.feature.Op`); with security on,
 the sender's key must be allowed every permission subject the op declares for the body
 before the handler runs. There are no op-specific branches here.
@@ -9,6 +11,7 @@ before the handler runs. There are no op-specific branches here.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -102,6 +105,8 @@ class ControlDispatch:
         """Drain the ROUTER: link frames to the acceptor, requests to their op."""
         events = cast("Callable[[int], int]", self.sock.getsockopt)
         budget = DRAIN_BATCH  # messages: a link's MSGR frame counts for what it holds
+        # a link frame whose head the node knows may go on as it came (.shortcut)
+        shortcut, accepted, sec = self._links.shortcut, self._links.accepted, self._security
         first = True
         while budget > 0:
             budget -= 1
@@ -115,6 +120,13 @@ class ControlDispatch:
             except zmq.Again:
                 return
             ident = frames[0]
+            if shortcut is not None and len(frames) == 2:
+                link = accepted.get(ident)
+                if link is not None and (sec is None or sec.node_ok(sec.user, link.peer)):
+                    n = shortcut(link, frames[1], time.monotonic())
+                    if n >= 0:
+                        budget -= n
+                        continue
             try:
                 req = self._decode(frames)
                 if req is None:

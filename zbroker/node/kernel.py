@@ -6,8 +6,9 @@ A pass of the loop, in this order, for these reasons:
 
 1. **drain** — poll every socket once, then drain each ready one in batches (the
    pipeline handles each drained batch whole: route, link outboxes, feature sinks,
-   deliveries); then features with waiting work do one slice (a staged commit is
-   published a slice per pass, so sockets are served in between).
+   deliveries; a link frame of one run whose head the node knows may go on at once as
+   it came, :mod:`.shortcut`); then features with waiting work do one slice (a staged
+   commit is published a slice per pass, so sockets are served in between).
 2. **link flush** — the engine's batched interest changes leave as ADVERTs, then every
    message queued for a link this pass in MSGR frames. Interest first: a link carries
    frames in order, so interest that reached this node before a message reaches the next
@@ -58,6 +59,7 @@ from .hooks import KernelHooks
 from .interest import LocalInterest
 from .pipeline import Pipeline
 from .secure_subs import SecureSubscriptions
+from .shortcut import Shortcut
 from .sockets import NodeSockets, Poller, format_endpoint
 from .status import node_status
 
@@ -188,6 +190,8 @@ class Node:
             delivery=self.delivery,
             links=self.links,
         )
+        self.shortcut = Shortcut(self.pipeline, self.links, self.engine)
+        self.links.shortcut = self.shortcut.take
         self.control.add([Op(wire.GAPS, lambda req: self.delivery.on_gaps(req.body))])
         ctx = Context(self)
         for f in self.features:

@@ -1,0 +1,179 @@
+"""The relay's shortcut (zbroker/node/shortcut.py) on a real node between two raw link
+peers, X upstream and Y downstream: a lone run whose head the node knows goes on as it
+came (path and targets the node's own), every message exactly once and in order, with the
+counters the general path keeps; repeats, gaps, local subscribers and interest waiting to
+be advertised take the general path."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgpack
+import pytest
+import zmq
+
+from zbroker import Broker, Client, wire
+
+from .test_fuzz import HOST, WAIT, link_hello
+
+BrokerFactory = Callable[..., Broker]
+
+
+class Peer:
+    """A raw link DEALER to the node, handshaken as broker ``name``."""
+
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], b: Broker, name: str) -> None:
+        self.name = name
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.ROUTING_ID, f"{name}/l{name}".encode())
+        self.sock.connect(f"tcp://{HOST}:{b.ports['control']}")
+        hello = {**link_hello(), "id": name, "name": f"l{name}", "heartbeat_timeout": 60.0}
+        self.sock.send(wire.encode_link(wire.LINK_HELLO, hello))
+        assert self.next(lambda v: v[0] == wire.LINK_WELCOME) is not None
+        self.frames: list[list[Any]] = []  # ADVERT and MSGR frames, in the order they came
+
+    def next(self, want: Callable[[list[Any]], bool]) -> list[Any] | None:
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            if self.sock.poll(50):
+                value = msgpack.unpackb(self.sock.recv(), raw=False, strict_map_key=False)
+                if value[0] in (wire.ADVERT, wire.MSGR) and hasattr(self, "frames"):
+                    self.frames.append(value)
+                if want(value):
+                    return list(value)
+        return None
+
+    def seqs(self) -> list[tuple[str, str, list[str], list[str] | None, int]]:
+        """Every message in the MSGR frames received: (topic, origin, path, targets, seq)."""
+        return [
+            (topic, origin, path, targets, e[3])
+            for f in self.frames
+            if f[0] == wire.MSGR
+            for topic, origin, _inc, path, targets, entries in f[1]
+            for e in entries
+        ]
+
+
+@pytest.fixture
+def chain(broker_factory: BrokerFactory) -> Iterator[tuple[Broker, Peer, Peer]]:
+    b = broker_factory()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        x, y = Peer(ctx, b, "px"), Peer(ctx, b, "py")
+        y.sock.send(wire.encode_link(wire.ADVERT, True, [["T.>", "py", ["py"]]]))
+        deadline = time.monotonic() + WAIT
+        while not b.call(lambda n: n.engine.has_route("T.>", "py")):
+            assert time.monotonic() < deadline, "the node never took Y's interest"
+            time.sleep(0.02)
+        yield b, x, y
+    finally:
+        ctx.destroy(linger=0)
+
+
+def lone(seqs: range, topic: str = "T.a") -> bytes:
+    entries = [[f"m{s}".encode(), 0, None, s, 1.7e9] for s in seqs]
+    return wire.encode_link(wire.MSGR, [[topic, "px", 1, ["px"], ["py"], entries]])
+
+
+def taken(b: Broker) -> int:
+    return int(b.call(lambda n: n.shortcut.taken))
+
+
+def wait_for(y: Peer, count: int) -> None:
+    y.next(lambda _v: len(y.seqs()) >= count)
+    assert len(y.seqs()) >= count, y.seqs()
+
+
+def test_a_known_head_goes_on_as_it_came_every_message_once(
+    chain: tuple[Broker, Peer, Peer],
+) -> None:
+    b, x, y = chain
+    before = b.status()["counters"]["forwarded"]
+    runs = [range(1, 2), range(2, 3), range(3, 6), range(6, 7), range(7, 40)]
+    for seqs in runs:
+        x.sock.send(lone(seqs))
+        wait_for(y, seqs.stop - 1)  # (one at a time: each on its own pass)
+    me = b.broker_id
+    assert y.seqs() == [("T.a", "px", ["px", me], ["py"], s) for s in range(1, 40)]
+    # the first frame taught the node the head and the origin: the general path; the
+    # others went by the shortcut, as one frame each, and are counted as forwarded
+    assert taken(b) == len(runs) - 1
+    assert len([f for f in y.frames if f[0] == wire.MSGR]) == len(runs)
+    assert b.status()["counters"]["forwarded"] - before == 39
+    links = {link["peer"]: link for link in b.status()["links"]}
+    assert (links["px"]["msgs_in"], links["py"]["msgs_out"]) == (39, 39)
+
+
+def test_repeats_and_gaps_take_the_general_path(chain: tuple[Broker, Peer, Peer]) -> None:
+    b, x, y = chain
+    for seqs in (range(1, 4), range(4, 6)):
+        x.sock.send(lone(seqs))
+        wait_for(y, seqs.stop - 1)
+    assert taken(b) == 1
+    x.sock.send(lone(range(3, 5)))  # a repeat: dropped by the dedupe
+    x.sock.send(lone(range(7, 9)))  # a gap before it: the general path delivers it
+    wait_for(y, 7)
+    x.sock.send(lone(range(6, 7)))  # the gap filled: the floor moves past 8
+    wait_for(y, 8)
+    x.sock.send(lone(range(9, 11)))  # in order again: the shortcut
+    wait_for(y, 10)
+    assert [m[4] for m in y.seqs()] == [1, 2, 3, 4, 5, 7, 8, 6, 9, 10]
+    assert taken(b) == 2
+
+
+def test_a_local_subscriber_takes_the_general_path(
+    chain: tuple[Broker, Peer, Peer], client_factory: Callable[..., Client]
+) -> None:
+    b, x, y = chain
+    got: list[int] = []
+    client = client_factory(b.endpoint)
+    client.subscribe("T.>", lambda m: got.append(m.id.seq))
+    deadline = time.monotonic() + WAIT
+    while not b.call(lambda n: bool(n.engine.route("T.a", ("px",), ("py",))[0])):
+        assert time.monotonic() < deadline, "the subscription never reached the engine"
+        time.sleep(0.02)
+    for s in range(1, 8):
+        x.sock.send(lone(range(s, s + 1)))
+    wait_for(y, 7)
+    assert [m[4] for m in y.seqs()] == list(range(1, 8))
+    deadline = time.monotonic() + WAIT
+    while len(got) < 7 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert got == list(range(1, 8))
+    assert taken(b) == 0
+
+
+def test_interest_that_came_first_is_advertised_first(chain: tuple[Broker, Peer, Peer]) -> None:
+    b, x, y = chain
+    for seqs in (range(1, 2), range(2, 3)):
+        x.sock.send(lone(seqs))
+        wait_for(y, seqs.stop - 1)
+    assert taken(b) == 1
+    # X's new interest and a message right behind it, most likely read in one pass: the
+    # node's advertisement of it must reach Y before the message does
+    for n in range(3, 13):
+        x.sock.send(wire.encode_link(wire.ADVERT, False, [[f"R{n}.>", "px", ["px"]]]))
+        x.sock.send(lone(range(n, n + 1)))
+        wait_for(y, n)
+        kinds = [
+            (f[0], e[0] if f[0] == wire.ADVERT else e[3])
+            for f in y.frames
+            for e in (f[2] if f[0] == wire.ADVERT else f[1][0][5])
+        ]
+        assert kinds.index((wire.ADVERT, f"R{n}.>")) < kinds.index((wire.MSGR, n)), kinds
+    assert [m[4] for m in y.seqs()] == list(range(1, 13))
+
+
+def test_a_message_received_whole_is_the_same_either_way(chain: tuple[Broker, Peer, Peer]) -> None:
+    b, x, y = chain
+    headers = {"k": "é", "n": [1, 2.5, None], b"raw": {3: True}}
+    for s in range(1, 4):
+        entries = [[b"\x00" * s, s % 2, headers, s, 1.7e9 + s]]
+        x.sock.send(wire.encode_link(wire.MSGR, [["T.h", "px", 1, ["px"], ["py"], entries]]))
+        wait_for(y, s)
+    assert taken(b) == 2
+    got = [f[1][0][5][0] for f in y.frames if f[0] == wire.MSGR]
+    assert got == [[b"\x00" * s, s % 2, headers, s, 1.7e9 + s] for s in range(1, 4)]

@@ -1,0 +1,170 @@
+"""The relay's shortcut: a link frame of one run whose head the node knows goes on as its
+bytes the moment it is read, without being decoded, queued or cut into a frame again.
+
+At a low rate a link frame is one message, and the general path (the pipeline and
+:mod:`.relay`, then the link flush at the pass's end) costs it most of its time at a
+relay: decoded, checked, deduped, routed, queued, packed again. ``benchmarks/bare_hop.py``
+measured the middle node of a chain: about 140 µs of CPU per message against 82 for a
+hop that only moves frames, and 30-92 µs of the chain's median per node. Most of that
+work is the same for every frame of one run's head (topic, origin, incarnation, path,
+targets), so the node keeps, per head's bytes, what the relay does with its messages,
+and a frame whose head it knows is:
+
+1. walked by :func:`zbroker.wire.heads.run_head` (its shape, every entry checked as the
+   node's checks would, consecutive seqs) and not decoded;
+2. deduped by its seq range: new if its first seq is right above the origin's floor
+   with nothing pending above (the in-order case of :class:`~zbroker.routing.DedupeWindow`),
+   and taking it moves the floor to its last;
+3. sent at once, in one frame: the head this node writes for it (its path with our ID,
+   the branch's targets) followed by the entries' bytes as they came.
+
+It does so only where the general path would send exactly that frame and nothing else:
+the route sends the run over one link, one copy, with no local patterns (no subscribers,
+no feature sinks) and no selectors between; the link out is up, nothing is queued on it
+this pass and no advertisement waits for it (a link carries frames in order: what the
+pass queued before, and interest that reached us before the message, still go first);
+the frame fits the next node's limit; the link in may send to us. Any other frame takes
+the general path, counted and checked there as before. The counters move as the general
+path moves them (messages in and out of each link, forwarded, drops of a failed send).
+
+What a head decides is kept with the route it was decided on: the engine's cached
+``route()`` result, whose object is replaced whenever interest, links or hosts change
+what it would be. A frame whose route is another object decides again.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import wire
+from ..errors import ProtocolError
+from ..links.flush import sent
+from ..links.state import LinkState
+from ..wire.codec import packb
+from ..wire.heads import run_head
+from .relay import _plan
+
+if TYPE_CHECKING:
+    from ..links.state import Link
+    from ..links.table import LinkTable
+    from ..routing import RoutingEngine
+    from .pipeline import Pipeline
+
+__all__ = ["HEADS", "Shortcut"]
+
+#: heads known at most (the table starts over when full: a peer's churn costs it nothing)
+HEADS = 4096
+_UP = LinkState.UP
+#: an entry the node's checks pass, after a head's bytes: the run checked as a whole
+_ONE_ENTRY = packb([[b"", 0, None, 1, 0.0]])
+
+
+class _Head:
+    """A known head: its fields, and what its route decides (``out`` None: the general
+    way)."""
+
+    __slots__ = ("advert", "inc", "origin", "out", "path", "route", "targets", "topic", "written")
+
+    def __init__(self, run: list[Any]) -> None:
+        self.topic: str = run[0]
+        self.origin: str = run[1]
+        self.inc: int = run[2]
+        self.path: tuple[str, ...] = run[3]
+        self.targets: tuple[str, ...] | None = run[4]
+        self.route: Any = None
+        self.out: Link | None = None
+        self.advert: Any = None  # the engine's side of ``out`` (its advertisements)
+        self.written = b""
+
+
+class Shortcut:
+    """``take(link, frame, now)``: the messages a frame held if it went by the shortcut,
+    else -1 (the caller takes it the general way)."""
+
+    def __init__(self, pipe: Pipeline, table: LinkTable, engine: RoutingEngine) -> None:
+        self._pipe = pipe
+        self._table = table
+        self._route = engine.route
+        self._engine_links = engine.links
+        self._state = pipe.dedupe.state
+        self._heads: dict[bytes, _Head | None] = {}
+        #: frames taken (the suite and the benchmarks read it)
+        self.taken = 0
+
+    def take(self, link: Link, frame: bytes, now: float) -> int:
+        at, first, last = run_head(frame)
+        if at < 0 or link.state is not _UP or not link.can_receive:
+            return -1
+        key = frame[:at]
+        head = self._heads.get(key)
+        if head is None:
+            if key in self._heads:
+                return -1  # (a bad head: the general path counts it)
+            head = self._learn(key)
+            if head is None:
+                return -1
+        route = self._route(head.topic, head.path, head.targets)
+        if route is not head.route:
+            self._decide(head, route)
+        out = head.out
+        if (
+            out is None
+            or out.outbox
+            or out.state is not _UP
+            or head.advert.pending
+            or head.advert.full_pending
+            or len(head.written) + len(frame) - at > out.frame_limit
+            or len(frame) > self._table.frame_limit
+        ):
+            return -1
+        state = self._state(head.origin, head.inc)
+        if state is None or state.above or state.floor != first - 1:
+            return -1
+        state.floor = last
+        n = last - first + 1
+        table = self._table
+        table.heard(link, len(frame), now)
+        link.msgs_in += n
+        sent(table, out, head.written + frame[at:], n, now)
+        self.taken += 1
+        return n
+
+    def _learn(self, key: bytes) -> _Head | None:
+        """A head's bytes seen first: its fields decoded and checked as the general path
+        checks a run's (None: a bad head, which the general path counts each time)."""
+        heads = self._heads
+        if len(heads) >= HEADS:
+            heads.clear()
+        head = None
+        try:
+            runs = wire.decode_frame(key + _ONE_ENTRY)[1]
+        except ProtocolError:
+            runs = None
+        if runs is not None:
+            errors: list[tuple[str, str]] = []
+            wire.check_runs(runs, self._pipe._link_caches, errors)
+            if not errors and runs[0] is not None:
+                head = _Head(runs[0])
+        heads[key] = head
+        return head
+
+    def _decide(self, head: _Head, route: Any) -> None:
+        """What ``route`` (the engine's, for the head's key) does with the head's messages:
+        one link out, or the general way (``out`` None)."""
+        head.route = route
+        head.out = None
+        fwd, patterns, links, missing, selective, sinks = _plan(
+            self._pipe, head.topic, head.path, head.targets, {}
+        )
+        if fwd is False or patterns or missing or selective is not None or sinks:
+            return
+        if len(links) != 1 or links[0][2] != 1:
+            return
+        out, targets = links[0][0], links[0][1]
+        advert = self._engine_links.get(out.engine_id)
+        if advert is None:
+            return
+        run = [head.topic, head.origin, head.inc, fwd, targets, []]
+        head.written = wire.encode_link(wire.MSGR, [run])[:-1]  # (less the empty entries)
+        head.advert = advert
+        head.out = out
