@@ -40,6 +40,7 @@ from .. import wire
 from ..errors import ProtocolError
 from ..links.flush import sent
 from ..links.state import LinkState
+from ..wire import heads
 from ..wire.codec import packb
 from ..wire.heads import run_head
 from .relay import _plan
@@ -50,10 +51,14 @@ if TYPE_CHECKING:
     from ..routing import RoutingEngine
     from .pipeline import Pipeline
 
-__all__ = ["HEADS", "Shortcut"]
+__all__ = ["HEADS", "WALK_MAX_BYTES", "Shortcut"]
 
 #: heads known at most (the table starts over when full: a peer's churn costs it nothing)
 HEADS = 4096
+#: frames longer than this are not walked where the walk runs from its source (about 2 µs
+#: an entry there, more than the general path's decode and checks; a low rate's frames
+#: are well below it): None where it is compiled
+WALK_MAX_BYTES = None if heads.COMPILED else 4096
 _UP = LinkState.UP
 #: an entry the node's checks pass, after a head's bytes: the run checked as a whole
 _ONE_ENTRY = packb([[b"", 0, None, 1, 0.0]])
@@ -92,6 +97,8 @@ class Shortcut:
         self.taken = 0
 
     def take(self, link: Link, frame: bytes, now: float) -> int:
+        if WALK_MAX_BYTES is not None and len(frame) > WALK_MAX_BYTES:
+            return -1
         at, first, last = run_head(frame)
         if at < 0 or link.state is not _UP or not link.can_receive:
             return -1
