@@ -15,6 +15,9 @@ import pytest
 import zmq
 
 from zbroker import Broker, Client, wire
+from zbroker.config import RetainRule
+from zbroker.node.interest import LocalInterest
+from zbroker.routing import RoutingEngine
 
 from .test_fuzz import HOST, WAIT, link_hello
 
@@ -59,7 +62,15 @@ class Peer:
 
 @pytest.fixture
 def chain(broker_factory: BrokerFactory) -> Iterator[tuple[Broker, Peer, Peer]]:
-    b = broker_factory()
+    yield from _chain(broker_factory())
+
+
+@pytest.fixture
+def retaining_chain(broker_factory: BrokerFactory) -> Iterator[tuple[Broker, Peer, Peer]]:
+    yield from _chain(broker_factory(retain=(RetainRule("T.>"),)))
+
+
+def _chain(b: Broker) -> Iterator[tuple[Broker, Peer, Peer]]:
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     try:
         x, y = Peer(ctx, b, "px"), Peer(ctx, b, "py")
@@ -124,25 +135,82 @@ def test_repeats_and_gaps_take_the_general_path(chain: tuple[Broker, Peer, Peer]
     assert taken(b) == 2
 
 
-def test_a_local_subscriber_takes_the_general_path(
-    chain: tuple[Broker, Peer, Peer], client_factory: Callable[..., Client]
-) -> None:
-    b, x, y = chain
-    got: list[int] = []
-    client = client_factory(b.endpoint)
-    client.subscribe("T.>", lambda m: got.append(m.id.seq))
+def _routed_here(b: Broker) -> None:
     deadline = time.monotonic() + WAIT
     while not b.call(lambda n: bool(n.engine.route("T.a", ("px",), ("py",))[0])):
         assert time.monotonic() < deadline, "the subscription never reached the engine"
         time.sleep(0.02)
-    for s in range(1, 8):
-        x.sock.send(lone(range(s, s + 1)))
-    wait_for(y, 7)
-    assert [m[4] for m in y.seqs()] == list(range(1, 8))
+
+
+def _received(got: list[int], count: int) -> None:
     deadline = time.monotonic() + WAIT
-    while len(got) < 7 and time.monotonic() < deadline:
+    while len(got) < count and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert got == list(range(1, 8))
+
+
+def test_local_subscribers_get_the_run_as_it_came_once(
+    chain: tuple[Broker, Peer, Peer], client_factory: Callable[..., Client]
+) -> None:
+    b, x, y = chain
+    got: list[tuple[str, int, bytes, dict[str, Any]]] = []
+    client = client_factory(b.endpoint)
+    client.subscribe("T.>", lambda m: got.append((m.topic, m.id.seq, m.payload, m.headers)))
+    other: list[int] = []
+    client.subscribe("T.a", lambda m: other.append(m.id.seq))
+    _routed_here(b)
+    before = b.status()["counters"]["delivered"]
+    for seqs in (*(range(s, s + 1) for s in range(1, 8)), range(8, 12)):
+        x.sock.send(lone(seqs))
+        wait_for(y, seqs.stop - 1)  # (one at a time: a frame behind one queued waits)
+    assert [m[4] for m in y.seqs()] == list(range(1, 12))
+    _received(got, 11)
+    _received(other, 11)
+    assert got == [("T.a", s, f"m{s}".encode(), {}) for s in range(1, 12)]
+    assert other == list(range(1, 12))
+    assert taken(b) == 7  # (the first frame: the origin was not known yet)
+    assert b.status()["counters"]["delivered"] - before == 22
+
+
+def test_the_last_hop_delivers_by_the_shortcut(
+    broker_factory: BrokerFactory, client_factory: Callable[..., Client]
+) -> None:
+    b = broker_factory()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        x = Peer(ctx, b, "px")
+        got: list[int] = []
+        client_factory(b.endpoint).subscribe("T.>", lambda m: got.append(m.id.seq))
+        for s in range(1, 21):
+            x.sock.send(
+                wire.encode_link(
+                    wire.MSGR,
+                    [["T.a", "px", 1, ["px"], [b.broker_id], [[b"m", 0, None, s, 1.7e9]]]],
+                )
+            )
+        _received(got, 20)
+        time.sleep(0.2)  # (nothing more may come)
+        assert got == list(range(1, 21))
+        assert taken(b) == 19
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_a_subscriber_with_a_selector_takes_the_general_path(
+    chain: tuple[Broker, Peer, Peer], client_factory: Callable[..., Client]
+) -> None:
+    b, x, y = chain
+    got: list[int] = []
+    client_factory(b.endpoint).subscribe("T.>", lambda m: got.append(m.id.seq), selector="k = 'v'")
+    _routed_here(b)
+    for s in range(1, 6):
+        headers = {"k": "v"} if s % 2 else None
+        entries = [[b"m", 0, headers, s, 1.7e9]]
+        x.sock.send(wire.encode_link(wire.MSGR, [["T.a", "px", 1, ["px"], ["py"], entries]]))
+    wait_for(y, 5)
+    _received(got, 3)
+    time.sleep(0.2)
+    assert [m[4] for m in y.seqs()] == [1, 2, 3, 4, 5]
+    assert got == [1, 3, 5]
     assert taken(b) == 0
 
 
@@ -177,3 +245,52 @@ def test_a_message_received_whole_is_the_same_either_way(chain: tuple[Broker, Pe
     assert taken(b) == 2
     got = [f[1][0][5][0] for f in y.frames if f[0] == wire.MSGR]
     assert got == [[b"\x00" * s, s % 2, headers, s, 1.7e9 + s] for s in range(1, 4)]
+
+
+def test_a_feature_sink_takes_the_general_path(
+    retaining_chain: tuple[Broker, Peer, Peer], client_factory: Callable[..., Client]
+) -> None:
+    b, x, y = retaining_chain
+    for s in range(1, 6):
+        x.sock.send(lone(range(s, s + 1)))
+        wait_for(y, s)
+    assert taken(b) == 0
+    log = client_factory(b.endpoint).read("T.>")
+    assert [(m.topic, m.id.seq) for m in log] == [("T.a", s) for s in range(1, 6)]
+
+
+def test_a_durable_opened_later_is_decided_again(
+    chain: tuple[Broker, Peer, Peer], client_factory: Callable[..., Client]
+) -> None:
+    b, x, y = chain
+    for s in range(1, 4):
+        x.sock.send(lone(range(s, s + 1)))
+        wait_for(y, s)
+    assert taken(b) == 2
+    got: list[int] = []
+    client_factory(b.endpoint).subscribe("T.>", lambda m: got.append(m.id.seq), durable="d1")
+    for s in range(4, 9):
+        x.sock.send(lone(range(s, s + 1)))
+        wait_for(y, s)
+    _received(got, 5)
+    time.sleep(0.2)
+    assert got == [4, 5, 6, 7, 8]
+    assert [m[4] for m in y.seqs()] == list(range(1, 9))
+    assert taken(b) == 2  # (its sink takes them: the general path)
+
+
+def test_a_second_source_of_a_pattern_moves_the_interest_version() -> None:
+    # (the engine hears a pattern's first source and its last, not a sink's in between:
+    # the version is how the shortcut learns that a feature now takes the messages)
+    engine = RoutingEngine("B")
+    interest = LocalInterest(engine)
+    interest.add("T.>", "clients")
+    route = engine.route("T.a", ("px",), None)
+    versions = [interest.version]
+    interest.add("T.>", "retain")
+    versions.append(interest.version)
+    assert engine.route("T.a", ("px",), None) is route
+    interest.drop("T.>", "retain")
+    interest.add("T.>", "clients")  # (already a source: no change)
+    versions.append(interest.version)
+    assert versions == [1, 2, 3]

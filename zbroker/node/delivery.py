@@ -217,6 +217,15 @@ class Delivery:
             pseq[pattern] = n
         self._counters.delivered += delivered
 
+    def send_run(self, pattern: str, head: bytes, entries: bytes, k: int) -> None:
+        """One frame of one run of ``k`` messages to ``pattern``'s subscribers: ``head`` its
+        fields packed (the frame's array of one run, up to its entries), then its entries'
+        bytes as a link frame brought them (the relay's shortcut, :mod:`.shortcut`)."""
+        n = self._pseq[pattern] + k
+        self._pseq[pattern] = n
+        self._send(b"".join((self.prefix[pattern], head, entries, U64.pack(n))), zmq.NOBLOCK)
+        self._counters.delivered += k
+
 
 def _run_body(frame: list[list[Any]]) -> list[bytes | memoryview]:
     """A delivery frame's runs as the parts of its body: packed, or with the entries'

@@ -43,6 +43,9 @@ class LocalInterest:
         self._sink_refs = 0  # (pattern, source) pairs whose source has a sink
         #: some sink has interest: the pipeline looks sinks up only then
         self.has_sinks = False
+        #: moves at every change of any pattern's sources (what the relay's shortcut
+        #: decided for a head is decided again then: the engine hears only some changes)
+        self.version = 0
 
     def register_sink(self, feature: Feature) -> None:
         for name in feature.sink_sources:
@@ -55,6 +58,7 @@ class LocalInterest:
         if source not in sources:
             sources.add(source)
             self._counted(source, 1)
+            self.version += 1
         now = _said(sources)
         if first or now != was:
             self._engine.handle(LocalSubscribe(pattern=pattern, sticky=now[0], selectors=now[1]))
@@ -68,6 +72,7 @@ class LocalInterest:
         was = _said(sources)
         sources.discard(source)
         self._counted(source, -1)
+        self.version += 1
         if not sources:
             del self._sources[pattern]
             self._engine.handle(LocalUnsubscribe(pattern=pattern))

@@ -1,13 +1,13 @@
 """The relay's shortcut: a link frame of one run whose head the node knows goes on as its
-bytes the moment it is read, without being decoded, queued or cut into a frame again.
+bytes the moment it is read, without being decoded, queued or packed again.
 
 At a low rate a link frame is one message, and the general path (the pipeline and
 :mod:`.relay`, then the link flush at the pass's end) costs it most of its time at a
-relay: decoded, checked, deduped, routed, queued, packed again. ``benchmarks/bare_hop.py``
+node: decoded, checked, deduped, routed, queued, packed again. ``benchmarks/bare_hop.py``
 measured the middle node of a chain: about 140 µs of CPU per message against 82 for a
 hop that only moves frames, and 30-92 µs of the chain's median per node. Most of that
 work is the same for every frame of one run's head (topic, origin, incarnation, path,
-targets), so the node keeps, per head's bytes, what the relay does with its messages,
+targets), so the node keeps, per head's bytes, what it does with the head's messages,
 and a frame whose head it knows is:
 
 1. walked by :func:`zbroker.wire.heads.run_head` (its shape, every entry checked as the
@@ -15,21 +15,28 @@ and a frame whose head it knows is:
 2. deduped by its seq range: new if its first seq is right above the origin's floor
    with nothing pending above (the in-order case of :class:`~zbroker.routing.DedupeWindow`),
    and taking it moves the floor to its last;
-3. sent at once, in one frame: the head this node writes for it (its path with our ID,
-   the branch's targets) followed by the entries' bytes as they came.
+3. sent at once: to the next node, the head this node writes for it (its path with our
+   ID, the branch's targets) followed by the entries' bytes as they came; to the local
+   subscribers of each pattern it matches, a delivery frame of that one run, the
+   entries' bytes again as they came.
 
-It does so only where the general path would send exactly that frame and nothing else:
-the route sends the run over one link, one copy, with no local patterns (no subscribers,
-no feature sinks) and no selectors between; the link out is up, nothing is queued on it
-this pass and no advertisement waits for it (a link carries frames in order: what the
-pass queued before, and interest that reached us before the message, still go first);
-the frame fits the next node's limit; the link in may send to us. Any other frame takes
-the general path, counted and checked there as before. The counters move as the general
-path moves them (messages in and out of each link, forwarded, drops of a failed send).
+It does so only where the general path would send exactly that and do nothing else: the
+route sends the run over at most one link, one copy, and no feature sink takes it, no
+selector stands between (in the route or on a local subscription); a link out is up,
+nothing is queued on it this pass and no advertisement waits for it (a link carries
+frames in order: what the pass queued before, and interest that reached us before the
+message, still go first); the frame fits the next node's limit; the link in may send to
+us. Any other frame takes the general path, counted and checked there as before. The
+counters move as the general path moves them (messages in and out of each link,
+forwarded, delivered, drops of a failed send).
 
-What a head decides is kept with the route it was decided on: the engine's cached
-``route()`` result, whose object is replaced whenever interest, links or hosts change
-what it would be. A frame whose route is another object decides again.
+What a head decides is kept with what it was decided on: the engine's cached ``route()``
+result, whose object is replaced whenever interest, links or hosts change what it would
+be, and the version of the node's local interest (a second source of a pattern, a
+feature's, changes which sinks take a message without the engine hearing of it). A
+frame whose route is another object, or whose version moved on, decides again; while
+some local subscription has a selector, a route with local patterns takes the general
+path.
 """
 
 from __future__ import annotations
@@ -65,10 +72,13 @@ _ONE_ENTRY = packb([[b"", 0, None, 1, 0.0]])
 
 
 class _Head:
-    """A known head: its fields, and what its route decides (``out`` None: the general
-    way)."""
+    """A known head: its fields, and what its route decides (``out`` None and no
+    ``patterns``: the general way)."""
 
-    __slots__ = ("advert", "inc", "origin", "out", "path", "route", "targets", "topic", "written")
+    __slots__ = (
+        "advert", "delivered", "inc", "local", "origin", "out", "path", "patterns", "route",
+        "targets", "topic", "version", "written",
+    )  # fmt: skip
 
     def __init__(self, run: list[Any]) -> None:
         self.topic: str = run[0]
@@ -76,10 +86,14 @@ class _Head:
         self.inc: int = run[2]
         self.path: tuple[str, ...] = run[3]
         self.targets: tuple[str, ...] | None = run[4]
-        self.route: Any = None
+        self.route: Any = None  # the engine's route it was decided on
+        self.version = -1  # and the local interest's version
+        self.local = False  # the route has local patterns
         self.out: Link | None = None
         self.advert: Any = None  # the engine's side of ``out`` (its advertisements)
-        self.written = b""
+        self.written = b""  # what goes before the entries on the link
+        self.patterns: tuple[str, ...] = ()  # the local subscribers' patterns it matches
+        self.delivered = b""  # what goes before the entries in a delivery frame
 
 
 class Shortcut:
@@ -92,6 +106,10 @@ class Shortcut:
         self._route = engine.route
         self._engine_links = engine.links
         self._state = pipe.dedupe.state
+        self._delivery = delivery = pipe._delivery
+        self._prefix = delivery.prefix
+        self._selected = delivery.selected.by_pattern
+        self._interest = pipe._interest
         self._heads: dict[bytes, _Head | None] = {}
         #: frames taken (the suite and the benchmarks read it)
         self.taken = 0
@@ -111,18 +129,26 @@ class Shortcut:
             if head is None:
                 return -1
         route = self._route(head.topic, head.path, head.targets)
-        if route is not head.route:
+        if route is not head.route or head.version != self._interest.version:
             self._decide(head, route)
-        out = head.out
-        if (
-            out is None
-            or out.outbox
+        out, patterns = head.out, head.patterns
+        if head.local and self._selected:
+            return -1  # (a subscription's selector decides per message)
+        if out is not None and (
+            out.outbox
             or out.state is not _UP
             or head.advert.pending
             or head.advert.full_pending
             or len(head.written) + len(frame) - at > out.frame_limit
-            or len(frame) > self._table.frame_limit
         ):
+            return -1
+        if patterns:
+            for p in patterns:
+                if p not in self._prefix:
+                    return -1
+        elif out is None:
+            return -1
+        if len(frame) > self._table.frame_limit:
             return -1
         state = self._state(head.origin, head.inc)
         if state is None or state.above or state.floor != first - 1:
@@ -132,7 +158,11 @@ class Shortcut:
         table = self._table
         table.heard(link, len(frame), now)
         link.msgs_in += n
-        sent(table, out, head.written + frame[at:], n, now)
+        entries = frame[at:]
+        if out is not None:
+            sent(table, out, head.written + entries, n, now)
+        for p in patterns:
+            self._delivery.send_run(p, head.delivered, entries, n)
         self.taken += 1
         return n
 
@@ -157,21 +187,25 @@ class Shortcut:
 
     def _decide(self, head: _Head, route: Any) -> None:
         """What ``route`` (the engine's, for the head's key) does with the head's messages:
-        one link out, or the general way (``out`` None)."""
-        head.route = route
-        head.out = None
+        at most one link out and the local subscribers' patterns, or the general way."""
+        head.route, head.version = route, self._interest.version
+        head.out, head.patterns = None, ()
         fwd, patterns, links, missing, selective, sinks = _plan(
             self._pipe, head.topic, head.path, head.targets, {}
         )
-        if fwd is False or patterns or missing or selective is not None or sinks:
+        head.local = bool(patterns)
+        if fwd is False or missing or selective is not None or sinks:
             return
-        if len(links) != 1 or links[0][2] != 1:
+        if len(links) > 1 or (links and links[0][2] != 1):
             return
-        out, targets = links[0][0], links[0][1]
-        advert = self._engine_links.get(out.engine_id)
-        if advert is None:
-            return
-        run = [head.topic, head.origin, head.inc, fwd, targets, []]
-        head.written = wire.encode_link(wire.MSGR, [run])[:-1]  # (less the empty entries)
-        head.advert = advert
-        head.out = out
+        if links:
+            out, targets = links[0][0], links[0][1]
+            advert = self._engine_links.get(out.engine_id)
+            if advert is None:
+                return
+            run = [head.topic, head.origin, head.inc, fwd, targets, []]
+            head.written = wire.encode_link(wire.MSGR, [run])[:-1]  # (less the entries)
+            head.advert = advert
+            head.out = out
+        head.patterns = tuple(p for p in patterns if p in self._prefix)
+        head.delivered = packb([[head.topic, head.origin, head.inc, []]])[:-1]
