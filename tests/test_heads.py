@@ -277,3 +277,59 @@ def test_headers_nested_past_depth_go_the_general_way() -> None:
     assert heads.run_head(shallow) != NO
     assert heads.run_head(deep) == NO
     assert node_takes(deep) is not None  # (the node takes it: the general way)
+
+
+_PUBLISH_ENTRY = st.tuples(
+    st.one_of(st.binary(max_size=20), st.just("text")),
+    st.sampled_from([0, 1, 2, True]),
+    st.one_of(
+        st.none(),
+        st.dictionaries(st.text(max_size=4), _VALUE, max_size=3),
+        st.dictionaries(_KEY, _LEAF, max_size=2),
+        st.just([1]),
+    ),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PUBLISH_ENTRY, min_size=1, max_size=4), st.booleans())
+def test_what_the_publish_walk_takes_the_publish_checks_take(
+    drawn: list[tuple[Any, ...]], single: bool
+) -> None:
+    entries = [list(e) for e in drawn]
+    frame = msgpack.packb([("T.a", *entries[0])] if single else [["T.a", entries]])
+    if single:
+        frame = msgpack.packb(["T.a", *entries[0]])
+        entries = entries[:1]
+    at, spans = heads.publish_run(frame)
+    errors: list[tuple[str, str]] = []
+    if single:
+        taken = wire.check_publishes((frame,), errors, None)[0] is not None
+    else:
+        runs = msgpack.unpackb(frame, raw=False, strict_map_key=False)
+        wire.check_publish_runs(runs, errors, set())
+        taken = runs[0] is not None and len(runs[0][1]) == len(entries)
+    if at >= 0:
+        assert taken and not errors
+        assert frame[:at].endswith(msgpack.packb("T.a"))
+        fields = [
+            msgpack.unpackb(b"\x93" + frame[s:e], raw=False, strict_map_key=False)
+            for s, e in zip(spans[::2], spans[1::2], strict=True)
+        ]
+        assert fields == entries
+    else:
+        assert not taken or any(_depth(e[2]) >= heads.DEPTH for e in entries)
+    assert SOURCE.publish_run(frame) == (at, spans)
+
+
+def test_other_publish_frames_are_not_walked() -> None:
+    for frame in (
+        msgpack.packb([msgpack.packb(["T.a", b"p", 0, None])]),  # a publish batch
+        msgpack.packb([["T.a", [[b"p", 0, None]]], ["T.b", [[b"p", 0, None]]]]),  # 2 runs
+        msgpack.packb([["T.a", []]]),  # no entries
+        msgpack.packb(["T.a", b"p", 0, None]) + b"\x00",
+        msgpack.packb(["T.a", b"p", 0, {1: "x"}]),  # a header name not a string
+        msgpack.packb([1, b"p", 0, None]),
+    ):
+        assert heads.publish_run(frame) == (-1, [])
+        assert heads.publish_run(memoryview(msgpack.packb(["T.a", b"p", 0, None]))) == (-1, [])

@@ -192,6 +192,8 @@ class Node:
         )
         self.shortcut = Shortcut(self.pipeline, self.links, self.engine)
         self.links.shortcut = self.shortcut.take
+        if self.security is None:  # (with it, publish_recv filters each frame first)
+            self.pipeline.publish_shortcut = self.shortcut.publish
         self.control.add([Op(wire.GAPS, lambda req: self.delivery.on_gaps(req.body))])
         ctx = Context(self)
         for f in self.features:

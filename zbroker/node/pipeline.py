@@ -104,6 +104,10 @@ class Pipeline:
         #: the topic of the last client publish that no subscriber anywhere wanted
         #: (``Counters.unrouted`` counts them)
         self.unrouted_topic = ""
+        #: set by the node (without security: the permission filter reads each frame):
+        #: takes a publish frame before it is decoded, the messages it held, or -1 for
+        #: the general way (:meth:`.shortcut.Shortcut.publish`)
+        self.publish_shortcut: Callable[[bytes], int] | None = None
 
     # -- ingress 1: client publishes ------------------------------------------------------
 
@@ -121,6 +125,7 @@ class Pipeline:
         budget = DRAIN_BATCH  # messages: a publish batch counts for what it holds
         first = True
         valid = self._valid_topics
+        shortcut = self.publish_shortcut
         while budget > 0:
             # after the frame poll() announced, ask the socket rather than end on
             # zmq.Again: an exception per pass is a node's largest cost at low rates
@@ -135,6 +140,11 @@ class Pipeline:
                 budget -= 1
                 errors.append(("oversized", f"{len(raw)} bytes > {limit}"))
                 continue
+            if shortcut is not None and not out:  # (nothing of this drain waits before it)
+                n = shortcut(raw)
+                if n >= 0:
+                    budget -= n
+                    continue
             elements = publish_elements(raw, errors)
             if not elements:
                 budget -= 1

@@ -30,6 +30,12 @@ us. Any other frame takes the general path, counted and checked there as before.
 counters move as the general path moves them (messages in and out of each link,
 forwarded, delivered, drops of a failed send).
 
+The publishing node takes a client's publish frame, or batch of one publish run, the
+same way (:meth:`Shortcut.publish`): its topic checked once, its route decided as a
+relayed run's, its messages numbered here and sent on with their fields as the client
+packed them; not while a queue group has members (a group picks a member per message),
+nor while anything of the same drain of the publish socket waits for the general path.
+
 What a head decides is kept with what it was decided on: the engine's cached ``route()``
 result, whose object is replaced whenever interest, links or hosts change what it would
 be, and the version of the node's local interest (a second source of a pattern, a
@@ -41,15 +47,18 @@ path.
 
 from __future__ import annotations
 
+import struct
+import time
 from typing import TYPE_CHECKING, Any
 
 from .. import wire
-from ..errors import ProtocolError
+from ..errors import InvalidTopic, ProtocolError
 from ..links.flush import sent
 from ..links.state import LinkState
+from ..topics import validate_publish_topic
 from ..wire import heads
-from ..wire.codec import packb
-from ..wire.heads import run_head
+from ..wire.codec import array_header, packb, unpack
+from ..wire.heads import publish_run, run_head
 from .relay import _plan
 
 if TYPE_CHECKING:
@@ -69,6 +78,8 @@ WALK_MAX_BYTES = None if heads.COMPILED else 4096
 _UP = LinkState.UP
 #: an entry the node's checks pass, after a head's bytes: the run checked as a whole
 _ONE_ENTRY = packb([[b"", 0, None, 1, 0.0]])
+#: a receive time as msgpack packs a float (float 64)
+_TS = struct.Struct(">Bd")
 
 
 class _Head:
@@ -111,6 +122,9 @@ class Shortcut:
         self._selected = delivery.selected.by_pattern
         self._interest = pipe._interest
         self._heads: dict[bytes, _Head | None] = {}
+        self._topics: dict[bytes, _Head | None] = {}  # a publish run's, by its bytes
+        self._counters = pipe._counters
+        self._groups = engine.groups
         #: frames taken (the suite and the benchmarks read it)
         self.taken = 0
 
@@ -128,43 +142,105 @@ class Shortcut:
             head = self._learn(key)
             if head is None:
                 return -1
-        route = self._route(head.topic, head.path, head.targets)
-        if route is not head.route or head.version != self._interest.version:
-            self._decide(head, route)
-        out, patterns = head.out, head.patterns
-        if head.local and self._selected:
-            return -1  # (a subscription's selector decides per message)
-        if out is not None and (
-            out.outbox
-            or out.state is not _UP
-            or head.advert.pending
-            or head.advert.full_pending
-            or len(head.written) + len(frame) - at > out.frame_limit
-        ):
+        table = self._table
+        if not self._clear(head) or len(frame) > table.frame_limit:
             return -1
-        if patterns:
-            for p in patterns:
-                if p not in self._prefix:
-                    return -1
-        elif out is None:
-            return -1
-        if len(frame) > self._table.frame_limit:
+        out = head.out
+        if out is not None and len(head.written) + len(frame) - at > out.frame_limit:
             return -1
         state = self._state(head.origin, head.inc)
         if state is None or state.above or state.floor != first - 1:
             return -1
         state.floor = last
         n = last - first + 1
-        table = self._table
         table.heard(link, len(frame), now)
         link.msgs_in += n
-        entries = frame[at:]
-        if out is not None:
-            sent(table, out, head.written + entries, n, now)
-        for p in patterns:
+        self._send(head, frame[at:], n, now)
+        return n
+
+    def publish(self, frame: bytes) -> int:
+        """A client's publish frame: the messages it held if it went by the shortcut,
+        else -1 (the pipeline takes it the general way). Only a batch of one publish run
+        (:func:`~zbroker.wire.heads.publish_run`) whose topic's route is as for a relayed
+        run; numbered here, sent on with its entries' fields as the client packed them."""
+        if WALK_MAX_BYTES is not None and len(frame) > WALK_MAX_BYTES:
+            return -1
+        at, spans = publish_run(frame)
+        if at < 0 or self._groups.active:  # (a queue group picks per message)
+            return -1
+        key = frame[:at]
+        head = self._topics.get(key)
+        if head is None:
+            if key in self._topics:
+                return -1  # (a bad topic: the general path counts it)
+            head = self._learn_topic(key)
+            if head is None:
+                return -1
+        if not self._clear(head):
+            return -1
+        counters = self._counters
+        n = len(spans) // 2
+        seq = counters.seq
+        ts = _TS.pack(0xCB, time.time())  # (one receive time per frame, as the general path)
+        parts: list[bytes] = [array_header(n)]
+        for i in range(0, 2 * n, 2):
+            seq += 1
+            parts += (b"\x95", frame[spans[i] : spans[i + 1]], packb(seq), ts)
+        entries = b"".join(parts)
+        out = head.out
+        if out is not None and len(head.written) + len(entries) > out.frame_limit:
+            return -1
+        counters.seq = seq
+        counters.received += n
+        self._send(head, entries, n, time.monotonic())
+        return n
+
+    def _clear(self, head: _Head) -> bool:
+        """Whether the head's messages may take the shortcut now (its decision made again
+        first if what it was made from changed)."""
+        route = self._route(head.topic, head.path, head.targets)
+        if route is not head.route or head.version != self._interest.version:
+            self._decide(head, route)
+        if head.local and self._selected:
+            return False  # (a subscription's selector decides per message)
+        out = head.out
+        if out is not None and (
+            out.outbox or out.state is not _UP or head.advert.pending or head.advert.full_pending
+        ):
+            return False
+        if head.patterns:
+            for p in head.patterns:  # noqa: SIM110  (a generator per frame costs more)
+                if p not in self._prefix:
+                    return False
+            return True
+        return out is not None
+
+    def _send(self, head: _Head, entries: bytes, n: int, now: float) -> None:
+        """The head's ``n`` messages, their entries' array ``entries``, to the link out and
+        the local patterns."""
+        if head.out is not None:
+            sent(self._table, head.out, head.written + entries, n, now)
+        for p in head.patterns:
             self._delivery.send_run(p, head.delivered, entries, n)
         self.taken += 1
-        return n
+
+    def _learn_topic(self, key: bytes) -> _Head | None:
+        """A publish run's topic seen first (``key``: the frame up to its end): checked as
+        the publish checks check it (None: a bad topic, which the general path counts)."""
+        topics = self._topics
+        if len(topics) >= HEADS:
+            topics.clear()
+        head = None
+        try:
+            topic = unpack(key[1:] if key[0] == 0x94 else key[2:])  # (after the arrays')
+            validate_publish_topic(topic)
+        except (ProtocolError, InvalidTopic):
+            pass
+        else:
+            pipe = self._pipe
+            head = _Head([topic, pipe._me, pipe._inc, (), None])
+        topics[key] = head
+        return head
 
     def _learn(self, key: bytes) -> _Head | None:
         """A head's bytes seen first: its fields decoded and checked as the general path

@@ -28,11 +28,16 @@ cdef class _Cursor:
     cdef bint utf8(self, Py_ssize_t n) noexcept
     @cython.locals(t=int)
     cdef bint items(self, Py_ssize_t n, int depth, bint pairs) noexcept
+    cdef bint text(self, int t) noexcept
     @cython.locals(t=int)
     cdef bint skip(self, int depth) noexcept
     cdef bint ts(self, int t) noexcept
     @cython.locals(t=int, n="unsigned long long", seq="unsigned long long")
     cdef bint entry(self) noexcept
+    @cython.locals(t=int, n="unsigned long long")
+    cdef bint published(self) noexcept
+    @cython.locals(at=Py_ssize_t, t=int)
+    cpdef tuple publish(self)
     @cython.locals(at=Py_ssize_t, n="unsigned long long", first="unsigned long long",
                    last="unsigned long long")
     cpdef tuple run(self)

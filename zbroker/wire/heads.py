@@ -1,7 +1,8 @@
 # cython: boundscheck=False, wraparound=False
 # (compiled, byte reads are unchecked: the walk checks every position against the end itself)
 """The head of a lone run: a MSGR frame of one run measured and checked without decoding
-it (for the relay's shortcut, :mod:`zbroker.node.shortcut`).
+it (for the relay's shortcut, :mod:`zbroker.node.shortcut`); and a client's batch of one
+publish run, likewise (:func:`publish_run`, for the shortcut at the publishing node).
 
 A link frame of one run is ``[MSGR, [[topic, origin, inc, path, targets, entries]]]``.
 :func:`run_head` walks its bytes once: the outer shape, the run's five shared fields (their
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 from .frames import MSGR
 
-__all__ = ["COMPILED", "DEPTH", "run_head"]
+__all__ = ["COMPILED", "DEPTH", "publish_run", "run_head"]
 
 #: headers nested deeper than this (maps and arrays within maps) are not walked
 DEPTH = 8
@@ -180,6 +181,14 @@ class _Cursor:
                 return False
         return True
 
+    def text(self, t: int) -> bool:
+        """Past a string of type byte ``t`` whose bytes are UTF-8."""
+        if 0xA0 <= t <= 0xBF:
+            return self.utf8(t & 0x1F)
+        if t == 0xD9 or t == 0xDA or t == 0xDB:  # str 8, 16, 32
+            return self.big(1 << (t - 0xD9)) and self.utf8(self.value)
+        return False
+
     def skip(self, depth: int) -> bool:
         """Past any one value the node's decode takes, bar ext types."""
         t = self.byte()
@@ -187,14 +196,12 @@ class _Cursor:
             return False
         if t <= 0x7F or t >= 0xE0 or t == 0xC0 or t == 0xC2 or t == 0xC3:
             return True
-        if 0xA0 <= t <= 0xBF:
-            return self.utf8(t & 0x1F)
+        if 0xA0 <= t <= 0xBF or t == 0xD9 or t == 0xDA or t == 0xDB:
+            return self.text(t)
         if 0x90 <= t <= 0x9F:
             return self.items(t & 0x0F, depth, False)
         if 0x80 <= t <= 0x8F:
             return self.items(t & 0x0F, depth, True)
-        if t == 0xD9 or t == 0xDA or t == 0xDB:  # str 8, 16, 32
-            return self.big(1 << (t - 0xD9)) and self.utf8(self.value)
         if t == 0xC4 or t == 0xC5 or t == 0xC6:  # bin 8, 16, 32
             return self.big(1 << (t - 0xC4)) and self.over(self.value)
         if t == 0xCA or t == 0xCB:  # float 32, 64
@@ -261,6 +268,64 @@ class _Cursor:
         self.value = seq
         return True
 
+    def published(self) -> bool:
+        """Past a publish entry's fields ``payload, fmt, headers`` (its array's header
+        read): headers nil or a map whose keys are strings, as the publish checks ask."""
+        t = self.byte()
+        if not (t == 0xC4 or t == 0xC5 or t == 0xC6):
+            return False
+        if not self.big(1 << (t - 0xC4)) or not self.over(self.value):
+            return False
+        t = self.byte()
+        if t != 0 and t != 1:
+            return False
+        t = self.byte()
+        if t == 0xC0:
+            return True
+        if 0x80 <= t <= 0x8F:
+            n = t & 0x0F
+        elif (t == 0xDE or t == 0xDF) and self.big(2 if t == 0xDE else 4):
+            n = self.value
+        else:
+            return False
+        for _ in range(n):  # noqa: SIM110  (compiled: a C loop, no generator)
+            if not self.text(self.byte()) or not self.skip(1):
+                return False
+        return True
+
+    def publish(self) -> tuple[int, list[int]]:
+        """See :func:`publish_run`."""
+        spans: list[int] = []
+        t = self.byte()
+        if t == 0x94:  # one publish frame: [topic, payload, fmt, headers]
+            if not self.text(self.byte()):
+                return -1, []
+            at = self.pos
+            spans.append(at)
+            if not self.published() or self.pos != self.end:
+                return -1, []
+            spans.append(self.pos)
+            return at, spans
+        if not self.count(t) or self.value != 1:
+            return -1, []
+        if not self.count(self.byte()) or self.value != 2:
+            return -1, []
+        if not self.text(self.byte()):
+            return -1, []
+        at = self.pos
+        if not self.count(self.byte()) or self.value == 0:
+            return -1, []
+        for _ in range(self.value):
+            if not self.count(self.byte()) or self.value != 3:
+                return -1, []
+            spans.append(self.pos)
+            if not self.published():
+                return -1, []
+            spans.append(self.pos)
+        if self.pos != self.end:
+            return -1, []
+        return at, spans
+
     def run(self) -> tuple[int, int, int]:
         """See :func:`run_head`."""
         if not self.count(self.byte()) or self.value != 2:
@@ -288,6 +353,18 @@ class _Cursor:
         if self.pos != self.end:
             return _NO
         return at, first, last
+
+
+def publish_run(frame: bytes) -> tuple[int, list[int]]:
+    """For a client's publish frame, ``[topic, payload, fmt, headers]``, or batch of one
+    publish run, ``[[topic, [[payload, fmt, headers], ...]]]``, whose entries pass the
+    publish checks bar the topic's rules (the caller checks the topic once, by the bytes
+    before the position returned: the array headers before it and the topic):
+    ``(where the topic ends, [start, end, ...] of each entry's three fields, its array's
+    header left out)``; else ``(-1, [])``. A view: ``(-1, [])``."""
+    if type(frame) is not bytes:
+        return -1, []
+    return _Cursor(frame).publish()
 
 
 def run_head(frame: bytes) -> tuple[int, int, int]:

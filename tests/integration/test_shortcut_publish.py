@@ -1,0 +1,132 @@
+"""The shortcut at the publishing node (Shortcut.publish, zbroker/node/shortcut.py): a
+client's publish frame, or batch of one run, whose topic's route is one link out and local
+subscribers goes on as it came, numbered here: every message once, in order, with the
+seqs and counters the general path gives; bad topics, queue groups and a drain that the
+general path began take the general path."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import msgpack
+import pytest
+import zmq
+
+from zbroker import Broker, Client, wire
+
+from .test_fuzz import HOST, WAIT, counters
+from .test_shortcut import Peer, _chain, _received, taken, wait_for
+
+BrokerFactory = Callable[..., Broker]
+
+
+@pytest.fixture
+def node(broker_factory: BrokerFactory) -> Iterator[tuple[Broker, Peer, zmq.Socket[bytes]]]:
+    """A node with Y linked downstream (holding T.>) and a raw PUSH to its publish port."""
+    for b, _x, y in _chain(broker_factory()):
+        push = y.sock.context.socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 0)
+        push.connect(f"tcp://{HOST}:{b.ports['publish']}")
+        yield b, y, push
+
+
+def publish_frame(topic: str, payload: bytes, headers: dict[str, str] | None = None) -> bytes:
+    return msgpack.packb([topic, payload, 0, headers])
+
+
+def run_frame(topic: str, payloads: list[bytes]) -> bytes:
+    return msgpack.packb([[topic, [[p, 0, None] for p in payloads]]])
+
+
+def test_publishes_go_on_as_they_came_numbered_here(
+    node: tuple[Broker, Peer, zmq.Socket[bytes]], client_factory: Callable[..., Client]
+) -> None:
+    b, y, push = node
+    got: list[tuple[int, bytes, dict[str, str]]] = []
+    client_factory(b.endpoint).subscribe(
+        "T.>", lambda m: got.append((m.id.seq, m.payload, m.headers))
+    )
+    before = counters(b)
+    seq0 = b.call(lambda n: n.counters.seq)
+    push.send(publish_frame("T.a", b"one", {"k": "v"}))
+    wait_for(y, 1)
+    push.send(run_frame("T.a", [b"two", b"three"]))
+    wait_for(y, 3)
+    push.send(publish_frame("T.b", b"four"))
+    wait_for(y, 4)
+    _received(got, 4)
+    want = [(seq0 + 1, b"one", {"k": "v"}), (seq0 + 2, b"two", {}), (seq0 + 3, b"three", {})]
+    assert got == [*want, (seq0 + 4, b"four", {})]
+    me = b.broker_id
+    frames = [f[1] for f in y.frames if f[0] == wire.MSGR]
+    assert [[r[:5] for r in f] for f in frames] == [
+        [["T.a", me, b.call(lambda n: n.incarnation), [me], ["py"]]]
+    ] * 2 + [[["T.b", me, b.call(lambda n: n.incarnation), [me], ["py"]]]]
+    entries = [e for f in frames for e in f[0][5]]
+    assert [e[:4] for e in entries] == [
+        [b"one", 0, {"k": "v"}, seq0 + 1],
+        [b"two", 0, None, seq0 + 2],
+        [b"three", 0, None, seq0 + 3],
+        [b"four", 0, None, seq0 + 4],
+    ]
+    assert all(abs(e[4] - time.time()) < WAIT for e in entries)
+    assert taken(b) == 3  # (frames)
+    after = counters(b)
+    assert after["received"] - before["received"] == 4
+    assert b.call(lambda n: n.counters.seq) - seq0 == 4
+    assert after["forwarded"] - before["forwarded"] == 4
+    assert after["delivered"] - before["delivered"] == 4
+
+
+def test_a_bad_topic_takes_the_general_path(node: tuple[Broker, Peer, zmq.Socket[bytes]]) -> None:
+    b, y, push = node
+    bad = counters(b)["dropped"].get("bad_input.bad_topic", 0)
+    push.send(publish_frame("T..a", b"x"))
+    push.send(publish_frame("T.a", b"y"))
+    wait_for(y, 1)
+    assert counters(b)["dropped"].get("bad_input.bad_topic", 0) == bad + 1
+    assert [e[0] for f in y.frames if f[0] == wire.MSGR for e in f[1][0][5]] == [b"y"]
+
+
+def test_a_queue_group_takes_the_general_path(
+    node: tuple[Broker, Peer, zmq.Socket[bytes]], client_factory: Callable[..., Client]
+) -> None:
+    b, y, push = node
+    got: list[bytes] = []
+    client_factory(b.endpoint).subscribe("T.>", lambda m: got.append(m.payload), queue="g")
+    deadline = time.monotonic() + WAIT
+    while not b.call(lambda n: n.engine.groups.active):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    for k in range(5):
+        push.send(publish_frame("T.a", b"%d" % k))
+    wait_for(y, 5)
+    _received(got, 5)
+    assert got == [b"%d" % k for k in range(5)]
+    assert taken(b) == 0
+
+
+def test_many_publishes_arrive_once_in_order_whichever_way_they_went(
+    node: tuple[Broker, Peer, zmq.Socket[bytes]], client_factory: Callable[..., Client]
+) -> None:
+    b, y, push = node
+    got: list[bytes] = []  # (per subscription: order holds within one)
+    client = client_factory(b.endpoint)
+    client.subscribe("L.>", lambda m: got.append(m.payload))  # (L: this node's alone)
+    want: list[bytes] = []
+    for k in range(60):  # bursts, sent back to back: a drain takes a burst or part of one
+        one = b"%d" % k
+        push.send(publish_frame("L.a", one + b"a"))  # (the drain's first: the shortcut)
+        # two runs in one frame take the general path, and what follows in its drain too
+        push.send(msgpack.packb([["L.a", [[one + b"b", 0, None]]], ["T.b", [[one, 0, None]]]]))
+        push.send(run_frame("L.a", [one + b"c"]))
+        want += [one + b"a", one + b"b", one + b"c"]
+        wait_for(y, k + 1)
+    _received(got, len(want))
+    time.sleep(0.2)
+    assert got == want
+    assert [e[0] for f in y.frames if f[0] == wire.MSGR for r in f[1] for e in r[5]] == [
+        b"%d" % k for k in range(60)
+    ]
+    assert taken(b) >= 60  # (each burst's first, at least)
