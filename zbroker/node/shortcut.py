@@ -62,6 +62,8 @@ from ..wire.heads import publish_run, run_head
 from .relay import _plan
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..links.state import Link
     from ..links.table import LinkTable
     from ..routing import RoutingEngine
@@ -134,14 +136,9 @@ class Shortcut:
         at, first, last = run_head(frame)
         if at < 0 or link.state is not _UP or not link.can_receive:
             return -1
-        key = frame[:at]
-        head = self._heads.get(key)
+        head = _known(self._heads, frame[:at], self._learn)
         if head is None:
-            if key in self._heads:
-                return -1  # (a bad head: the general path counts it)
-            head = self._learn(key)
-            if head is None:
-                return -1
+            return -1  # (a bad head: the general path counts it)
         table = self._table
         if not self._clear(head) or len(frame) > table.frame_limit:
             return -1
@@ -168,15 +165,8 @@ class Shortcut:
         at, spans = publish_run(frame)
         if at < 0 or self._groups.active:  # (a queue group picks per message)
             return -1
-        key = frame[:at]
-        head = self._topics.get(key)
-        if head is None:
-            if key in self._topics:
-                return -1  # (a bad topic: the general path counts it)
-            head = self._learn_topic(key)
-            if head is None:
-                return -1
-        if not self._clear(head):
+        head = _known(self._topics, frame[:at], self._learn_topic)
+        if head is None or not self._clear(head):  # (a bad topic: the general path counts it)
             return -1
         counters = self._counters
         n = len(spans) // 2
@@ -227,39 +217,24 @@ class Shortcut:
     def _learn_topic(self, key: bytes) -> _Head | None:
         """A publish run's topic seen first (``key``: the frame up to its end): checked as
         the publish checks check it (None: a bad topic, which the general path counts)."""
-        topics = self._topics
-        if len(topics) >= HEADS:
-            topics.clear()
-        head = None
         try:
             topic = unpack(key[1:] if key[0] == 0x94 else key[2:])  # (after the arrays')
             validate_publish_topic(topic)
         except (ProtocolError, InvalidTopic):
-            pass
-        else:
-            pipe = self._pipe
-            head = _Head([topic, pipe._me, pipe._inc, (), None])
-        topics[key] = head
-        return head
+            return None
+        pipe = self._pipe
+        return _Head([topic, pipe._me, pipe._inc, (), None])
 
     def _learn(self, key: bytes) -> _Head | None:
         """A head's bytes seen first: its fields decoded and checked as the general path
         checks a run's (None: a bad head, which the general path counts each time)."""
-        heads = self._heads
-        if len(heads) >= HEADS:
-            heads.clear()
-        head = None
         try:
             runs = wire.decode_frame(key + _ONE_ENTRY)[1]
         except ProtocolError:
-            runs = None
-        if runs is not None:
-            errors: list[tuple[str, str]] = []
-            wire.check_runs(runs, self._pipe._link_caches, errors)
-            if not errors and runs[0] is not None:
-                head = _Head(runs[0])
-        heads[key] = head
-        return head
+            return None
+        errors: list[tuple[str, str]] = []
+        wire.check_runs(runs, self._pipe._link_caches, errors)
+        return None if errors or runs[0] is None else _Head(runs[0])
 
     def _decide(self, head: _Head, route: Any) -> None:
         """What ``route`` (the engine's, for the head's key) does with the head's messages:
@@ -285,3 +260,16 @@ class Shortcut:
             head.out = out
         head.patterns = tuple(p for p in patterns if p in self._prefix)
         head.delivered = packb([[head.topic, head.origin, head.inc, []]])[:-1]
+
+
+def _known(
+    known: dict[bytes, _Head | None], key: bytes, learn: Callable[[bytes], _Head | None]
+) -> _Head | None:
+    """The head of ``key`` in ``known``, learnt the first time (None: a bad one). The
+    table starts over when full: a peer's churn costs it nothing but the learning."""
+    head = known.get(key)
+    if head is None and key not in known:
+        if len(known) >= HEADS:
+            known.clear()
+        head = known[key] = learn(key)
+    return head

@@ -32,10 +32,10 @@ cdef class _Cursor:
     @cython.locals(t=int)
     cdef bint skip(self, int depth) noexcept
     cdef bint ts(self, int t) noexcept
-    @cython.locals(t=int, n="unsigned long long", seq="unsigned long long")
-    cdef bint entry(self) noexcept
     @cython.locals(t=int, n="unsigned long long")
-    cdef bint published(self) noexcept
+    cdef bint fields(self, bint names) noexcept
+    @cython.locals(seq="unsigned long long")
+    cdef bint entry(self) noexcept
     @cython.locals(at=Py_ssize_t, t=int)
     cpdef tuple publish(self)
     @cython.locals(at=Py_ssize_t, n="unsigned long long", first="unsigned long long",

@@ -238,39 +238,10 @@ class _Cursor:
             return self.over(1 << (t - 0xD0))
         return False
 
-    def entry(self) -> bool:
-        """Past an entry ``[payload, fmt, headers, seq, ts]``: its seq into ``value``."""
-        if not self.count(self.byte()) or self.value != 5:
-            return False
-        t = self.byte()
-        if not (t == 0xC4 or t == 0xC5 or t == 0xC6):
-            return False
-        if not self.big(1 << (t - 0xC4)) or not self.over(self.value):
-            return False
-        t = self.byte()
-        if t != 0 and t != 1:
-            return False
-        t = self.byte()
-        if t != 0xC0:
-            if 0x80 <= t <= 0x8F:
-                n = t & 0x0F
-            elif (t == 0xDE or t == 0xDF) and self.big(2 if t == 0xDE else 4):
-                n = self.value
-            else:
-                return False
-            if not self.items(n, 0, True):
-                return False
-        if not self.uint(self.byte()):
-            return False
-        seq = self.value
-        if not self.ts(self.byte()):
-            return False
-        self.value = seq
-        return True
-
-    def published(self) -> bool:
-        """Past a publish entry's fields ``payload, fmt, headers`` (its array's header
-        read): headers nil or a map whose keys are strings, as the publish checks ask."""
+    def fields(self, names: bool) -> bool:
+        """Past an entry's ``payload, fmt, headers``: a bin, 0 or 1, nil or a map whose
+        keys are strings if ``names`` (a publish's header names), else any the decode can
+        hash."""
         t = self.byte()
         if not (t == 0xC4 or t == 0xC5 or t == 0xC6):
             return False
@@ -288,9 +259,23 @@ class _Cursor:
             n = self.value
         else:
             return False
+        if not names:
+            return self.items(n, 0, True)
         for _ in range(n):  # noqa: SIM110  (compiled: a C loop, no generator)
             if not self.text(self.byte()) or not self.skip(1):
                 return False
+        return True
+
+    def entry(self) -> bool:
+        """Past a link entry ``[payload, fmt, headers, seq, ts]``: its seq into ``value``."""
+        if not self.count(self.byte()) or self.value != 5 or not self.fields(False):
+            return False
+        if not self.uint(self.byte()):
+            return False
+        seq = self.value
+        if not self.ts(self.byte()):
+            return False
+        self.value = seq
         return True
 
     def publish(self) -> tuple[int, list[int]]:
@@ -302,7 +287,7 @@ class _Cursor:
                 return -1, []
             at = self.pos
             spans.append(at)
-            if not self.published() or self.pos != self.end:
+            if not self.fields(True) or self.pos != self.end:
                 return -1, []
             spans.append(self.pos)
             return at, spans
@@ -319,7 +304,7 @@ class _Cursor:
             if not self.count(self.byte()) or self.value != 3:
                 return -1, []
             spans.append(self.pos)
-            if not self.published():
+            if not self.fields(True):
                 return -1, []
             spans.append(self.pos)
         if self.pos != self.end:
