@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from ..routing import RoutingEngine
     from .pipeline import Pipeline
 
-__all__ = ["HEADS", "WALK_MAX_BYTES", "Shortcut"]
+__all__ = ["HEADS", "PUBLISH_MAX_BYTES", "PUBLISH_MAX_ENTRIES", "WALK_MAX_BYTES", "Shortcut"]
 
 #: heads known at most (the table starts over when full: a peer's churn costs it nothing)
 HEADS = 4096
@@ -77,6 +77,12 @@ HEADS = 4096
 #: an entry there, more than the general path's decode and checks; a low rate's frames
 #: are well below it): None where it is compiled
 WALK_MAX_BYTES = None if heads.COMPILED else 4096
+#: a client's frame longer than this, or of more messages, takes the general path: a
+#: batch's entries are numbered there in place and written by C (:mod:`..wire.entries`),
+#: which costs a flood less than building each entry's bytes here (bench_compare.py: one
+#: node's flood 0.90x with every batch taken here); a low rate's frames are one message
+PUBLISH_MAX_BYTES = 4096
+PUBLISH_MAX_ENTRIES = 4
 _UP = LinkState.UP
 #: an entry the node's checks pass, after a head's bytes: the run checked as a whole
 _ONE_ENTRY = packb([[b"", 0, None, 1, 0.0]])
@@ -160,11 +166,11 @@ class Shortcut:
         else -1 (the pipeline takes it the general way). Only a batch of one publish run
         (:func:`~zbroker.wire.heads.publish_run`) whose topic's route is as for a relayed
         run; numbered here, sent on with its entries' fields as the client packed them."""
-        if WALK_MAX_BYTES is not None and len(frame) > WALK_MAX_BYTES:
+        if len(frame) > PUBLISH_MAX_BYTES:
             return -1
         at, spans = publish_run(frame)
-        if at < 0 or self._groups.active:  # (a queue group picks per message)
-            return -1
+        if at < 0 or len(spans) > 2 * PUBLISH_MAX_ENTRIES or self._groups.active:
+            return -1  # (a queue group picks a member per message)
         head = _known(self._topics, frame[:at], self._learn_topic)
         if head is None or not self._clear(head):  # (a bad topic: the general path counts it)
             return -1
