@@ -38,6 +38,7 @@ def node_status(node: Node) -> dict[str, Any]:
             "handshakes_refused": c.handshakes_refused,
             "unrouted": c.unrouted,
             "auth_failures": sec.auth_failures if sec else 0,
+            "shortcut": node.shortcut.taken,  # frames that went by the shortcut
         },
         "security": sec.status() if sec else {"enabled": False},
         "gc": gc_status(),
