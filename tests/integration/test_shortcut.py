@@ -294,3 +294,37 @@ def test_a_second_source_of_a_pattern_moves_the_interest_version() -> None:
     interest.add("T.>", "clients")  # (already a source: no change)
     versions.append(interest.version)
     assert versions == [1, 2, 3]
+
+
+def test_long_heads_loops_and_long_runs_take_the_general_path(
+    chain: tuple[Broker, Peer, Peer],
+) -> None:
+    b, x, y = chain
+    me = b.broker_id
+    x.sock.send(lone(range(1, 2)))
+    wait_for(y, 1)
+    # a loop: our own ID on its path (dropped and counted, never learnt)
+    loop = [["T.a", "px", 1, ["px", me, "px"], ["py"], [[b"m", 0, None, 2, 1.7e9]]]]
+    for _ in range(2):
+        x.sock.send(wire.encode_link(wire.MSGR, loop))
+    # a head over HEAD_MAX_BYTES (a long path of other nodes)
+    far = [f"n{i}" + "x" * 420 for i in range(5)]  # (within the ttl: 6 hops)
+    x.sock.send(
+        wire.encode_link(
+            wire.MSGR, [["T.a", "o2", 1, [*far, "px"], ["py"], [[b"m", 0, None, 1, 1.7e9]]]]
+        )
+    )
+    x.sock.send(
+        wire.encode_link(
+            wire.MSGR, [["T.a", "o2", 1, [*far, "px"], ["py"], [[b"m", 0, None, 2, 1.7e9]]]]
+        )
+    )
+    wait_for(y, 3)
+    # a run longer than a link frame's LINK_BATCH: the general path cuts it
+    x.sock.send(lone(range(2, 602)))
+    wait_for(y, 603)
+    assert [m[4] for m in y.seqs() if m[1] == "px"] == list(range(1, 602))
+    assert [m[4] for m in y.seqs() if m[1] == "o2"] == [1, 2]
+    assert b.status()["counters"]["dropped"].get("loop") == 2
+    assert taken(b) == 0
+    assert len(b.call(lambda n: n.shortcut._heads)) == 2  # (T.a of px; the loop, as None)

@@ -220,7 +220,8 @@ class Delivery:
     def send_run(self, pattern: str, head: bytes, entries: bytes, k: int) -> None:
         """One frame of one run of ``k`` messages to ``pattern``'s subscribers: ``head`` its
         fields packed (the frame's array of one run, up to its entries), then its entries'
-        bytes as a link frame brought them (the relay's shortcut, :mod:`.shortcut`)."""
+        array as bytes (as a link frame brought them, or as the publishing node wrote
+        them: the shortcut, :mod:`.shortcut`)."""
         n = self._pseq[pattern] + k
         self._pseq[pattern] = n
         self._send(b"".join((self.prefix[pattern], head, entries, U64.pack(n))), zmq.NOBLOCK)

@@ -140,11 +140,15 @@ class Pipeline:
                 budget -= 1
                 errors.append(("oversized", f"{len(raw)} bytes > {limit}"))
                 continue
-            if shortcut is not None and not out:  # (nothing of this drain waits before it)
+            if shortcut is not None:
                 n = shortcut(raw)
                 if n >= 0:
                     budget -= n
                     continue
+                # the general way from here on in this drain: what it takes now leaves
+                # when the drain (deliveries) or the pass (links) ends, after what the
+                # shortcut sent, and a later frame must not go before it
+                shortcut = None
             elements = publish_elements(raw, errors)
             if not elements:
                 budget -= 1

@@ -26,15 +26,22 @@ selector stands between (in the route or on a local subscription); a link out is
 nothing is queued on it this pass and no advertisement waits for it (a link carries
 frames in order: what the pass queued before, and interest that reached us before the
 message, still go first); the frame fits the next node's limit; the link in may send to
-us. Any other frame takes the general path, counted and checked there as before. The
+us; the run holds at most a link frame's messages (a delivery frame's, if delivered
+here). Any other frame takes the general path, counted and checked there as before. The
 counters move as the general path moves them (messages in and out of each link,
-forwarded, delivered, drops of a failed send).
+forwarded, delivered, drops of a failed send); what differs is when a frame leaves: at
+once, not at the pass's end, so a link's heartbeat read later in the same pass already
+vouches for it (``unheard``), a link that goes down later in the pass has it counted as
+forwarded rather than dropped, and an advertisement the pass makes after it follows it.
+The bytes it forwards are the entries as they came (an encoding another sender chose,
+not repacked), and it never cuts a run in two.
 
 The publishing node takes a client's publish frame, or batch of one publish run, the
 same way (:meth:`Shortcut.publish`): its topic checked once, its route decided as a
 relayed run's, its messages numbered here and sent on with their fields as the client
 packed them; not while a queue group has members (a group picks a member per message),
-nor while anything of the same drain of the publish socket waits for the general path.
+nor once a frame of the same drain of the publish socket took the general path (what
+it took leaves at the drain's or the pass's end, and this node's seqs leave in order).
 
 What a head decides is kept with what it was decided on: the engine's cached ``route()``
 result, whose object is replaced whenever interest, links or hosts change what it would
@@ -52,12 +59,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import wire
+from ..const import LINK_BATCH
 from ..errors import InvalidTopic, ProtocolError
 from ..links.flush import sent
 from ..links.state import LinkState
 from ..topics import validate_publish_topic
 from ..wire import heads
 from ..wire.codec import array_header, packb, unpack
+from ..wire.frames import DELIVERY_BATCH
 from ..wire.heads import publish_run, run_head
 from .relay import _plan
 
@@ -69,10 +78,20 @@ if TYPE_CHECKING:
     from ..routing import RoutingEngine
     from .pipeline import Pipeline
 
-__all__ = ["HEADS", "PUBLISH_MAX_BYTES", "PUBLISH_MAX_ENTRIES", "WALK_MAX_BYTES", "Shortcut"]
+__all__ = [
+    "HEADS",
+    "HEAD_MAX_BYTES",
+    "PUBLISH_MAX_BYTES",
+    "PUBLISH_MAX_ENTRIES",
+    "WALK_MAX_BYTES",
+    "Shortcut",
+]
 
 #: heads known at most (the table starts over when full: a peer's churn costs it nothing)
 HEADS = 4096
+#: a head longer than this is not learnt (a topic is at most 512 bytes, a path a few
+#: IDs): a peer cannot make the table hold much
+HEAD_MAX_BYTES = 2048
 #: frames longer than this are not walked where the walk runs from its source (about 2 µs
 #: an entry there, more than the general path's decode and checks; a low rate's frames
 #: are well below it): None where it is compiled
@@ -133,21 +152,25 @@ class Shortcut:
         self._topics: dict[bytes, _Head | None] = {}  # a publish run's, by its bytes
         self._counters = pipe._counters
         self._groups = engine.groups
+        #: frames longer are not walked: over the limit the general path refuses (and
+        #: counts) them, and where the walk runs from its source long ones cost more
+        self._walk_max = min(table.frame_limit, WALK_MAX_BYTES or table.frame_limit)
         #: frames taken (the suite and the benchmarks read it)
         self.taken = 0
 
     def take(self, link: Link, frame: bytes, now: float) -> int:
-        if WALK_MAX_BYTES is not None and len(frame) > WALK_MAX_BYTES:
-            return -1
+        table = self._table
+        if len(frame) > self._walk_max:
+            return -1  # (an oversized frame: the general path counts it)
         at, first, last = run_head(frame)
-        if at < 0 or link.state is not _UP or not link.can_receive:
+        if at < 0 or at > HEAD_MAX_BYTES or link.state is not _UP or not link.can_receive:
             return -1
+        n = last - first + 1
         head = _known(self._heads, frame[:at], self._learn)
         if head is None:
-            return -1  # (a bad head: the general path counts it)
-        table = self._table
-        if not self._clear(head) or len(frame) > table.frame_limit:
-            return -1
+            return -1  # (a bad head, or a loop: the general path counts it)
+        if not self._clear(head) or n > (DELIVERY_BATCH if head.patterns else LINK_BATCH):
+            return -1  # (the general path cuts a longer run into frames)
         out = head.out
         if out is not None and len(head.written) + len(frame) - at > out.frame_limit:
             return -1
@@ -155,7 +178,6 @@ class Shortcut:
         if state is None or state.above or state.floor != first - 1:
             return -1
         state.floor = last
-        n = last - first + 1
         table.heard(link, len(frame), now)
         link.msgs_in += n
         self._send(head, frame[at:], n, now)
@@ -163,9 +185,10 @@ class Shortcut:
 
     def publish(self, frame: bytes) -> int:
         """A client's publish frame: the messages it held if it went by the shortcut,
-        else -1 (the pipeline takes it the general way). Only a batch of one publish run
-        (:func:`~zbroker.wire.heads.publish_run`) whose topic's route is as for a relayed
-        run; numbered here, sent on with its entries' fields as the client packed them."""
+        else -1 (the pipeline takes it the general way). Only a publish frame or a batch
+        of one publish run (:func:`~zbroker.wire.heads.publish_run`) whose topic's route
+        is as for a relayed run; numbered here, sent on with its entries' fields as the
+        client packed them."""
         if len(frame) > PUBLISH_MAX_BYTES:
             return -1
         at, spans = publish_run(frame)
@@ -240,7 +263,9 @@ class Shortcut:
             return None
         errors: list[tuple[str, str]] = []
         wire.check_runs(runs, self._pipe._link_caches, errors)
-        return None if errors or runs[0] is None else _Head(runs[0])
+        if errors or runs[0] is None or self._pipe._me in runs[0][3]:
+            return None  # (bad, or a loop: never routed, counted the general way)
+        return _Head(runs[0])
 
     def _decide(self, head: _Head, route: Any) -> None:
         """What ``route`` (the engine's, for the head's key) does with the head's messages:

@@ -1,5 +1,5 @@
 # Cython declarations for heads.py (read only when it is compiled; the .py runs as it is
-# without them). The cursor becomes an extension type whose frame is a typed memoryview
+# without them). The cursor becomes a final extension type whose frame is a bytes object
 # (a byte read is a C array access) and whose steps are C methods with C locals: run from
 # the source, the walk makes a few Python calls and many int objects per entry.
 
