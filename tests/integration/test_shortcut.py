@@ -93,6 +93,14 @@ def taken(b: Broker) -> int:
     return int(b.call(lambda n: n.shortcut.taken))
 
 
+def one_by_one(x: Peer, y: Peer, seqs: range) -> None:
+    """Each seq in a lone frame of its own, the next sent once Y has the one before (each
+    read in a pass of its own: a frame behind one queued in the pass waits)."""
+    for s in seqs:
+        x.sock.send(lone(range(s, s + 1)))
+        wait_for(y, s)
+
+
 def wait_for(y: Peer, count: int) -> None:
     y.next(lambda _v: len(y.seqs()) >= count)
     assert len(y.seqs()) >= count, y.seqs()
@@ -251,9 +259,7 @@ def test_a_feature_sink_takes_the_general_path(
     retaining_chain: tuple[Broker, Peer, Peer], client_factory: Callable[..., Client]
 ) -> None:
     b, x, y = retaining_chain
-    for s in range(1, 6):
-        x.sock.send(lone(range(s, s + 1)))
-        wait_for(y, s)
+    one_by_one(x, y, range(1, 6))
     assert taken(b) == 0
     log = client_factory(b.endpoint).read("T.>")
     assert [(m.topic, m.id.seq) for m in log] == [("T.a", s) for s in range(1, 6)]
@@ -263,15 +269,11 @@ def test_a_durable_opened_later_is_decided_again(
     chain: tuple[Broker, Peer, Peer], client_factory: Callable[..., Client]
 ) -> None:
     b, x, y = chain
-    for s in range(1, 4):
-        x.sock.send(lone(range(s, s + 1)))
-        wait_for(y, s)
+    one_by_one(x, y, range(1, 4))
     assert taken(b) == 2
     got: list[int] = []
     client_factory(b.endpoint).subscribe("T.>", lambda m: got.append(m.id.seq), durable="d1")
-    for s in range(4, 9):
-        x.sock.send(lone(range(s, s + 1)))
-        wait_for(y, s)
+    one_by_one(x, y, range(4, 9))
     _received(got, 5)
     time.sleep(0.2)
     assert got == [4, 5, 6, 7, 8]
