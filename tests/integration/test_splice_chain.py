@@ -16,6 +16,7 @@ import pytest
 from tests.helpers import Collector
 from zbroker import Broker, Client, wire
 from zbroker.config import LinkConfig
+from zbroker.node.delivery import Delivery
 from zbroker.wire import splice
 
 from .test_fuzz import RawPeer
@@ -64,6 +65,17 @@ def test_a_large_frame_goes_on_as_it_came(
 
     monkeypatch.setattr(wire, "spliced", counting)  # (the delivery's)
     monkeypatch.setattr(splice, "spliced", counting)  # (spliced_msgr's: the link flush's)
+    # a frame of one run whose head a node knows may go by the shortcut instead (its
+    # entries' bytes as they came: what the spliced delivery frame would have held)
+    real_send_run = Delivery.send_run
+
+    def counting_send_run(
+        self: Delivery, pattern: str, head: bytes, entries: bytes, k: int
+    ) -> None:
+        made[0] += 1
+        real_send_run(self, pattern, head, entries, k)
+
+    monkeypatch.setattr(Delivery, "send_run", counting_send_run)
     b, at_b, at_c = b_and_c(broker_factory, client_factory, wait_until, "SPL.>")
     peer = RawPeer(b)
     o1, o2 = _run("o1", "SPL.a", 40), _run("o2", "SPL.b", 35)
@@ -87,7 +99,7 @@ def test_a_large_frame_goes_on_as_it_came(
             assert len(wire.decode_frame(frame)[1][0]) == 7  # (its bytes are kept)
             peer.link.send(frame)
             assert at_b.wait_for(total, WAIT) and at_c.wait_for(total, WAIT)
-            assert made == want
+            assert (made[6], made[4] + made[0]) == (want[6], want[4])
     finally:
         peer.close()
     want_msgs = [
