@@ -93,12 +93,17 @@ def taken(b: Broker) -> int:
     return int(b.call(lambda n: n.shortcut.taken))
 
 
+def in_frames(x: Peer, y: Peer, *runs: range) -> None:
+    """Each range of seqs (from 1 on) in a lone frame, the next sent once Y has the one
+    before (each read in a pass of its own: a frame behind one queued in the pass waits)."""
+    for seqs in runs:
+        x.sock.send(lone(seqs))
+        wait_for(y, seqs.stop - 1)
+
+
 def one_by_one(x: Peer, y: Peer, seqs: range) -> None:
-    """Each seq in a lone frame of its own, the next sent once Y has the one before (each
-    read in a pass of its own: a frame behind one queued in the pass waits)."""
-    for s in seqs:
-        x.sock.send(lone(range(s, s + 1)))
-        wait_for(y, s)
+    """Each seq in a lone frame of its own (:func:`in_frames`)."""
+    in_frames(x, y, *(range(s, s + 1) for s in seqs))
 
 
 def wait_for(y: Peer, count: int) -> None:
@@ -112,9 +117,7 @@ def test_a_known_head_goes_on_as_it_came_every_message_once(
     b, x, y = chain
     before = b.status()["counters"]["forwarded"]
     runs = [range(1, 2), range(2, 3), range(3, 6), range(6, 7), range(7, 40)]
-    for seqs in runs:
-        x.sock.send(lone(seqs))
-        wait_for(y, seqs.stop - 1)  # (one at a time: each on its own pass)
+    in_frames(x, y, *runs)
     me = b.broker_id
     assert y.seqs() == [("T.a", "px", ["px", me], ["py"], s) for s in range(1, 40)]
     # the first frame taught the node the head and the origin: the general path; the
@@ -128,9 +131,7 @@ def test_a_known_head_goes_on_as_it_came_every_message_once(
 
 def test_repeats_and_gaps_take_the_general_path(chain: tuple[Broker, Peer, Peer]) -> None:
     b, x, y = chain
-    for seqs in (range(1, 4), range(4, 6)):
-        x.sock.send(lone(seqs))
-        wait_for(y, seqs.stop - 1)
+    in_frames(x, y, range(1, 4), range(4, 6))
     assert taken(b) == 1
     x.sock.send(lone(range(3, 5)))  # a repeat: dropped by the dedupe
     x.sock.send(lone(range(7, 9)))  # a gap before it: the general path delivers it
@@ -167,9 +168,8 @@ def test_local_subscribers_get_the_run_as_it_came_once(
     client.subscribe("T.a", lambda m: other.append(m.id.seq))
     _routed_here(b)
     before = b.status()["counters"]["delivered"]
-    for seqs in (*(range(s, s + 1) for s in range(1, 8)), range(8, 12)):
-        x.sock.send(lone(seqs))
-        wait_for(y, seqs.stop - 1)  # (one at a time: a frame behind one queued waits)
+    one_by_one(x, y, range(1, 8))
+    in_frames(x, y, range(8, 12))
     assert [m[4] for m in y.seqs()] == list(range(1, 12))
     _received(got, 11)
     _received(other, 11)
@@ -224,9 +224,7 @@ def test_a_subscriber_with_a_selector_takes_the_general_path(
 
 def test_interest_that_came_first_is_advertised_first(chain: tuple[Broker, Peer, Peer]) -> None:
     b, x, y = chain
-    for seqs in (range(1, 2), range(2, 3)):
-        x.sock.send(lone(seqs))
-        wait_for(y, seqs.stop - 1)
+    one_by_one(x, y, range(1, 3))
     assert taken(b) == 1
     # X's new interest and a message right behind it, most likely read in one pass: the
     # node's advertisement of it must reach Y before the message does
