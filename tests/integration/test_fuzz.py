@@ -1415,6 +1415,13 @@ class Fuzz:
             key = gen.subscription_key()
             if key in self.keys_used or MARK in key or LINK_PEER.encode() in key:
                 return
+            if key[:1] == b"\x01":
+                # libzmq 4.3's SUB takes the unsubscribe of a key that starts with byte 1
+                # for a subscribe of the rest (its cancel message is tested for the
+                # subscribe marker first): its own count of that rest goes up, and a later
+                # unsubscribe of the rest is never sent. Such a key goes through the XSUB,
+                # whose messages carry their marker. (No client key starts with byte 1.)
+                s = self.xsub
             self.keys_used.add(key)
             self.subscribed[s].append(key)
             self._count_subscription(b"\x01" + key)
