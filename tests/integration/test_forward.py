@@ -20,6 +20,7 @@ The fault tests with real ``zbroker start`` processes and SIGKILL are in
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -211,6 +212,34 @@ def test_last_node_restart_is_queued_for_and_resumed(
     assert durable_payloads(c2, "saf") == numbers(100)
     assert wait_until(lambda: held(b) == 0, WAIT)
     assert durable_of(c2, "saf") is not None
+
+
+def test_a_persistent_message_with_no_route_left_is_counted_not_silent(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    free_port: Callable[[], int],
+    wait_until: WaitUntil,
+    tmp_path: Path,
+) -> None:
+    """A queues for B while B is down; B comes back without the route toward C (its
+    stored sticky routes erased: as if the durable had been deleted meanwhile) and C stays
+    away. What A resends is taken by B with nowhere to go: acknowledged (A's queue
+    drains, nothing is stuck) and each one counted as ``persistent_unrouted``, logged."""
+    nodes = chain(broker_factory, free_port, tmp_path)
+    a, b, c, ports = nodes["A"], nodes["B"], nodes["C"], nodes["ports"]
+    setup_durable(nodes, client_factory, wait_until)
+    c.stop()
+    b.stop()
+    pub = client_factory(a.endpoint)
+    publish(pub, numbers(6))
+    assert held(a) == 6
+    with sqlite3.connect(tmp_path / "B" / "store.sqlite3") as db:
+        assert db.execute("UPDATE fwd_queues SET meta=NULL WHERE peer='C'").rowcount == 1
+    db.close()
+    b2 = start(broker_factory, "B", ports, tmp_path)
+    assert wait_until(lambda: held(a) == 0, WAIT), a.status()["forward"]
+    assert b2.status()["counters"]["dropped"].get("persistent_unrouted") == 6
+    assert held(b2) == 0
 
 
 def test_deleting_the_durable_withdraws_the_sticky_route(

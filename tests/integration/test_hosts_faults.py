@@ -56,10 +56,12 @@ def gaps(seen: set[int]) -> list[tuple[int, int]]:
     return out
 
 
-def after_restart(pub: Publisher, seen: set[int], eps: dict[str, str], host: Any) -> str:
+def after_restart(
+    pub: Publisher, seen: set[int], eps: dict[str, str], host: Any, killed: Any
+) -> str:
     """What a failure after the restart shows: what is missing, every node's forward
     status (their queues and what they hold), its durables and counters (C's durable
-    feeds the subscriber), and the restarted host's log."""
+    feeds the subscriber), and the host's log before it was killed and after."""
     lines = [f"sent {pub.sent}, error {pub.error!r}, missing ranges {gaps(seen | {N})[:20]}"]
     for name, endpoint in eps.items():
         try:
@@ -68,6 +70,7 @@ def after_restart(pub: Publisher, seen: set[int], eps: dict[str, str], host: Any
             lines.append(f"{name} durables: {st.get('durables')}; counters: {st['counters']}")
         except Exception as exc:  # a node that does not answer is itself the finding
             lines.append(f"{name} status failed: {exc!r}")
+    lines.append(f"killed host's stderr (tail): {killed.stderr_text()[-4000:]}")
     lines.append(f"restarted host's stderr (tail): {host.stderr_text()[-4000:]}")
     return "\n".join(lines)
 
@@ -135,6 +138,7 @@ def test_a_host_killed_under_a_persistent_stream(
     # subscriber's progress depends on the machine's load)
     assert wait_until(lambda: pub.sent >= N // 4, WAIT), pub.error
     assert sent_to_c(ep(other)) == 0  # all through the chosen host so far
+    killed = nodes[first]
     nodes[first].send_signal(signal.SIGKILL)
     nodes[first].wait(WAIT)
     assert wait_until(lambda: links_up(ep("P"), 1), WAIT)
@@ -147,7 +151,7 @@ def test_a_host_killed_under_a_persistent_stream(
     time.sleep(0.5)
     start(first)  # hands on what it had taken before it died
     assert wait_until(lambda: progress(N), WAIT * 2), after_restart(
-        pub, {p for p, _ in seen.events}, {n: ep(n) for n in DIALS}, nodes[first]
+        pub, {p for p, _ in seen.events}, {n: ep(n) for n in DIALS}, nodes[first], killed
     )
     pub.join(WAIT)
     assert pub.error is None, pub.error

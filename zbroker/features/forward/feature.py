@@ -25,6 +25,7 @@ from ...links.flush import too_large
 from ...links.state import Link, LinkState, link_key
 from ...node import Feature, Refusal
 from ...node.context import Context
+from ...node.counters import BadInputLog
 from ...store.producers import FORGOTTEN
 from .dedupe import PersistentDedupe
 from .queues import Forwarder
@@ -50,6 +51,7 @@ class StoreAndForward(Feature):
         self._topics: set[str] = set()  # topics of PMSGS entries already found valid
         self.producer_duplicates = 0  # second copies of an idempotent publish dropped
         self.producer_unknown = 0  # copies older than the producer window: taken
+        self._unrouted_log = BadInputLog(what="dropped a persistent message")
 
     def attach(self, ctx: Context) -> None:
         self._ctx = ctx
@@ -200,10 +202,22 @@ class StoreAndForward(Feature):
             return None
         if self.pdedupe.seen(origin, inc, pseq):
             return None  # the same message by another path
+        key_targets = None if targets is None else tuple(targets)
+        patterns, sends = ctx.engine.route(topic, tuple(path), key_targets)
+        if not sends and not patterns:
+            # taken (its position commits), but no subscriber here or beyond wants it any
+            # more (an unsubscribe crossed it): counted and logged, never silent
+            ctx.drop("persistent_unrouted")
+            self._unrouted_log.report(
+                link.source,
+                "no_route",
+                f"topic {topic!r} (path {path}, targets {targets}): no route, no subscriber here",
+                time.monotonic(),
+            )
+            return None
         msg = [topic, payload, fmt, headers, origin, inc, seq, ts, [*path, ctx.broker_id]]
         if len(m) == 13 and not self._first_copy(m[12], msg):
             return None  # the same publish, sent again by its client through another node
-        key_targets = None if targets is None else tuple(targets)
         return msg, (tuple(path), key_targets, pseq)
 
     def _first_copy(self, producer: list[int], msg: list[Any]) -> bool:
