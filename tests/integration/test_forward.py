@@ -29,6 +29,7 @@ from zbroker.cli.format import format_status
 
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
+from zbroker.features.forward.feature import ROUTE_SETTLE
 
 from .test_durable import FAST_LINK, WAIT, Collector, durable_of, endpoint, numbers
 
@@ -223,8 +224,9 @@ def test_a_persistent_message_with_no_route_left_is_counted_not_silent(
 ) -> None:
     """A queues for B while B is down; B comes back without the route toward C (its
     stored sticky routes erased: as if the durable had been deleted meanwhile) and C stays
-    away. What A resends is taken by B with nowhere to go: acknowledged (A's queue
-    drains, nothing is stuck) and each one counted as ``persistent_unrouted``, logged."""
+    away. What A resends waits while B's routes settle (``ROUTE_SETTLE`` after a link came
+    up: A resends it), then is taken with nowhere to go: acknowledged (A's queue drains,
+    nothing is stuck) and each one counted as ``persistent_unrouted``, logged."""
     nodes = chain(broker_factory, free_port, tmp_path)
     a, b, c, ports = nodes["A"], nodes["B"], nodes["C"], nodes["ports"]
     setup_durable(nodes, client_factory, wait_until)
@@ -233,13 +235,46 @@ def test_a_persistent_message_with_no_route_left_is_counted_not_silent(
     pub = client_factory(a.endpoint)
     publish(pub, numbers(6))
     assert held(a) == 6
-    with sqlite3.connect(tmp_path / "B" / "store.sqlite3") as db:
+    _forget_sticky_routes(tmp_path / "B")
+    b2 = start(broker_factory, "B", ports, tmp_path)
+    assert wait_until(lambda: held(a) == 0, WAIT + ROUTE_SETTLE), a.status()["forward"]
+    assert b2.status()["counters"]["dropped"].get("persistent_unrouted") == 6
+    assert b2.status()["forward"]["route_waits"] >= 1
+    assert held(b2) == 0
+
+
+def test_a_resend_waits_for_the_routes_of_a_link_just_up(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    free_port: Callable[[], int],
+    wait_until: WaitUntil,
+    tmp_path: Path,
+) -> None:
+    """B comes back without its stored route toward C while C is up: A resends as soon
+    as B's link to it is up, before C's link and advert are back at B. B leaves those
+    entries to A's resend until the route is there: all 6 reach C's durable, none is
+    dropped. (A host met this after a restart: the subscriber's node advertises toward
+    hosts only, and its first table to the host came before it knew it was one.)"""
+    nodes = chain(broker_factory, free_port, tmp_path)
+    a, b, c, ports = nodes["A"], nodes["B"], nodes["C"], nodes["ports"]
+    setup_durable(nodes, client_factory, wait_until)
+    b.stop()
+    pub = client_factory(a.endpoint)
+    publish(pub, numbers(6))
+    assert held(a) == 6
+    _forget_sticky_routes(tmp_path / "B")
+    b2 = start(broker_factory, "B", ports, tmp_path)
+    assert wait_until(lambda: len(durable_payloads(c, "saf")) >= 6, WAIT + ROUTE_SETTLE)
+    assert durable_payloads(c, "saf") == numbers(6)
+    assert wait_until(lambda: held(a) == 0 and held(b2) == 0, WAIT)
+    assert "persistent_unrouted" not in b2.status()["counters"]["dropped"]
+
+
+def _forget_sticky_routes(data_dir: Path) -> None:
+    """Erase what a stopped node's store keeps to restore its routes toward C."""
+    with sqlite3.connect(data_dir / "store.sqlite3") as db:
         assert db.execute("UPDATE fwd_queues SET meta=NULL WHERE peer='C'").rowcount == 1
     db.close()
-    b2 = start(broker_factory, "B", ports, tmp_path)
-    assert wait_until(lambda: held(a) == 0, WAIT), a.status()["forward"]
-    assert b2.status()["counters"]["dropped"].get("persistent_unrouted") == 6
-    assert held(b2) == 0
 
 
 def test_deleting_the_durable_withdraws_the_sticky_route(

@@ -38,6 +38,11 @@ __all__ = ["StoreAndForward"]
 
 #: bytes of a PMSGS frame around its entries (type, epoch, base, array header), at most
 _PMSGS_HEAD = 32
+#: seconds after a link of this node came up during which a persistent entry with no route
+#: yet is not taken but left to its sender's resend: the routes of a link that just came
+#: up settle within an exchange or two of adverts (a peer's first table may lack interest
+#: it sends only toward hosts it has not yet heard of)
+ROUTE_SETTLE = 5.0
 
 
 class StoreAndForward(Feature):
@@ -52,6 +57,8 @@ class StoreAndForward(Feature):
         self.producer_duplicates = 0  # second copies of an idempotent publish dropped
         self.producer_unknown = 0  # copies older than the producer window: taken
         self._unrouted_log = BadInputLog(what="dropped a persistent message")
+        self._link_up_at = float("-inf")  # when a link of this node last came up
+        self.route_waits = 0  # entries left to a resend while the routes settled
 
     def attach(self, ctx: Context) -> None:
         self._ctx = ctx
@@ -145,19 +152,20 @@ class StoreAndForward(Feature):
         fw = self.fw
         msgs: list[list[Any]] = []
         routing: list[tuple[tuple[str, ...], tuple[str, ...] | None, int]] = []
+        settling = time.monotonic() - self._link_up_at < ROUTE_SETTLE
         for m in entries:
             try:
                 lseq = wire.pmsgs_lseq(m)
             except ProtocolError as exc:
                 self._ctx.bad(link.source, exc.reason, exc.detail)
                 continue
-            if (
-                self._backpressure
-                and lseq == fw.inbound.get(ikey, (0, 0))[1] + 1
-                and self._blocked(m)
-            ):
-                self._ctx.drop("forward_backpressure")
-                break
+            if lseq == fw.inbound.get(ikey, (0, 0))[1] + 1:
+                if self._backpressure and self._blocked(m):
+                    self._ctx.drop("forward_backpressure")
+                    break
+                if settling and self._unrouted(m):
+                    self.route_waits += 1  # the sender resends it (no PACK moves past it)
+                    break
             if not fw.accept(ikey, epoch, base, lseq):
                 continue
             taken = self._checked(link, m)
@@ -184,6 +192,16 @@ class StoreAndForward(Feature):
             return False  # malformed: accepted and counted by the checks
         size = len(m[2]) if type(m[2]) is bytes else 0
         return bool(route[1]) and self._full(route[1], 1, size) is not None
+
+    def _unrouted(self, m: Any) -> bool:
+        """Does the next entry have neither a send nor a local subscriber here?"""
+        try:
+            patterns, sends = self._ctx.engine.route(
+                m[1], tuple(m[9]), None if m[10] is None else tuple(m[10])
+            )
+        except (TypeError, IndexError, ValueError):
+            return False  # malformed: accepted and counted by the checks
+        return not sends and not patterns
 
     def _checked(
         self, link: Link, m: Any
@@ -244,6 +262,7 @@ class StoreAndForward(Feature):
     # -- links and the pass -------------------------------------------------------------------
 
     def link_up(self, link: Link, now: float) -> None:
+        self._link_up_at = now
         # resume: everything unacknowledged on this link goes again, in order
         self.fw.attach(link.engine_id, link.peer, link_key(link), now)
         save_sticky_routes(self._ctx, self.fw, link)
@@ -301,4 +320,5 @@ class StoreAndForward(Feature):
             "producer_duplicates": self.producer_duplicates,
             "producer_unknown": self.producer_unknown,
             "persistent_duplicates": self.pdedupe.duplicates,
+            "route_waits": self.route_waits,
         }

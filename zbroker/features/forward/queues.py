@@ -16,7 +16,7 @@ answers PACK ``(epoch, upto=last)``; the sender deletes every entry up to ``upto
 entry is taken **exactly once per link**, across link cuts and restarts of either side:
 
 * the sender resends everything unacknowledged, in order, whenever the link comes up
-  (after the handshake), and again when no acknowledgement came for
+  (after the handshake), and again when no acknowledgement of a new entry came for
   :data:`RETRANSMIT_AFTER` seconds while some are outstanding;
 * the receiver's position is committed with what the entries produced, so after a crash
   it neither loses an entry (it was not acknowledged) nor takes one twice.
@@ -49,7 +49,8 @@ __all__ = ["RETRANSMIT_AFTER", "WINDOW", "Forwarder", "OutQueue"]
 
 #: entries sent but not yet acknowledged per link: the receiver's commit paces the sender
 WINDOW = 20_000
-#: seconds without an acknowledgement (while some are outstanding) before a resend
+#: seconds without an acknowledgement of a new entry (while some are outstanding) before
+#: a resend of everything unacknowledged
 RETRANSMIT_AFTER = 3.0
 
 _packb = wire.packb  # one Packer per thread (wire.codec), not one per call
@@ -311,7 +312,6 @@ class Forwarder:
         if q is None or epoch != q.epoch:
             self.stale_acks += 1
             return 0
-        q.last_ack = now
         entries = q.entries
         n = 0
         top = 0
@@ -320,6 +320,10 @@ class Forwarder:
             q.nbytes -= len(blob)
             n += 1
         if n:
+            # only progress postpones a resend: a receiver that keeps acknowledging the
+            # same position while new frames arrive is waiting for an entry it did not
+            # take (a gap, or a route not settled yet), which only a resend brings
+            q.last_ack = now
             q.acked += n
             self._store.fwd_delete(q.qkey, top)
         if upto > q.sent_upto:
