@@ -49,8 +49,7 @@ __all__ = ["RETRANSMIT_AFTER", "WINDOW", "Forwarder", "OutQueue"]
 
 #: entries sent but not yet acknowledged per link: the receiver's commit paces the sender
 WINDOW = 20_000
-#: seconds without an acknowledgement of a new entry (while some are outstanding) before
-#: a resend of everything unacknowledged
+#: seconds without an acknowledgement of a new entry (while some are outstanding): resend
 RETRANSMIT_AFTER = 3.0
 
 _packb = wire.packb  # one Packer per thread (wire.codec), not one per call
@@ -320,9 +319,8 @@ class Forwarder:
             q.nbytes -= len(blob)
             n += 1
         if n:
-            # only progress postpones a resend: a receiver that keeps acknowledging the
-            # same position while new frames arrive is waiting for an entry it did not
-            # take (a gap, or a route not settled yet), which only a resend brings
+            # only progress postpones a resend: the same position acknowledged again
+            # means the receiver waits for an entry only a resend brings
             q.last_ack = now
             q.acked += n
             self._store.fwd_delete(q.qkey, top)
