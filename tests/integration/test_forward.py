@@ -227,16 +227,9 @@ def test_a_persistent_message_with_no_route_left_is_counted_not_silent(
     away. What A resends waits while B's routes settle (``ROUTE_SETTLE`` after a link came
     up: A resends it), then is taken with nowhere to go: acknowledged (A's queue drains,
     nothing is stuck) and each one counted as ``persistent_unrouted``, logged."""
-    nodes = chain(broker_factory, free_port, tmp_path)
-    a, b, c, ports = nodes["A"], nodes["B"], nodes["C"], nodes["ports"]
-    setup_durable(nodes, client_factory, wait_until)
-    c.stop()
-    b.stop()
-    pub = client_factory(a.endpoint)
-    publish(pub, numbers(6))
-    assert held(a) == 6
-    _forget_sticky_routes(tmp_path / "B")
-    b2 = start(broker_factory, "B", ports, tmp_path)
+    a, b2, _ = _b_back_without_its_route(
+        broker_factory, client_factory, free_port, wait_until, tmp_path, c_away=True
+    )
     assert wait_until(lambda: held(a) == 0, WAIT + ROUTE_SETTLE), a.status()["forward"]
     assert b2.status()["counters"]["dropped"].get("persistent_unrouted") == 6
     assert b2.status()["forward"]["route_waits"] >= 1
@@ -255,26 +248,39 @@ def test_a_resend_waits_for_the_routes_of_a_link_just_up(
     entries to A's resend until the route is there: all 6 reach C's durable, none is
     dropped. (A host met this after a restart: the subscriber's node advertises toward
     hosts only, and its first table to the host came before it knew it was one.)"""
-    nodes = chain(broker_factory, free_port, tmp_path)
-    a, b, c, ports = nodes["A"], nodes["B"], nodes["C"], nodes["ports"]
-    setup_durable(nodes, client_factory, wait_until)
-    b.stop()
-    pub = client_factory(a.endpoint)
-    publish(pub, numbers(6))
-    assert held(a) == 6
-    _forget_sticky_routes(tmp_path / "B")
-    b2 = start(broker_factory, "B", ports, tmp_path)
+    a, b2, c = _b_back_without_its_route(
+        broker_factory, client_factory, free_port, wait_until, tmp_path, c_away=False
+    )
     assert wait_until(lambda: len(durable_payloads(c, "saf")) >= 6, WAIT + ROUTE_SETTLE)
     assert durable_payloads(c, "saf") == numbers(6)
     assert wait_until(lambda: held(a) == 0 and held(b2) == 0, WAIT)
     assert "persistent_unrouted" not in b2.status()["counters"]["dropped"]
 
 
-def _forget_sticky_routes(data_dir: Path) -> None:
-    """Erase what a stopped node's store keeps to restore its routes toward C."""
-    with sqlite3.connect(data_dir / "store.sqlite3") as db:
+def _b_back_without_its_route(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    free_port: Callable[[], int],
+    wait_until: WaitUntil,
+    tmp_path: Path,
+    *,
+    c_away: bool,
+) -> tuple[Broker, Broker, Broker]:
+    """The chain with C's durable; B stopped (and C, if ``c_away``) while A queues 6
+    persistent messages for it; B started again with its stored routes toward C erased.
+    Returns (A, the new B, C)."""
+    nodes = chain(broker_factory, free_port, tmp_path)
+    a, b, c, ports = nodes["A"], nodes["B"], nodes["C"], nodes["ports"]
+    setup_durable(nodes, client_factory, wait_until)
+    if c_away:
+        c.stop()
+    b.stop()
+    publish(client_factory(a.endpoint), numbers(6))
+    assert held(a) == 6
+    with sqlite3.connect(tmp_path / "B" / "store.sqlite3") as db:
         assert db.execute("UPDATE fwd_queues SET meta=NULL WHERE peer='C'").rowcount == 1
     db.close()
+    return a, start(broker_factory, "B", ports, tmp_path), c
 
 
 def test_deleting_the_durable_withdraws_the_sticky_route(
