@@ -139,8 +139,8 @@ def test_a_host_killed_under_a_persistent_stream(
     assert wait_until(lambda: pub.sent >= N // 4, WAIT), pub.error
     assert sent_to_c(ep(other)) == 0  # all through the chosen host so far
     killed = nodes[first]
-    nodes[first].send_signal(signal.SIGKILL)
-    nodes[first].wait(WAIT)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(WAIT)
     assert wait_until(lambda: links_up(ep("P"), 1), WAIT)
     # the stream goes on through the other host while the first is down
     assert wait_until(lambda: pub.sent == N, WAIT * 2), pub.error

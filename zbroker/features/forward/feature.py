@@ -159,13 +159,12 @@ class StoreAndForward(Feature):
             except ProtocolError as exc:
                 self._ctx.bad(link.source, exc.reason, exc.detail)
                 continue
-            if lseq == fw.inbound.get(ikey, (0, 0))[1] + 1:
-                if self._backpressure and self._blocked(m):
-                    self._ctx.drop("forward_backpressure")
-                    break
-                if settling and self._unrouted(m):
-                    self.route_waits += 1  # the sender resends it (no PACK moves past it)
-                    break
+            if (
+                (self._backpressure or settling)
+                and lseq == fw.inbound.get(ikey, (0, 0))[1] + 1
+                and self._held_back(m, settling)
+            ):
+                break  # the sender resends it: no PACK moves past it
             if not fw.accept(ikey, epoch, base, lseq):
                 continue
             taken = self._checked(link, m)
@@ -180,28 +179,26 @@ class StoreAndForward(Feature):
         if msgs:
             self._ctx.pipeline.take(msgs, routing, persistent=True)
 
-    def _blocked(self, m: Any) -> bool:
-        """The next entry must be queued onward: if a queue it would go to is full it is
-        not taken (no PACK for it), so the sender keeps it and its own queue fills back
-        toward the origin."""
-        try:
-            route = self._ctx.engine.route(
-                m[1], tuple(m[9]), None if m[10] is None else tuple(m[10])
-            )
-        except (TypeError, IndexError, ValueError):
-            return False  # malformed: accepted and counted by the checks
-        size = len(m[2]) if type(m[2]) is bytes else 0
-        return bool(route[1]) and self._full(route[1], 1, size) is not None
-
-    def _unrouted(self, m: Any) -> bool:
-        """Does the next entry have neither a send nor a local subscriber here?"""
+    def _held_back(self, m: Any, settling: bool) -> bool:
+        """Is the next entry left to its sender's resend instead of taken now? While a
+        queue it must be queued onward to is full (reject-new: the sender's own queue then
+        fills back toward the origin), or while the routes of a link just up settle
+        (``settling``) and it has neither a route nor a local subscriber yet."""
         try:
             patterns, sends = self._ctx.engine.route(
                 m[1], tuple(m[9]), None if m[10] is None else tuple(m[10])
             )
         except (TypeError, IndexError, ValueError):
             return False  # malformed: accepted and counted by the checks
-        return not sends and not patterns
+        if self._backpressure and sends:
+            size = len(m[2]) if type(m[2]) is bytes else 0
+            if self._full(sends, 1, size) is not None:
+                self._ctx.drop("forward_backpressure")
+                return True
+        if settling and not sends and not patterns:
+            self.route_waits += 1
+            return True
+        return False
 
     def _checked(
         self, link: Link, m: Any
