@@ -183,13 +183,17 @@ class StoreAndForward(Feature):
         """Is the next entry left to its sender's resend instead of taken now? While a
         queue it must be queued onward to is full (reject-new: the sender's own queue then
         fills back toward the origin), or while the routes of a link just up settle
-        (``settling``) and it has neither a route nor a local subscriber yet."""
+        (``settling``) and it has neither a route nor a local subscriber yet. A malformed
+        or looping entry is never held: it is taken and counted by :meth:`_checked`."""
         try:
-            patterns, sends = self._ctx.engine.route(
-                m[1], tuple(m[9]), None if m[10] is None else tuple(m[10])
-            )
-        except (TypeError, IndexError, ValueError):
-            return False  # malformed: accepted and counted by the checks
+            wire.check_pmsgs_entry(m, self._topics)
+        except ProtocolError:
+            return False
+        if self._ctx.broker_id in m[9]:
+            return False
+        patterns, sends = self._ctx.engine.route(
+            m[1], tuple(m[9]), None if m[10] is None else tuple(m[10])
+        )
         if self._backpressure and sends:
             size = len(m[2]) if type(m[2]) is bytes else 0
             if self._full(sends, 1, size) is not None:
