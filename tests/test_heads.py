@@ -204,7 +204,8 @@ def test_frames_as_the_node_packs_them_are_taken() -> None:
         assert (first, last) == (40, 40 + count - 1)
         assert msgpack.unpackb(frame[at:], strict_map_key=False)[0][3] == 40
         assert frame[:at] == frame_of([])[:-1]
-        assert heads.run_head(memoryview(frame)) == NO  # (a view: the general way)
+        # a large frame is read as a view of libzmq's message: walked the same
+        assert heads.run_head(memoryview(frame)) == (at, first, last)
 
 
 @pytest.mark.parametrize(

@@ -15,9 +15,11 @@ import pytest
 import zmq
 
 from zbroker import Broker, Client, wire
-from zbroker.config import RetainRule
+from zbroker.config import LinkConfig, RetainRule
 from zbroker.node.interest import LocalInterest
+from zbroker.node.shortcut import WALK_MAX_BYTES
 from zbroker.routing import RoutingEngine
+from zbroker.wire.reading import VIEW_BYTES
 
 from .test_fuzz import HOST, WAIT, link_hello
 
@@ -328,3 +330,45 @@ def test_long_heads_loops_and_long_runs_take_the_general_path(
     assert b.status()["counters"]["dropped"].get("loop") == 2
     assert taken(b) == 0
     assert len(b.call(lambda n: n.shortcut._heads)) == 2  # (T.a of px; the loop, as None)
+
+
+def test_large_frames_read_as_views_go_by_the_shortcut_at_every_hop(
+    broker_factory: BrokerFactory, client_factory: Callable[..., Client]
+) -> None:
+    """A flood's link frames are large, and a dialed link reads a large frame after a
+    large one as a view of libzmq's message (zbroker.wire.reading): X -> A -> B -> C, B
+    dialing A and C dialing B, runs of 300 messages of 512 B; every hop takes each frame
+    after its first by the shortcut, and C's subscriber gets each message once, in order,
+    each run in one delivery frame (longer than a delivery frame the general path packs:
+    as it does with a run relayed whole)."""
+    a = broker_factory(broker_id="a")
+    b = broker_factory(broker_id="b", links=(LinkConfig(name="ba", uri=a.endpoint),))
+    c = broker_factory(broker_id="c", links=(LinkConfig(name="cb", uri=b.endpoint),))
+    got: list[tuple[int, bytes]] = []
+    client_factory(c.endpoint).subscribe("T.>", lambda m: got.append((m.id.seq, m.payload)))
+    deadline = time.monotonic() + WAIT
+    while not a.call(lambda n: n.engine.has_route("T.>", "c")):
+        assert time.monotonic() < deadline, "C's interest never reached A"
+        time.sleep(0.02)
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        x = Peer(ctx, a, "px")
+        k, size = 300, 512
+        for i in range(4):
+            seqs = range(1 + i * k, 1 + (i + 1) * k)
+            entries = [[s.to_bytes(4, "big") * (size // 4), 0, None, s, 1.7e9] for s in seqs]
+            frame = wire.encode_link(wire.MSGR, [["T.a", "px", 1, ["px"], None, entries]])
+            assert len(frame) > VIEW_BYTES
+            x.sock.send(frame)
+            _received(got, seqs.stop - 1)  # (each frame in a pass of its own)
+        time.sleep(0.2)  # (nothing more may come)
+    finally:
+        ctx.destroy(linger=0)
+    assert [s for s, _ in got] == list(range(1, 4 * k + 1))
+    assert all(p == s.to_bytes(4, "big") * (size // 4) for s, p in got)
+    # at each node the first frame went the general way (the origin was new there); at
+    # B and C the next three were read as views (from the source, frames this long are
+    # not walked: all go the general way)
+    assert [taken(n) for n in (a, b, c)] == ([3] * 3 if WALK_MAX_BYTES is None else [0] * 3)
+    assert c.status()["counters"]["delivered"] == 4 * k
+    assert [n.status()["counters"]["forwarded"] for n in (a, b)] == [4 * k, 4 * k]

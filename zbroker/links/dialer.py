@@ -130,7 +130,7 @@ class Dialer:
                 return
             now = time.monotonic()
             if shortcut is not None and link.state is LinkState.UP:
-                n = shortcut(link, body, now)  # type: ignore[arg-type]  # (a view: -1)
+                n = shortcut(link, body, now)  # (a flood's view too: walked in place)
                 if n >= 0:
                     budget -= n
                     continue

@@ -96,7 +96,7 @@ class LinkTable:
         self._control_send: Callable[[bytes, int], Any] | None = None
         #: set by the node: takes a link frame read (bytes) before it is decoded, the
         #: messages it held, or -1 for the general way (:mod:`zbroker.node.shortcut`)
-        self.shortcut: Callable[[Link, bytes, float], int] | None = None
+        self.shortcut: Callable[[Link, bytes | memoryview, float], int] | None = None
 
     def bind(self, control: zmq.Socket[bytes], control_send: Callable[[bytes, int], Any]) -> None:
         """The node's ROUTER, on which acceptor links live."""

@@ -217,7 +217,7 @@ class Delivery:
             pseq[pattern] = n
         self._counters.delivered += delivered
 
-    def send_run(self, pattern: str, head: bytes, entries: bytes, k: int) -> None:
+    def send_run(self, pattern: str, head: bytes, entries: bytes | memoryview, k: int) -> None:
         """One frame of one run of ``k`` messages to ``pattern``'s subscribers: ``head`` its
         fields packed (the frame's array of one run, up to its entries), then its entries'
         array as bytes (as a link frame brought them, or as the publishing node wrote

@@ -26,8 +26,12 @@ selector stands between (in the route or on a local subscription); a link out is
 nothing is queued on it this pass and no advertisement waits for it (a link carries
 frames in order: what the pass queued before, and interest that reached us before the
 message, still go first); the frame fits the next node's limit; the link in may send to
-us; the run holds at most a link frame's messages (a delivery frame's, if delivered
-here). Any other frame takes the general path, counted and checked there as before. The
+us; the run holds at most a link frame's messages (delivered here too in one frame, as
+the general path delivers a run relayed whole). A flood's large frames, read as views of
+libzmq's messages (:mod:`zbroker.wire.reading`), are walked and sent on in place like
+any other: in a chain's flood the middle and last nodes then neither decode the entries
+nor pack frames again. Any other frame takes the general path, counted and checked there
+as before. The
 counters move as the general path moves them (messages in and out of each link,
 forwarded, delivered, drops of a failed send); what differs is when a frame leaves: at
 once, not at the pass's end, so a link's heartbeat read later in the same pass already
@@ -66,7 +70,6 @@ from ..links.state import LinkState
 from ..topics import validate_publish_topic
 from ..wire import heads
 from ..wire.codec import array_header, packb, unpack
-from ..wire.frames import DELIVERY_BATCH
 from ..wire.heads import publish_run, run_head
 from .relay import _plan
 
@@ -158,7 +161,7 @@ class Shortcut:
         #: frames taken (the suite and the benchmarks read it)
         self.taken = 0
 
-    def take(self, link: Link, frame: bytes, now: float) -> int:
+    def take(self, link: Link, frame: bytes | memoryview, now: float) -> int:
         table = self._table
         if len(frame) > self._walk_max:
             return -1  # (an oversized frame: the general path counts it)
@@ -166,10 +169,11 @@ class Shortcut:
         if at < 0 or at > HEAD_MAX_BYTES or link.state is not _UP or not link.can_receive:
             return -1
         n = last - first + 1
-        head = _known(self._heads, frame[:at], self._learn)
+        key = frame[:at]
+        head = _known(self._heads, key if type(key) is bytes else bytes(key), self._learn)
         if head is None:
             return -1  # (a bad head, or a loop: the general path counts it)
-        if not self._clear(head) or n > (DELIVERY_BATCH if head.patterns else LINK_BATCH):
+        if not self._clear(head) or n > LINK_BATCH:
             return -1  # (the general path cuts a longer run into frames)
         out = head.out
         if out is not None and len(head.written) + len(frame) - at > out.frame_limit:
@@ -234,7 +238,7 @@ class Shortcut:
             return True
         return out is not None
 
-    def _send(self, head: _Head, entries: bytes, n: int, now: float) -> None:
+    def _send(self, head: _Head, entries: bytes | memoryview, n: int, now: float) -> None:
         """The head's ``n`` messages, their entries' array ``entries``, to the link out and
         the local patterns."""
         if head.out is not None:

@@ -60,7 +60,7 @@ _NO = (-1, 0, 0)
 class _Cursor:
     """A read position in a frame: ``value`` holds the last count, length or int read."""
 
-    def __init__(self, frame: bytes) -> None:
+    def __init__(self, frame: bytes | memoryview) -> None:
         self.b = frame
         self.pos = 0
         self.end = len(frame)
@@ -352,11 +352,9 @@ def publish_run(frame: bytes) -> tuple[int, list[int]]:
     return _Cursor(frame).publish()
 
 
-def run_head(frame: bytes) -> tuple[int, int, int]:
+def run_head(frame: bytes | memoryview) -> tuple[int, int, int]:
     """``(where its entries' array starts, first seq, last seq)`` if ``frame`` is a MSGR
     frame of one run whose entries pass the node's checks, with consecutive seqs; else
     ``(-1, 0, 0)``. The bytes before that position are the run's head. A frame read as a
-    view of libzmq's message (a large one, :mod:`.reading`) is not walked: ``(-1, 0, 0)``."""
-    if type(frame) is not bytes:
-        return _NO
+    view of libzmq's message (a flood's large one, :mod:`.reading`) is walked in place."""
     return _Cursor(frame).run()
