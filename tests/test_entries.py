@@ -10,6 +10,7 @@ its source it writes nothing.
 from __future__ import annotations
 
 import math
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ from hypothesis import strategies as st
 import zbroker
 from zbroker import _compiled
 from zbroker.wire import entries as wire_entries
-from zbroker.wire.entries import WRITES, written
+from zbroker.wire.entries import WRITES, numbered, written
+from zbroker.wire.heads import publish_run
 
 SOURCE = Path(zbroker.__file__).resolve().parent / "wire" / "entries.py"
 needs_writer = pytest.mark.skipif(not WRITES, reason="entries.py runs from its source here")
@@ -106,3 +108,46 @@ def test_from_its_source_it_writes_nothing() -> None:
     exec(compile(SOURCE.read_text(), str(SOURCE), "exec"), source)
     assert source["WRITES"] is False
     assert source["written"]([[b"ok", 0, None, 1, 1.0]]) is None
+    assert source["numbered"](b"", [], 0, _TS) is None
+
+
+_TS = b"\xcb" + struct.pack(">d", 1_764_000_000.25)
+_FIELDS = st.lists(
+    st.tuples(
+        st.binary(max_size=300),
+        st.sampled_from([0, 1]),
+        st.one_of(st.none(), st.dictionaries(st.text(max_size=5), st.text(max_size=5))),
+    ).map(list),
+    min_size=1,
+    max_size=40,
+)
+
+
+@needs_writer
+@settings(max_examples=300, deadline=None)
+# (seqs just below each width's boundary: a batch's numbers cross it)
+@given(
+    fields=_FIELDS,
+    seq=st.sampled_from(_SEQS[:-1]).flatmap(lambda s: st.integers(max(0, s - 41), s)),
+)
+def test_a_publish_batch_is_numbered_as_packing_its_entries_writes_them(
+    fields: list[Any], seq: int
+) -> None:
+    # a client's batch of one publish run, its entries' spans found by the head's walk
+    frame = msgpack.packb([["T.a", fields]])
+    at, spans = publish_run(frame)
+    assert at > 0
+    want = [[*f, seq + 1 + i, 1_764_000_000.25] for i, f in enumerate(fields)]
+    assert numbered(frame, spans, seq, _TS) == _packed(want)
+
+
+@needs_writer
+def test_spans_outside_the_frame_or_a_bad_time_write_nothing() -> None:
+    frame = msgpack.packb([["T.a", [[b"x", 0, None]]]])
+    _at, spans = publish_run(frame)
+    assert numbered(frame, spans, 5, _TS) is not None
+    assert numbered(frame, [spans[0], len(frame) + 1], 5, _TS) is None
+    assert numbered(frame, [spans[1], spans[0]], 5, _TS) is None
+    assert numbered(frame, [-1, spans[1]], 5, _TS) is None
+    assert numbered(frame, spans[:1], 5, _TS) is None
+    assert numbered(frame, spans, 5, _TS[:-1]) is None

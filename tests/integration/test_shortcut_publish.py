@@ -14,6 +14,7 @@ import pytest
 import zmq
 
 from zbroker import Broker, Client, wire
+from zbroker.node.shortcut import PUBLISH_LOCAL_ENTRIES
 
 from .test_fuzz import HOST, WAIT, counters
 from .test_shortcut import Peer, _chain, _received, taken, wait_for
@@ -130,3 +131,34 @@ def test_many_publishes_arrive_once_in_order_whichever_way_they_went(
         b"%d" % k for k in range(60)
     ]
     assert taken(b) >= 60  # (each burst's first, at least)
+
+
+def test_a_long_batch_delivered_here_only_goes_by_the_shortcut(
+    node: tuple[Broker, Peer, zmq.Socket[bytes]], client_factory: Callable[..., Client]
+) -> None:
+    """A flood's batch (here 100 publishes of 600 B) whose topic only local subscribers
+    want goes by the shortcut where C writes its numbered entries: one delivery frame,
+    numbered as the general path numbers. The same batch bound for a link takes the
+    general path (which packs a drain's batches into the link's frames)."""
+    b, y, push = node
+    got: list[tuple[int, bytes]] = []
+    client_factory(b.endpoint).subscribe("L.>", lambda m: got.append((m.id.seq, m.payload)))
+    before = counters(b)
+    seq0 = b.call(lambda n: n.counters.seq)
+    batches = [[b"%04d" % k + b"." * 596 for k in range(i * 100, i * 100 + 100)] for i in range(3)]
+    for i, payloads in enumerate(batches):
+        push.send(run_frame("L.a", payloads))
+        _received(got, 100 * (i + 1))  # (each batch in a drain of its own)
+    push.send(run_frame("T.a", batches[0]))
+    wait_for(y, 100)
+    time.sleep(0.2)  # (nothing more may come)
+    local = [p for batch in batches for p in batch]
+    assert got == [(seq0 + 1 + i, p) for i, p in enumerate(local)]
+    assert [(e[3], e[0]) for f in y.frames if f[0] == wire.MSGR for e in f[1][0][5]] == [
+        (seq0 + 301 + i, p) for i, p in enumerate(batches[0])
+    ]
+    assert taken(b) == (3 if PUBLISH_LOCAL_ENTRIES else 0)
+    after = counters(b)
+    assert after["received"] - before["received"] == 400
+    assert after["delivered"] - before["delivered"] == 300
+    assert after["forwarded"] - before["forwarded"] == 100

@@ -68,7 +68,7 @@ from ..errors import InvalidTopic, ProtocolError
 from ..links.flush import sent
 from ..links.state import LinkState
 from ..topics import validate_publish_topic
-from ..wire import heads
+from ..wire import entries, heads
 from ..wire.codec import array_header, packb, unpack
 from ..wire.heads import publish_run, run_head
 from .relay import _plan
@@ -84,6 +84,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HEADS",
     "HEAD_MAX_BYTES",
+    "PUBLISH_LOCAL_ENTRIES",
     "PUBLISH_MAX_BYTES",
     "PUBLISH_MAX_ENTRIES",
     "WALK_MAX_BYTES",
@@ -99,12 +100,19 @@ HEAD_MAX_BYTES = 2048
 #: an entry there, more than the general path's decode and checks; a low rate's frames
 #: are well below it): None where it is compiled
 WALK_MAX_BYTES = None if heads.COMPILED else 4096
-#: a client's frame longer than this, or of more messages, takes the general path: a
-#: batch's entries are numbered there in place and written by C (:mod:`..wire.entries`),
-#: which costs a flood less than building each entry's bytes here (bench_compare.py: one
-#: node's flood 0.90x with every batch taken here); a low rate's frames are one message
+#: a client's frame longer than this, or of more messages, takes the general path if it
+#: goes to a link: there a drain's batches are packed into link frames of up to
+#: LINK_BATCH messages, where here each batch would be a frame (at 1 KiB four times the
+#: frames: bench_compare.py, the chain's CPU per message 1.08-1.15x); a low rate's
+#: frames are one message. From this node's sources the same holds for every batch
+#: (built here in Python: one node's flood 0.90x with every batch taken here)
 PUBLISH_MAX_BYTES = 4096
 PUBLISH_MAX_ENTRIES = 4
+#: a batch delivered here only (no link out) goes by the shortcut up to this many messages
+#: where C writes its numbered entries from the frame's bytes (``entries.numbered``): a
+#: delivery frame of its own, the general path's decode and packing spared (one node's
+#: flood at 1 KiB 1.11x, CPU per message 0.90x). None from the sources
+PUBLISH_LOCAL_ENTRIES = LINK_BATCH if heads.COMPILED and entries.WRITES else None
 _UP = LinkState.UP
 #: an entry the node's checks pass, after a head's bytes: the run checked as a whole
 _ONE_ENTRY = packb([[b"", 0, None, 1, 0.0]])
@@ -158,6 +166,9 @@ class Shortcut:
         #: frames longer are not walked: over the limit the general path refuses (and
         #: counts) them, and where the walk runs from its source long ones cost more
         self._walk_max = min(table.frame_limit, WALK_MAX_BYTES or table.frame_limit)
+        #: publish frames longer are not walked (compiled: a batch delivered here only
+        #: may be as long as the node takes)
+        self._publish_max = table.frame_limit if PUBLISH_LOCAL_ENTRIES else PUBLISH_MAX_BYTES
         #: frames taken (the suite and the benchmarks read it)
         self.taken = 0
 
@@ -193,29 +204,33 @@ class Shortcut:
         of one publish run (:func:`~zbroker.wire.heads.publish_run`) whose topic's route
         is as for a relayed run; numbered here, sent on with its entries' fields as the
         client packed them."""
-        if len(frame) > PUBLISH_MAX_BYTES:
+        if len(frame) > self._publish_max:
             return -1
         at, spans = publish_run(frame)
-        if at < 0 or len(spans) > 2 * PUBLISH_MAX_ENTRIES or self._groups.active:
+        n = len(spans) // 2
+        if at < 0 or n > (PUBLISH_LOCAL_ENTRIES or PUBLISH_MAX_ENTRIES) or self._groups.active:
             return -1  # (a queue group picks a member per message)
         head = _known(self._topics, frame[:at], self._learn_topic)
         if head is None or not self._clear(head):  # (a bad topic: the general path counts it)
             return -1
+        if (n > PUBLISH_MAX_ENTRIES or len(frame) > PUBLISH_MAX_BYTES) and head.out is not None:
+            return -1  # (the general path packs a drain's batches into the link's frames)
         counters = self._counters
-        n = len(spans) // 2
         seq = counters.seq
         ts = _TS.pack(0xCB, time.time())  # (one receive time per frame, as the general path)
-        parts: list[bytes] = [array_header(n)]
-        for i in range(0, 2 * n, 2):
-            seq += 1
-            parts += (b"\x95", frame[spans[i] : spans[i + 1]], packb(seq), ts)
-        entries = b"".join(parts)
+        written = entries.numbered(frame, spans, seq, ts)
+        if written is None:  # (this module's sources: no C writer)
+            parts: list[bytes] = [array_header(n)]
+            for i in range(0, 2 * n, 2):
+                seq += 1
+                parts += (b"\x95", frame[spans[i] : spans[i + 1]], packb(seq), ts)
+            written = b"".join(parts)
         out = head.out
-        if out is not None and len(head.written) + len(entries) > out.frame_limit:
+        if out is not None and len(head.written) + len(written) > out.frame_limit:
             return -1
-        counters.seq = seq
+        counters.seq += n
         counters.received += n
-        self._send(head, entries, n, time.monotonic())
+        self._send(head, written, n, time.monotonic())
         return n
 
     def _clear(self, head: _Head) -> bool:

@@ -36,6 +36,24 @@ cdef inline unsigned char* _big(unsigned char* p, unsigned long long v, int n) n
     return p + n
 
 
+cdef inline unsigned char* _uint(unsigned char* p, unsigned long long s) noexcept nogil:
+    """``s`` in msgpack's smallest encoding at ``p``; returns the next position."""
+    if s < 0x80:
+        p[0] = <unsigned char>s
+        return p + 1
+    if s < 0x100:
+        p[0] = 0xCC
+        return _big(p + 1, s, 1)
+    if s < 0x10000:
+        p[0] = 0xCD
+        return _big(p + 1, s, 2)
+    if s < 0x100000000ULL:
+        p[0] = 0xCE
+        return _big(p + 1, s, 4)
+    p[0] = 0xCF
+    return _big(p + 1, s, 8)
+
+
 cdef inline unsigned char* _header(unsigned char* p, unsigned char small, unsigned char t16,
                                    Py_ssize_t n, Py_ssize_t small_below) noexcept nogil:
     """An array's or a bin's header: ``small`` (fixarray's 0x90 | n, or bin 8's 0xc4 n) below
@@ -108,24 +126,39 @@ cdef inline object _write(list entries):
         p += size
         p[0] = 1 if <object>PyList_GET_ITEM(e, 1) == 1 else 0
         p[1] = 0xC0
-        p += 2
-        if s < 0x80:
-            p[0] = <unsigned char>s
-            p += 1
-        elif s < 0x100:
-            p[0] = 0xCC
-            p = _big(p + 1, s, 1)
-        elif s < 0x10000:
-            p[0] = 0xCD
-            p = _big(p + 1, s, 2)
-        elif s < 0x100000000ULL:
-            p[0] = 0xCE
-            p = _big(p + 1, s, 4)
-        else:
-            p[0] = 0xCF
-            p = _big(p + 1, s, 8)
+        p = _uint(p + 2, s)
         d = PyFloat_AS_DOUBLE(<object>PyList_GET_ITEM(e, 4))
         memcpy(&bits, &d, 8)
         p[0] = 0xCB
         p = _big(p + 1, bits, 8)
+    return out
+
+
+cdef inline object _number(bytes frame, list spans, unsigned long long seq, bytes ts):
+    """The publish entries at ``spans`` in ``frame`` (start and end of each one's three
+    fields) as an array of entries numbered from ``seq`` + 1, each ended by ``ts`` (a
+    packed float64); None if a span is not within the frame or ``ts`` is not 9 bytes."""
+    cdef Py_ssize_t k = PyList_GET_SIZE(spans), n = k // 2, i, a, b
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(frame)
+    cdef Py_ssize_t total = 1 if n < 16 else (3 if n < 0x10000 else 5)
+    cdef const char* src = PyBytes_AS_STRING(frame)
+    cdef unsigned char* p
+    if PyBytes_GET_SIZE(ts) != 9 or k != 2 * n:
+        return None
+    for i in range(n):
+        a = <object>PyList_GET_ITEM(spans, 2 * i)
+        b = <object>PyList_GET_ITEM(spans, 2 * i + 1)
+        if a < 0 or b < a or b > size:
+            return None
+        total += 1 + (b - a) + _uint_size(seq + 1 + i) + 9
+    out = PyBytes_FromStringAndSize(NULL, total)
+    p = _header(<unsigned char*>PyBytes_AS_STRING(out), 0x90, 0xDC, n, 16)
+    for i in range(n):
+        a = <object>PyList_GET_ITEM(spans, 2 * i)
+        b = <object>PyList_GET_ITEM(spans, 2 * i + 1)
+        p[0] = 0x95
+        memcpy(p + 1, src + a, b - a)
+        p = _uint(p + 1 + (b - a), seq + 1 + i)
+        memcpy(p, PyBytes_AS_STRING(ts), 9)
+        p += 9
     return out

@@ -6,7 +6,10 @@ Packer takes each entry's five objects through its generic dispatch, into its bu
 then copies the whole frame out of it. :func:`written` sizes the array first, makes one
 bytes object of that size and writes each field into it: one copy of each payload, and
 per entry 21 ns against the Packer's 108 at 100 B, 38 against 157 at 1 KiB
-(``benchmarks/bench_entries.py``).
+(``benchmarks/bench_entries.py``). :func:`numbered` does the same for a client's batch of
+one publish run as the frame brought it: each entry's fields copied from the frame's
+bytes, its seq and receive time written after them (the publishing node's shortcut, for
+a batch delivered there only: :mod:`zbroker.node.shortcut`).
 
 The writer is C (in ``entries.pxd``, which Cython inlines into this module when it is
 compiled: no Python source can write into a bytes object). Run from its source, this
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["WRITES", "written"]
+__all__ = ["WRITES", "numbered", "written"]
 
 #: whether :func:`written` writes (this module is the extension built with entries.pxd)
 WRITES = not __file__.endswith((".py", ".pyc"))
@@ -31,4 +34,15 @@ def written(entries: list[Any]) -> bytes | None:
     module is compiled; else None (pack them)."""
     if WRITES:
         return _write(entries)  # type: ignore[name-defined, no-any-return]  # noqa: F821  (entries.pxd's)
+    return None
+
+
+def numbered(frame: bytes, spans: list[int], seq: int, ts: bytes) -> bytes | None:
+    """The msgpack array of a client's publish entries, numbered: for each ``start, end``
+    pair of ``spans`` (an entry's three fields, ``payload, fmt, headers``, packed in
+    ``frame``: :func:`zbroker.wire.heads.publish_run`), the entry ``[those fields, seq,
+    ts]`` with seqs from ``seq`` + 1 on and ``ts`` a float64 as msgpack packs it (9
+    bytes). None if this module is not compiled (the caller builds the entries itself)."""
+    if WRITES:
+        return _number(frame, spans, seq, ts)  # type: ignore[name-defined, no-any-return]  # noqa: F821  (entries.pxd's)
     return None
