@@ -6,6 +6,7 @@ general path began take the general path."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -14,7 +15,7 @@ import pytest
 import zmq
 
 from zbroker import Broker, Client, wire
-from zbroker.node.shortcut import PUBLISH_LOCAL_ENTRIES
+from zbroker.node.shortcut import PUBLISH_LONG_ENTRIES
 
 from .test_fuzz import HOST, WAIT, counters
 from .test_shortcut import Peer, _chain, _received, taken, wait_for
@@ -133,13 +134,13 @@ def test_many_publishes_arrive_once_in_order_whichever_way_they_went(
     assert taken(b) >= 60  # (each burst's first, at least)
 
 
-def test_a_long_batch_delivered_here_only_goes_by_the_shortcut(
+def test_long_batches_go_by_the_shortcut_where_c_writes_their_entries(
     node: tuple[Broker, Peer, zmq.Socket[bytes]], client_factory: Callable[..., Client]
 ) -> None:
     """A flood's batch (here 100 publishes of 600 B) whose topic only local subscribers
     want goes by the shortcut where C writes its numbered entries: one delivery frame,
-    numbered as the general path numbers. The same batch bound for a link takes the
-    general path (which packs a drain's batches into the link's frames)."""
+    numbered as the general path numbers; one bound for a link only, too (held to leave
+    with the drain's others as one frame: the next test)."""
     b, y, push = node
     got: list[tuple[int, bytes]] = []
     client_factory(b.endpoint).subscribe("L.>", lambda m: got.append((m.id.seq, m.payload)))
@@ -157,8 +158,73 @@ def test_a_long_batch_delivered_here_only_goes_by_the_shortcut(
     assert [(e[3], e[0]) for f in y.frames if f[0] == wire.MSGR for e in f[1][0][5]] == [
         (seq0 + 301 + i, p) for i, p in enumerate(batches[0])
     ]
-    assert taken(b) == (3 if PUBLISH_LOCAL_ENTRIES else 0)
+    assert taken(b) == (4 if PUBLISH_LONG_ENTRIES else 0)
     after = counters(b)
     assert after["received"] - before["received"] == 400
     assert after["delivered"] - before["delivered"] == 300
     assert after["forwarded"] - before["forwarded"] == 100
+
+
+def test_a_drains_batches_bound_for_a_link_leave_as_one_frame(
+    node: tuple[Broker, Peer, zmq.Socket[bytes]],
+) -> None:
+    """Five batches waiting in one drain (the node busy meanwhile), bound for Y only: one
+    link frame of their 500 messages, numbered in order, as the general path packs them;
+    where C writes the entries, each batch went by the shortcut (held, then sent when the
+    drain ended)."""
+    b, y, push = node
+    before = counters(b)
+    seq0 = b.call(lambda n: n.counters.seq)
+    frames_before = len([f for f in y.frames if f[0] == wire.MSGR])
+    busy = threading.Thread(target=lambda: b.call(lambda n: time.sleep(0.5)))
+    busy.start()
+    time.sleep(0.1)  # (the node thread is in the call: the batches wait in its socket)
+    batches = [[b"%04d" % k + b"," * 196 for k in range(i * 100, i * 100 + 100)] for i in range(5)]
+    for payloads in batches:
+        push.send(run_frame("T.a", payloads))
+    busy.join()
+    wait_for(y, 500)
+    time.sleep(0.2)  # (nothing more may come)
+    frames = [f for f in y.frames if f[0] == wire.MSGR][frames_before:]
+    assert len(frames) == 1 and len(frames[0][1]) == 1
+    me = b.broker_id
+    assert frames[0][1][0][:5] == ["T.a", me, b.call(lambda n: n.incarnation), [me], ["py"]]
+    sent_on = [(e[3], e[0]) for e in frames[0][1][0][5]]
+    assert sent_on == [(seq0 + 1 + i, p) for i, p in enumerate(p for bt in batches for p in bt)]
+    assert len({e[4] for e in frames[0][1][0][5]}) <= 5  # (one receive time per batch)
+    assert taken(b) == (5 if PUBLISH_LONG_ENTRIES else 0)
+    after = counters(b)
+    assert after["received"] - before["received"] == 500
+    assert after["forwarded"] - before["forwarded"] == 500
+    assert b.call(lambda n: n.counters.seq) - seq0 == 500
+
+
+def test_held_batches_leave_before_what_follows_them_in_the_drain(
+    node: tuple[Broker, Peer, zmq.Socket[bytes]],
+) -> None:
+    """In one drain: a long batch (held), a lone publish (sent at once: the held batch
+    first), a long batch, a frame of two runs (the general way from there on: the held
+    batch first), a long batch. Y gets every message once, in the order published."""
+    b, y, push = node
+    seq0 = b.call(lambda n: n.counters.seq)
+    frames_before = len([f for f in y.frames if f[0] == wire.MSGR])
+    busy = threading.Thread(target=lambda: b.call(lambda n: time.sleep(0.5)))
+    busy.start()
+    time.sleep(0.1)
+    long = [[b"%d.%d" % (i, k) for k in range(20)] for i in range(3)]
+    push.send(run_frame("T.a", long[0]))
+    push.send(publish_frame("T.a", b"lone"))
+    push.send(run_frame("T.a", long[1]))
+    push.send(msgpack.packb([["T.a", [[b"two.a", 0, None]]], ["T.b", [[b"two.b", 0, None]]]]))
+    push.send(run_frame("T.a", long[2]))
+    busy.join()
+    want = [*long[0], b"lone", *long[1], b"two.a", b"two.b", *long[2]]
+    wait_for(y, len(want))
+    time.sleep(0.2)  # (nothing more may come)
+    frames = [f for f in y.frames if f[0] == wire.MSGR][frames_before:]
+    got = sorted((e[3], e[0]) for f in frames for r in f[1] for e in r[5])
+    assert [p for _s, p in got] == want
+    assert [s for s, _p in got] == list(range(seq0 + 1, seq0 + 1 + len(want)))
+    # each frame's seqs ascend and every frame follows the one before on the link
+    seqs = [e[3] for f in frames for r in f[1] for e in r[5]]
+    assert seqs == sorted(seqs)

@@ -194,6 +194,7 @@ class Node:
         self.links.shortcut = self.shortcut.take
         if self.security is None:  # (with it, publish_recv filters each frame first)
             self.pipeline.publish_shortcut = self.shortcut.publish
+            self.pipeline.publish_flush = self.shortcut.flush
         self.control.add([Op(wire.GAPS, lambda req: self.delivery.on_gaps(req.body))])
         ctx = Context(self)
         for f in self.features:

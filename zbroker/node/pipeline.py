@@ -108,6 +108,8 @@ class Pipeline:
         #: takes a publish frame before it is decoded, the messages it held, or -1 for
         #: the general way (:meth:`.shortcut.Shortcut.publish`)
         self.publish_shortcut: Callable[[bytes], int] | None = None
+        #: and sends what it held for a link when a drain ends (:meth:`.shortcut.Shortcut.flush`)
+        self.publish_flush: Callable[[], None] | None = None
 
     # -- ingress 1: client publishes ------------------------------------------------------
 
@@ -160,6 +162,8 @@ class Pipeline:
                 budget -= len(elements)
                 runs = runs_of_publishes(check_publishes(elements, errors, valid))
             self._counted(*take_runs(self, runs, out, plans, prepared))
+        if self.publish_flush is not None:
+            self.publish_flush()
         for reason, detail in errors:
             self._counters.bad("publisher", reason, detail)
         self.end_batch(None, out)

@@ -46,6 +46,9 @@ relayed run's, its messages numbered here and sent on with their fields as the c
 packed them; not while a queue group has members (a group picks a member per message),
 nor once a frame of the same drain of the publish socket took the general path (what
 it took leaves at the drain's or the pass's end, and this node's seqs leave in order).
+A flood's batches bound for a link are held and leave together as one link frame when
+the drain ends (or the frame is full, or anything else is to leave first), as the
+general path would pack them.
 
 What a head decides is kept with what it was decided on: the engine's cached ``route()``
 result, whose object is replaced whenever interest, links or hosts change what it would
@@ -84,7 +87,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HEADS",
     "HEAD_MAX_BYTES",
-    "PUBLISH_LOCAL_ENTRIES",
+    "PUBLISH_LONG_ENTRIES",
     "PUBLISH_MAX_BYTES",
     "PUBLISH_MAX_ENTRIES",
     "WALK_MAX_BYTES",
@@ -100,19 +103,19 @@ HEAD_MAX_BYTES = 2048
 #: an entry there, more than the general path's decode and checks; a low rate's frames
 #: are well below it): None where it is compiled
 WALK_MAX_BYTES = None if heads.COMPILED else 4096
-#: a client's frame longer than this, or of more messages, takes the general path if it
-#: goes to a link: there a drain's batches are packed into link frames of up to
-#: LINK_BATCH messages, where here each batch would be a frame (at 1 KiB four times the
-#: frames: bench_compare.py, the chain's CPU per message 1.08-1.15x); a low rate's
-#: frames are one message. From this node's sources the same holds for every batch
-#: (built here in Python: one node's flood 0.90x with every batch taken here)
+#: a client's frame up to this long and of at most this many messages is sent on at once
+#: (a low rate's frames are one message). From this node's sources a longer one takes the
+#: general path (its entries built here in Python: one node's flood 0.90x with every
+#: batch taken here, against the general path's C writer)
 PUBLISH_MAX_BYTES = 4096
 PUBLISH_MAX_ENTRIES = 4
-#: a batch delivered here only (no link out) goes by the shortcut up to this many messages
-#: where C writes its numbered entries from the frame's bytes (``entries.numbered``): a
-#: delivery frame of its own, the general path's decode and packing spared (one node's
-#: flood at 1 KiB 1.11x, CPU per message 0.90x). None from the sources
-PUBLISH_LOCAL_ENTRIES = LINK_BATCH if heads.COMPILED and entries.WRITES else None
+#: where C writes the numbered entries from the frame's bytes (``entries.numbered``), a
+#: longer batch (a flood's) of up to this many messages goes by the shortcut too: to local
+#: subscribers only, as a delivery frame of its own (one node's flood at 1 KiB 1.10x the
+#: messages a second, 0.87-0.90x the CPU); to a link only, held with the drain's batches
+#: of its topic and sent as one link frame (:meth:`Shortcut.flush`: a frame per batch
+#: cost the chain 1.15x the CPU per message at 1 KiB; held, 0.89x). None from the sources
+PUBLISH_LONG_ENTRIES = LINK_BATCH if heads.COMPILED and entries.WRITES else None
 _UP = LinkState.UP
 #: an entry the node's checks pass, after a head's bytes: the run checked as a whole
 _ONE_ENTRY = packb([[b"", 0, None, 1, 0.0]])
@@ -168,9 +171,14 @@ class Shortcut:
         self._walk_max = min(table.frame_limit, WALK_MAX_BYTES or table.frame_limit)
         #: publish frames longer are not walked (compiled: a batch delivered here only
         #: may be as long as the node takes)
-        self._publish_max = table.frame_limit if PUBLISH_LOCAL_ENTRIES else PUBLISH_MAX_BYTES
+        self._publish_max = table.frame_limit if PUBLISH_LONG_ENTRIES else PUBLISH_MAX_BYTES
         #: frames taken (the suite and the benchmarks read it)
         self.taken = 0
+        #: a drain's batches bound for a link, held to leave as one frame (see publish)
+        self._held: _Head | None = None
+        self._held_parts: list[bytes] = []
+        self._held_n = 0
+        self._held_bytes = 0
 
     def take(self, link: Link, frame: bytes | memoryview, now: float) -> int:
         table = self._table
@@ -203,18 +211,30 @@ class Shortcut:
         else -1 (the pipeline takes it the general way). Only a publish frame or a batch
         of one publish run (:func:`~zbroker.wire.heads.publish_run`) whose topic's route
         is as for a relayed run; numbered here, sent on with its entries' fields as the
-        client packed them."""
+        client packed them. Where C writes the entries, consecutive batches of one topic
+        bound for a link are held and leave as one link frame (:meth:`flush`: when the
+        drain ends, before anything else leaves, and when the frame is full), as the
+        general path packs a drain's batches."""
+        n = self._publish(frame)
+        if n < 0 and self._held is not None:
+            self.flush()  # (what the general path takes now must follow it)
+        return n
+
+    def _publish(self, frame: bytes) -> int:
         if len(frame) > self._publish_max:
             return -1
         at, spans = publish_run(frame)
         n = len(spans) // 2
-        if at < 0 or n > (PUBLISH_LOCAL_ENTRIES or PUBLISH_MAX_ENTRIES) or self._groups.active:
+        if at < 0 or n > (PUBLISH_LONG_ENTRIES or PUBLISH_MAX_ENTRIES) or self._groups.active:
             return -1  # (a queue group picks a member per message)
         head = _known(self._topics, frame[:at], self._learn_topic)
         if head is None or not self._clear(head):  # (a bad topic: the general path counts it)
             return -1
-        if (n > PUBLISH_MAX_ENTRIES or len(frame) > PUBLISH_MAX_BYTES) and head.out is not None:
-            return -1  # (the general path packs a drain's batches into the link's frames)
+        out = head.out
+        if out is not None and (n > PUBLISH_MAX_ENTRIES or len(frame) > PUBLISH_MAX_BYTES):
+            return self._hold(head, out, frame, spans, n)
+        if self._held is not None:
+            self.flush()  # (a link's frames in order)
         counters = self._counters
         seq = counters.seq
         ts = _TS.pack(0xCB, time.time())  # (one receive time per frame, as the general path)
@@ -225,13 +245,51 @@ class Shortcut:
                 seq += 1
                 parts += (b"\x95", frame[spans[i] : spans[i + 1]], packb(seq), ts)
             written = b"".join(parts)
-        out = head.out
         if out is not None and len(head.written) + len(written) > out.frame_limit:
             return -1
         counters.seq += n
         counters.received += n
         self._send(head, written, n, time.monotonic())
         return n
+
+    def _hold(self, head: _Head, out: Link, frame: bytes, spans: list[int], n: int) -> int:
+        """A flood's batch bound for a link only: numbered and held with the batches of the
+        same head before it, to leave as one link frame (-1 where C does not write the
+        entries, or with local subscribers: the general way)."""
+        if PUBLISH_LONG_ENTRIES is None or head.patterns:
+            return -1
+        if self._held is not head or self._held_n + n > LINK_BATCH:
+            self.flush()
+        counters = self._counters
+        ts = _TS.pack(0xCB, time.time())  # (one receive time per frame, as the general path)
+        body = entries.numbered(frame, spans, counters.seq, ts, header=False)
+        if body is None:
+            return -1
+        limit = min(out.batch_bytes, out.frame_limit - len(head.written) - 5)
+        if self._held_bytes + len(body) > limit:
+            self.flush()
+            if len(body) > limit:
+                return -1  # (the general path cuts it)
+        self._held = head
+        self._held_parts.append(body)
+        self._held_n += n
+        self._held_bytes += len(body)
+        counters.seq += n
+        counters.received += n
+        self.taken += 1
+        return n
+
+    def flush(self) -> None:
+        """Send the batches held for a link as one frame (the pipeline calls it when a
+        drain of the publish socket ends)."""
+        head = self._held
+        if head is None:
+            return
+        parts, n = self._held_parts, self._held_n
+        self._held, self._held_parts, self._held_n, self._held_bytes = None, [], 0, 0
+        assert head.out is not None
+        frame = b"".join([head.written, array_header(n), *parts])
+        sent(self._table, head.out, frame, n, time.monotonic())
 
     def _clear(self, head: _Head) -> bool:
         """Whether the head's messages may take the shortcut now (its decision made again

@@ -134,13 +134,15 @@ cdef inline object _write(list entries):
     return out
 
 
-cdef inline object _number(bytes frame, list spans, unsigned long long seq, bytes ts):
+cdef inline object _number(bytes frame, list spans, unsigned long long seq, bytes ts,
+                           bint header):
     """The publish entries at ``spans`` in ``frame`` (start and end of each one's three
     fields) as an array of entries numbered from ``seq`` + 1, each ended by ``ts`` (a
-    packed float64); None if a span is not within the frame or ``ts`` is not 9 bytes."""
+    packed float64), the array's header left out unless ``header``; None if a span is not
+    within the frame or ``ts`` is not 9 bytes."""
     cdef Py_ssize_t k = PyList_GET_SIZE(spans), n = k // 2, i, a, b
     cdef Py_ssize_t size = PyBytes_GET_SIZE(frame)
-    cdef Py_ssize_t total = 1 if n < 16 else (3 if n < 0x10000 else 5)
+    cdef Py_ssize_t total = (1 if n < 16 else (3 if n < 0x10000 else 5)) if header else 0
     cdef const char* src = PyBytes_AS_STRING(frame)
     cdef unsigned char* p
     if PyBytes_GET_SIZE(ts) != 9 or k != 2 * n:
@@ -152,7 +154,9 @@ cdef inline object _number(bytes frame, list spans, unsigned long long seq, byte
             return None
         total += 1 + (b - a) + _uint_size(seq + 1 + i) + 9
     out = PyBytes_FromStringAndSize(NULL, total)
-    p = _header(<unsigned char*>PyBytes_AS_STRING(out), 0x90, 0xDC, n, 16)
+    p = <unsigned char*>PyBytes_AS_STRING(out)
+    if header:
+        p = _header(p, 0x90, 0xDC, n, 16)
     for i in range(n):
         a = <object>PyList_GET_ITEM(spans, 2 * i)
         b = <object>PyList_GET_ITEM(spans, 2 * i + 1)

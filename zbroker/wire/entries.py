@@ -37,12 +37,16 @@ def written(entries: list[Any]) -> bytes | None:
     return None
 
 
-def numbered(frame: bytes, spans: list[int], seq: int, ts: bytes) -> bytes | None:
+def numbered(
+    frame: bytes, spans: list[int], seq: int, ts: bytes, header: bool = True
+) -> bytes | None:
     """The msgpack array of a client's publish entries, numbered: for each ``start, end``
     pair of ``spans`` (an entry's three fields, ``payload, fmt, headers``, packed in
     ``frame``: :func:`zbroker.wire.heads.publish_run`), the entry ``[those fields, seq,
     ts]`` with seqs from ``seq`` + 1 on and ``ts`` a float64 as msgpack packs it (9
-    bytes). None if this module is not compiled (the caller builds the entries itself)."""
+    bytes); without ``header``, the entries alone (to be joined after one header for
+    several batches). None if this module is not compiled (the caller builds the entries
+    itself)."""
     if WRITES:
-        return _number(frame, spans, seq, ts)  # type: ignore[name-defined, no-any-return]  # noqa: F821  (entries.pxd's)
+        return _number(frame, spans, seq, ts, header)  # type: ignore[name-defined, no-any-return]  # noqa: F821  (entries.pxd's)
     return None
