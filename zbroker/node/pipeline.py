@@ -128,42 +128,44 @@ class Pipeline:
         first = True
         valid = self._valid_topics
         shortcut = self.publish_shortcut
-        while budget > 0:
-            # after the frame poll() announced, ask the socket rather than end on
-            # zmq.Again: an exception per pass is a node's largest cost at low rates
-            if not first and not events(_EVENTS) & _POLLIN:
-                break
-            first = False
-            try:
-                raw = recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            if len(raw) > limit:
-                budget -= 1
-                errors.append(("oversized", f"{len(raw)} bytes > {limit}"))
-                continue
-            if shortcut is not None:
-                n = shortcut(raw)
-                if n >= 0:
-                    budget -= n
+        try:
+            while budget > 0:
+                # after the frame poll() announced, ask the socket rather than end on
+                # zmq.Again: an exception per pass is a node's largest cost at low rates
+                if not first and not events(_EVENTS) & _POLLIN:
+                    break
+                first = False
+                try:
+                    raw = recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                if len(raw) > limit:
+                    budget -= 1
+                    errors.append(("oversized", f"{len(raw)} bytes > {limit}"))
                     continue
-                # the general way from here on in this drain: what it takes now leaves
-                # when the drain (deliveries) or the pass (links) ends, after what the
-                # shortcut sent, and a later frame must not go before it
-                shortcut = None
-            elements = publish_elements(raw, errors)
-            if not elements:
-                budget -= 1
-                continue
-            if type(elements[0]) is list:  # a batch of runs (client protocol 3)
-                budget -= check_publish_runs(elements, errors, valid) or 1
-                runs = elements
-            else:
-                budget -= len(elements)
-                runs = runs_of_publishes(check_publishes(elements, errors, valid))
-            self._counted(*take_runs(self, runs, out, plans, prepared))
-        if self.publish_flush is not None:
-            self.publish_flush()
+                if shortcut is not None:
+                    n = shortcut(raw)
+                    if n >= 0:
+                        budget -= n
+                        continue
+                    # the general way from here on in this drain: what it takes now leaves
+                    # when the drain (deliveries) or the pass (links) ends, after what the
+                    # shortcut sent, and a later frame must not go before it
+                    shortcut = None
+                elements = publish_elements(raw, errors)
+                if not elements:
+                    budget -= 1
+                    continue
+                if type(elements[0]) is list:  # a batch of runs (client protocol 3)
+                    budget -= check_publish_runs(elements, errors, valid) or 1
+                    runs = elements
+                else:
+                    budget -= len(elements)
+                    runs = runs_of_publishes(check_publishes(elements, errors, valid))
+                self._counted(*take_runs(self, runs, out, plans, prepared))
+        finally:  # (what the shortcut held for a link leaves, whatever happened)
+            if self.publish_flush is not None:
+                self.publish_flush()
         for reason, detail in errors:
             self._counters.bad("publisher", reason, detail)
         self.end_batch(None, out)
