@@ -117,6 +117,8 @@ PUBLISH_MAX_ENTRIES = 4
 #: cost the chain 1.15x the CPU per message at 1 KiB; held, 0.89x). None from the sources
 PUBLISH_LONG_ENTRIES = LINK_BATCH if heads.COMPILED and entries.WRITES else None
 _UP = LinkState.UP
+#: the longest msgpack array header (array 32): what flush() writes before held entries
+_ARRAY_HEADER_MAX = 5
 #: an entry the node's checks pass, after a head's bytes: the run checked as a whole
 _ONE_ENTRY = packb([[b"", 0, None, 1, 0.0]])
 #: a receive time as msgpack packs a float (float 64)
@@ -169,8 +171,8 @@ class Shortcut:
         #: frames longer are not walked: over the limit the general path refuses (and
         #: counts) them, and where the walk runs from its source long ones cost more
         self._walk_max = min(table.frame_limit, WALK_MAX_BYTES or table.frame_limit)
-        #: publish frames longer are not walked (compiled: a batch delivered here only
-        #: may be as long as the node takes)
+        #: publish frames longer are not walked (compiled: a flood's batch may be as long
+        #: as the node takes; _hold and the link's limit bound what goes to a link)
         self._publish_max = table.frame_limit if PUBLISH_LONG_ENTRIES else PUBLISH_MAX_BYTES
         #: frames taken (the suite and the benchmarks read it)
         self.taken = 0
@@ -254,9 +256,10 @@ class Shortcut:
 
     def _hold(self, head: _Head, out: Link, frame: bytes, spans: list[int], n: int) -> int:
         """A flood's batch bound for a link only: numbered and held with the batches of the
-        same head before it, to leave as one link frame (-1 where C does not write the
-        entries, or with local subscribers: the general way)."""
-        if PUBLISH_LONG_ENTRIES is None or head.patterns:
+        same head before it, to leave as one link frame (-1 with local subscribers too: the
+        general way). Only reached where C writes the entries (``PUBLISH_LONG_ENTRIES``:
+        from the sources no batch this long gets past :meth:`_publish`'s first checks)."""
+        if head.patterns:
             return -1
         if self._held is not head or self._held_n + n > LINK_BATCH:
             self.flush()
@@ -265,7 +268,7 @@ class Shortcut:
         body = entries.numbered(frame, spans, counters.seq, ts, header=False)
         if body is None:
             return -1
-        limit = min(out.batch_bytes, out.frame_limit - len(head.written) - 5)
+        limit = min(out.batch_bytes, out.frame_limit - len(head.written) - _ARRAY_HEADER_MAX)
         if self._held_bytes + len(body) > limit:
             self.flush()
             if len(body) > limit:

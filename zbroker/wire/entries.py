@@ -9,7 +9,7 @@ per entry 21 ns against the Packer's 108 at 100 B, 38 against 157 at 1 KiB
 (``benchmarks/bench_entries.py``). :func:`numbered` does the same for a client's batch of
 one publish run as the frame brought it: each entry's fields copied from the frame's
 bytes, its seq and receive time written after them (the publishing node's shortcut, for
-a batch delivered there only: :mod:`zbroker.node.shortcut`).
+a flood's batch it delivers there or holds for a link: :mod:`zbroker.node.shortcut`).
 
 The writer is C (in ``entries.pxd``, which Cython inlines into this module when it is
 compiled: no Python source can write into a bytes object). Run from its source, this
