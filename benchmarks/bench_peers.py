@@ -43,7 +43,9 @@ Systems, every process on 127.0.0.1 only:
 Systems alternate round by round (the order rotates), and each round starts and stops its
 own topology per system. The table gives per row the median over rounds (min-max when
 several) and, per other system, the ratio of the medians: zbroker's over its for
-throughput, its over zbroker's for latency (above 1.00x zbroker is ahead). A peer whose
+throughput, its over zbroker's for latency (above 1.00x zbroker is ahead). Below it, when
+Zenoh ran, issue 19's targets round by round (``peer_targets.py``): each round's ratio,
+whether it met the row's target, and whether the row is met in 3 of 5. A peer whose
 packages are missing is skipped with the reason and the command that installs it. Every
 process started is stopped by its PID in a ``finally`` block.
 """
@@ -72,6 +74,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_network as bnet  # zbroker's chain, as the network benchmark starts it
 import bench_node as bn  # roles' helpers, /proc accounting, latency statistics
 import peer_relays  # the floors: bare pyzmq relays, C relays
+import peer_targets  # issue 19's targets, round by round
 from _common import snapshot_sources
 from chain_run import stop_processes  # by PID: SIGTERM, SIGKILL after 10 s
 
@@ -742,6 +745,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.latency_seconds:g} s at {bn.LATENCY_RATE:,.0f} msg/s; all on 127.0.0.1"
     )
     print_table(results, systems)
+    peer_targets.print_targets(results)
     if args.profile:
         print_profile(results, systems)
     return 0
