@@ -228,3 +228,39 @@ def test_held_batches_leave_before_what_follows_them_in_the_drain(
     # each frame's seqs ascend and every frame follows the one before on the link
     seqs = [e[3] for f in frames for r in f[1] for e in r[5]]
     assert seqs == sorted(seqs)
+
+
+def test_a_local_batch_no_delivery_frame_holds_takes_the_general_path(
+    node: tuple[Broker, Peer, zmq.Socket[bytes]],
+) -> None:
+    """A batch of more messages than a delivery frame holds (another client than
+    zbroker's may send one; zbroker's sends at most 64) whose topic only a local
+    subscriber wants is cut into delivery frames as the general path cuts them (256
+    messages, then the rest), not delivered whole: the same frames compiled or not."""
+    b, _y, push = node
+    sub = push.context.socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.connect(f"tcp://{HOST}:{b.ports['deliver']}")
+    sub.subscribe(b"L.>\0")
+    try:
+        deadline = time.monotonic() + WAIT
+        while not sub.poll(50):  # (a SUB's interest reaches the node a moment later)
+            assert time.monotonic() < deadline, "the subscription never took"
+            push.send(publish_frame("L.probe", b"p"))
+        while sub.poll(200):
+            sub.recv()  # (the probes)
+        before, seq0 = taken(b), b.call(lambda n: n.counters.seq)
+        push.send(run_frame("L.a", [b"%04d" % k for k in range(300)]))
+        frames: list[tuple[int, list[bytes]]] = []
+        while sum(len(p) for _, p in frames) < 300 and sub.poll(int(WAIT * 1000)):
+            _, first, items, runs = wire.decode_delivery_items(sub.recv())
+            assert runs
+            frames.append((first, [e[0] for item in items for e in item[3]]))
+        # (the pattern's numbering went on from the probes': frame 2 follows frame 1)
+        assert [len(p) for _, p in frames] == [256, 44]
+        assert frames[1][0] == frames[0][0] + 256
+        assert [p for _, ps in frames for p in ps] == [b"%04d" % k for k in range(300)]
+        assert b.call(lambda n: n.counters.seq) == seq0 + 300
+        assert taken(b) == before
+    finally:
+        sub.close()

@@ -31,9 +31,8 @@ the general path delivers a run relayed whole). A flood's large frames, read as 
 libzmq's messages (:mod:`zbroker.wire.reading`), are walked and sent on in place like
 any other: in a chain's flood the middle and last nodes then neither decode the entries
 nor pack frames again. Any other frame takes the general path, counted and checked there
-as before. The
-counters move as the general path moves them (messages in and out of each link,
-forwarded, delivered, drops of a failed send); what differs is when a frame leaves: at
+as before. The counters move as the general path moves them (messages in and out of
+each link, forwarded, delivered, drops of a failed send); what differs is when a frame leaves: at
 once, not at the pass's end, so a link's heartbeat read later in the same pass already
 vouches for it (``unheard``), a link that goes down later in the pass has it counted as
 forwarded rather than dropped, and an advertisement the pass makes after it follows it.
@@ -48,7 +47,9 @@ nor once a frame of the same drain of the publish socket took the general path (
 it took leaves at the drain's or the pass's end, and this node's seqs leave in order).
 A flood's batches bound for a link are held and leave together as one link frame when
 the drain ends (or the frame is full, or anything else is to leave first), as the
-general path would pack them.
+general path would pack them; a batch only local subscribers want goes as one delivery
+frame if one holds it (``DELIVERY_BATCH`` messages, ``DELIVERY_BATCH_BYTES``), else the
+general path cuts it (zbroker's clients send at most 64 messages and 64 KiB a batch).
 
 What a head decides is kept with what it was decided on: the engine's cached ``route()``
 result, whose object is replaced whenever interest, links or hosts change what it would
@@ -73,6 +74,7 @@ from ..links.state import LinkState
 from ..topics import validate_publish_topic
 from ..wire import entries, heads
 from ..wire.codec import array_header, packb, unpack
+from ..wire.frames import DELIVERY_BATCH, DELIVERY_BATCH_BYTES
 from ..wire.heads import publish_run, run_head
 from .relay import _plan
 
@@ -233,6 +235,8 @@ class Shortcut:
         if head is None or not self._clear(head):  # (a bad topic: the general path counts it)
             return -1
         out = head.out
+        if out is None and (n > DELIVERY_BATCH or len(frame) > DELIVERY_BATCH_BYTES):
+            return -1  # (a delivery frame holds no more: the general path cuts it)
         if out is not None and (n > PUBLISH_MAX_ENTRIES or len(frame) > PUBLISH_MAX_BYTES):
             return self._hold(head, out, frame, spans, n)
         if self._held is not None:
