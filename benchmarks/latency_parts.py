@@ -20,8 +20,8 @@ parts of that difference in ways that let the machine's noise fall on both sides
   subscriber and a bare SUB socket subscribed to the same pattern (a thread reading it,
   as a client's thread does): the same frames, the same moments, two receivers. The
   difference is what the client's receive path costs beyond libzmq's. The node writes
-  each message to the two connections one after the other, first to the one that
-  subscribed first, so that one starts ahead; which subscribes first alternates round by
+  each message to the two connections one after the other, and the one that subscribed
+  first was ahead in every round measured; which subscribes first alternates round by
   round (said on each line).
 * **The machine** (``chain``): ``bench_network``'s chain (A -> B -> C, every feature on,
   publisher on A, subscriber on C) at 2,000 msg/s, alternately as it is and with one
@@ -255,8 +255,9 @@ def _round(
     for k in ((0, idle) if r % 2 else (idle, 0)) if "relays" in parts else ():
         bn.log(f"round {r} relays, {k} idle sockets per poll: {run_relays(ctx, n, k)}")
     if "client" in parts:
-        first = "client" if r % 2 else "bare"
-        res = run_client(ctx, n, tmp, client_first=r % 2 == 1)
+        client_first = r % 2 == 1
+        first = "client" if client_first else "bare"
+        res = run_client(ctx, n, tmp, client_first)
         for who in ("client", "bare"):
             said = " (subscribed first)" if who == first else ""
             bn.log(f"round {r} one node, {who:6} subscriber: {res[who]}{said}")

@@ -32,10 +32,11 @@ libzmq's messages (:mod:`zbroker.wire.reading`), are walked and sent on in place
 any other: in a chain's flood the middle and last nodes then neither decode the entries
 nor pack frames again. Any other frame takes the general path, counted and checked there
 as before. The counters move as the general path moves them (messages in and out of
-each link, forwarded, delivered, drops of a failed send); what differs is when a frame leaves: at
-once, not at the pass's end, so a link's heartbeat read later in the same pass already
-vouches for it (``unheard``), a link that goes down later in the pass has it counted as
-forwarded rather than dropped, and an advertisement the pass makes after it follows it.
+each link, forwarded, delivered, drops of a failed send); what differs is when a frame
+leaves: at once, not at the pass's end, so a link's heartbeat read later in the same
+pass already vouches for it (``unheard``), a link that goes down later in the pass has
+it counted as forwarded rather than dropped, and an advertisement the pass makes after
+it follows it.
 The bytes it forwards are the entries as they came (an encoding another sender chose,
 not repacked), and it never cuts a run in two.
 
