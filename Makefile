@@ -17,7 +17,8 @@ PURE_TESTS ?= tests/test_wire.py tests/test_wire_links.py tests/test_link_state.
 	tests/integration/test_network.py tests/integration/test_relay_runs.py \
 	tests/integration/test_fuzz.py tests/integration/test_splice_chain.py \
 	tests/test_message_gc.py tests/test_reading.py tests/integration/test_frame_views.py \
-	tests/test_heads.py tests/integration/test_shortcut.py tests/integration/test_shortcut_publish.py
+	tests/test_heads.py tests/integration/test_shortcut.py tests/integration/test_shortcut_publish.py \
+	tests/test_lone.py
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "zbroker needs Python 3.11+")'

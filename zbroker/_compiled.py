@@ -59,6 +59,7 @@ COMPILED = (
     "zbroker.wire.runs",
     "zbroker.wire.entries",
     "zbroker.wire.heads",
+    "zbroker.wire.lone",
     "zbroker.routing.dedupe",
     "zbroker.routing.engine",
     "zbroker.links.flush",

@@ -26,6 +26,8 @@ import zmq
 from .. import selectors, wire
 from ..errors import ClientClosed, PermissionDenied, ProtocolError
 from ..wire.gaps import decode_gap_notice
+from ..wire.lone import COMPILED as _LONE_COMPILED
+from ..wire.lone import lone_delivery
 from ..wire.reading import FrameReader
 from .credentials import Credentials
 from .messages import Gap, Message, Subscription, messages_from_envelopes, messages_from_runs
@@ -38,6 +40,9 @@ _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _SYNC = wire.SYNC_PREFIX[0]
 _SEP = wire.SELECTOR_SEP
+#: a lone message's frame read by its bytes first (compiled only: from its source that
+#: read costs more than the general decode it saves)
+_LONE = _LONE_COMPILED
 
 #: by pattern; read without the lock (each value is a tuple, replaced whole)
 Callbacks = dict[str, tuple[Subscription, ...]]
@@ -200,19 +205,16 @@ class Subscriber:
         if frame[0] == _SYNC:
             self._synced(bytes(frame))  # (an echo is small: bytes already, not copied)
             return
-        try:  # one decoder per frame, whichever form it has
-            pattern, first, items, runs = wire.decode_delivery_items(frame)
-            # a subscription with a selector is named ``pattern SEP selector``
+        one = lone_delivery(frame) if _LONE and type(frame) is bytes else None
+        if one is not None:  # a low rate's frame: one message, read in one pass
+            pattern, first, topic, origin, inc, raw, seq, ts = one
             label = pattern.partition(_SEP)[0] if _SEP in pattern else pattern
-            msgs = (messages_from_runs if runs else messages_from_envelopes)(label, items)
-        except ProtocolError as exc:
-            # (a notice's body is a map: rare, so here; a small frame, never a view)
-            notice = decode_gap_notice(frame) if type(frame) is bytes else None
-            if notice is None:
-                log.warning("dropped malformed delivery: %s", exc)
-            else:
-                self._gap_notice(*notice)
-            return
+            msgs = [Message(topic, raw, "bytes", None, origin, inc, seq, ts, label, raw)]
+        else:
+            decoded = self._decode(frame)
+            if decoded is None:
+                return
+            pattern, first, msgs = decoded
         last = pseq.get(pattern)
         if last is not None and first > last + 1:
             self._gap(pattern, first - last - 1)
@@ -225,6 +227,25 @@ class Subscriber:
                     s.callback(msg)
                 except Exception:
                     log.exception("subscriber callback for %r raised", pattern)
+
+    def _decode(self, frame: bytes | memoryview) -> tuple[str, int, list[Message]] | None:
+        """A delivery frame of any form by the general decode: (pattern, its first
+        message's pattern sequence, the messages); None for a malformed frame (logged) or
+        a gap notice (handled)."""
+        try:  # one decoder per frame, whichever form it has
+            pattern, first, items, runs = wire.decode_delivery_items(frame)
+            # a subscription with a selector is named ``pattern SEP selector``
+            label = pattern.partition(_SEP)[0] if _SEP in pattern else pattern
+            msgs = (messages_from_runs if runs else messages_from_envelopes)(label, items)
+        except ProtocolError as exc:
+            # (a notice's body is a map: rare, so here; a small frame, never a view)
+            notice = decode_gap_notice(frame) if type(frame) is bytes else None
+            if notice is None:
+                log.warning("dropped malformed delivery: %s", exc)
+            else:
+                self._gap_notice(*notice)
+            return None
+        return pattern, first, msgs
 
     def _synced(self, frame: bytes) -> None:
         # a secure node answers the refusals since the last sync key after a NUL
