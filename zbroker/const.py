@@ -15,8 +15,10 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_BROKER = f"tcp://{DEFAULT_HOST}:{DEFAULT_PORT}"
 
 #: 2: link messages travel as runs (MSGR); a node of version 1 does not read them, so the
-#: handshake refuses a peer of another version rather than lose its messages
-PROTOCOL_VERSION = 2
+#: handshake refuses a peer of another version rather than lose its messages. 3: an ADVERT
+#: entry may say it is held for a link that is down (its sixth field), which a node of
+#: version 2 refuses as a malformed advertisement
+PROTOCOL_VERSION = 3
 
 #: the client protocol. 2: the client reads delivery frames of runs, which a node of this
 #: release sends for publishes and relayed messages; 3: the node reads batches of publish

@@ -74,6 +74,7 @@ class MLink:
     options: LinkOptions
     adj_in: dict[Key, Path] = field(default_factory=dict)
     sticky: set[Key] = field(default_factory=set)
+    held: set[Key] = field(default_factory=set)  # flagged held on a ghost further on
     up: bool = True
 
 
@@ -87,7 +88,7 @@ class Model:
         ranks: dict[Key, tuple[bool, int, str, str]] = {}
         for link_id, ln in self.links.items():
             for key, path in ln.adj_in.items():
-                r = (not ln.up, len(path), ln.peer, link_id)
+                r = (not ln.up or key in ln.held, len(path), ln.peer, link_id)
                 if key[1] != ME and (key not in ranks or r < ranks[key]):
                     ranks[key] = r
                     out[key] = (link_id, path)
@@ -97,6 +98,12 @@ class Model:
         if via is None:
             return self.local[key[0]]
         return key in self.links[via].sticky
+
+    def held(self, key: Key, via: str | None) -> bool:
+        """Advertised as held: sticky, and its best entry is on a ghost or flagged held."""
+        if via is None or not self.sticky(key, via):
+            return False
+        return not self.links[via].up or key in self.links[via].held
 
 
 PATTERNS = ["X", "X.Y", "X.*", "X.>", "*.Y", ">", "Z.Y"]
@@ -158,7 +165,7 @@ class EngineMachine(RuleBasedStateMachine):
             return
         kept = {k: p for k, p in ln.adj_in.items() if k in ln.sticky}
         if keep and kept and ln.can_send:
-            ln.up, ln.adj_in, ln.sticky = False, kept, set(kept)
+            ln.up, ln.adj_in, ln.sticky, ln.held = False, kept, set(kept), set()
         else:
             del self.model.links[link]
 
@@ -167,9 +174,15 @@ class EngineMachine(RuleBasedStateMachine):
         full=st.booleans(),
         batch=st.lists(entries, max_size=8),
         sticky=st.lists(st.integers(0, 7), max_size=4),
+        held=st.lists(st.integers(0, 7), max_size=3),
     )
     def advert(
-        self, link: str, full: bool, batch: list[tuple[str, str, Path | None]], sticky: list[int]
+        self,
+        link: str,
+        full: bool,
+        batch: list[tuple[str, str, Path | None]],
+        sticky: list[int],
+        held: list[int],
     ) -> None:
         ln = self.model.links.get(link)
         # make most paths plausible (origin first, the link's peer last), keep some raw
@@ -179,12 +192,14 @@ class EngineMachine(RuleBasedStateMachine):
                 path = (o, *path, ln.peer)
             fixed.append((p, o, path))
         keys = frozenset((fixed[i][0], fixed[i][1]) for i in sticky if i < len(fixed))
-        self.feed(AdvertIn(link=link, full=full, entries=tuple(fixed), sticky=keys))
+        held_keys = frozenset((fixed[i][0], fixed[i][1]) for i in held if i < len(fixed))
+        self.feed(AdvertIn(link=link, full=full, entries=tuple(fixed), sticky=keys, held=held_keys))
         if ln is None or not ln.up:
             return
         if full:
             ln.adj_in.clear()
             ln.sticky.clear()
+            ln.held.clear()
         for p, o, path in fixed:
             key = (p, o)
             ok = (
@@ -202,9 +217,14 @@ class EngineMachine(RuleBasedStateMachine):
                     ln.sticky.add(key)
                 else:
                     ln.sticky.discard(key)
+                if key in held_keys:
+                    ln.held.add(key)
+                else:
+                    ln.held.discard(key)
             else:
                 ln.adj_in.pop(key, None)
                 ln.sticky.discard(key)
+                ln.held.discard(key)
 
     @rule(pattern=st.sampled_from(PATTERNS), sticky=st.booleans())
     def subscribe(self, pattern: str, sticky: bool) -> None:
@@ -258,7 +278,7 @@ class EngineMachine(RuleBasedStateMachine):
         for link_id, ln in self.engine.links.items():
             assert ln.adj_out == self.expected_out(link_id), link_id
 
-    def expected_out(self, link_id: str) -> dict[Key, tuple[Path, bool, None]]:
+    def expected_out(self, link_id: str) -> dict[Key, tuple[Path, bool, None, bool]]:
         ln = self.model.links[link_id]
         if not ln.up or not ln.can_receive:
             return {}
@@ -271,7 +291,8 @@ class EngineMachine(RuleBasedStateMachine):
                 and not ttl_spent(len(new), ln.options.ttl)
                 and self.engine.links[link_id].filter.allows_pattern(key[0])
             ):
-                out[key] = (new, self.model.sticky(key, via), None)  # (no selectors here)
+                sticky, held = self.model.sticky(key, via), self.model.held(key, via)
+                out[key] = (new, sticky, None, held)  # (no selectors here)
         return out
 
     @invariant()
@@ -288,6 +309,7 @@ class EngineMachine(RuleBasedStateMachine):
             eln = self.engine.links[link_id]
             assert eln.adj_in == ln.adj_in
             assert eln.sticky & set(eln.adj_in) == ln.sticky
+            assert eln.held & set(eln.adj_in) == ln.held
             assert eln.up == ln.up
         assert self.engine.entry_count() == sum(
             len(x.adj_in) for x in self.model.links.values()

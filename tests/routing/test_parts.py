@@ -95,7 +95,7 @@ def test_offer_table_skips_split_horizon_and_filtered_patterns() -> None:
     t.best = {("X", "O"): ("l2", ("O", "P2")), ("Y.a", "B"): (None, ()), ("Z", "B"): (None, ())}
     new = EngineLink(LinkUp(link="l2", peer="P2", options=LinkOptions(exclude=("Z",))))
     propagation.offer_table(new, t)
-    assert new.pending == {("Y.a", "B"): (("B",), False, None)}
+    assert new.pending == {("Y.a", "B"): (("B",), False, None, False)}
     one_way = EngineLink(LinkUp(link="l3", peer="P3", can_receive=False))
     propagation.offer_table(one_way, t)
     assert one_way.pending == {}

@@ -8,7 +8,10 @@ Hand-driven engines in a chain A - B - C (and a triangle for the preference rule
 * a live path always beats a ghost; the ghost is never advertised to;
 * ``LinkUp`` of the same link revives the ghost's entries until the peer's full table;
   ``LinkDown`` without ``keep_sticky`` forgets it; ``restore_ghost`` rebuilds it;
-* turning stickiness off (the durable deleted, clients still subscribed) is advertised.
+* turning stickiness off (the durable deleted, clients still subscribed) is advertised;
+* an entry whose best lies on a ghost is advertised *held*, and whoever hears it ranks it
+  below every live entry: in a square, the node beyond the ghost's fails over to the
+  live path, and back once the link returns.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class StickyWires(Wires):
                                 full=action.full,
                                 entries=action.entries,
                                 sticky=action.sticky,
+                                held=action.held,
                             )
                         )
             if not moved:
@@ -170,3 +174,59 @@ def test_stickiness_change_is_advertised() -> None:
     w.cut("bc")
     w.pump()
     assert row(a, "L.>") is None
+
+
+def test_a_held_entry_ranks_below_a_live_path_beyond_the_ghosts_node() -> None:
+    """Square P-A, P-B, A-W, B-W with a durable on W. A's link to W goes down: A keeps
+    its ghost and advertises the entry held, so P takes the equally short live path
+    through B (before, P kept its tie-break choice A and its messages waited in A's
+    queue, the live subscribers on W getting none); A takes it too. Back up, P returns."""
+    p, a, b, w_ = (RoutingEngine(n) for n in "PABW")
+    w = StickyWires(p, a, b, w_)
+    w.up("P", "A", "pa")
+    w.up("P", "B", "pb")
+    w.up("A", "W", "aw")
+    w.up("B", "W", "bw")
+    w_.handle(LocalSubscribe(pattern="D.>", sticky=True))
+    w.pump()
+    assert row(p, "D.>") == {
+        "pattern": "D.>", "origin": "W", "path": ["W", "A"], "hops": 2, "link": "pa",
+        "sticky": True,
+    }  # fmt: skip
+    w.cut("aw")
+    w.pump()
+    assert a.ghosts() == ["aw"]
+    assert row(p, "D.>") == {
+        "pattern": "D.>", "origin": "W", "path": ["W", "B"], "hops": 2, "link": "pb",
+        "sticky": True,
+    }  # fmt: skip
+    assert p.route("D.x", (), None)[1] == [("pb", ("W",), 1)]
+    # A too prefers the live path (through P, longer) to its own ghost
+    assert row(a, "D.>")["link"] == "pa"  # type: ignore[index]
+    held = [x for _, x in w.sent if x.held]
+    assert held and all(x.link == "pa" for x in held)  # A told P; nobody passed it on
+    w.up("A", "W", "aw")
+    w.pump()
+    assert a.ghosts() == []
+    assert row(p, "D.>")["link"] == "pa"  # type: ignore[index]
+    assert "held" not in row(p, "D.>")  # type: ignore[operator]
+
+
+def test_the_held_flag_travels_while_no_live_path_is_left() -> None:
+    """Chain A - B - C: with B's link to C down, B's entry is the ghost's, A's comes from
+    B flagged held (A has nothing better and routes to B, where messages wait); A passes
+    the flag on to a node beyond it. The link back up clears it all along."""
+    w, a, b, _ = chain()
+    d = RoutingEngine("D")
+    w.engines["D"] = d
+    w.up("D", "A", "da")
+    w.pump()
+    w.cut("bc")
+    w.pump()
+    assert row(b, "D.>")["link_down"] is True  # type: ignore[index]
+    assert row(a, "D.>")["held"] is True  # type: ignore[index]
+    assert row(d, "D.>")["held"] is True  # type: ignore[index]
+    assert a.route("D.x", (), None)[1] == [("ab", ("C",), 1)]
+    w.up("C", "B", "bc")
+    w.pump()
+    assert "held" not in row(a, "D.>") and "held" not in row(d, "D.>")  # type: ignore[operator]

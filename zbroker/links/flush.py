@@ -91,6 +91,16 @@ def too_large(table: LinkTable, link: Link, what: str) -> None:
         )
 
 
+def with_held(entries: list[list[Any]], held: frozenset[tuple[str, str]]) -> None:
+    """Flag ADVERT entries held on a ghost of a down link (6th element, after the
+    selectors or nil; engine rule 6): their receiver ranks them below every live one."""
+    for e in entries:
+        if len(e) > 3 and (e[0], e[1]) in held:
+            if len(e) == 4:
+                e.append(None)
+            e.append(True)
+
+
 def with_selectors(entries: list[list[Any]], selectors: dict[tuple[str, str], Any]) -> None:
     """Add to ADVERT entries the selectors behind them (5th element; engine rule 7)."""
     for e in entries:
@@ -119,6 +129,8 @@ def flush_adverts(table: LinkTable) -> None:
         ]
         if action.selectors:
             with_selectors(entries, action.selectors)
+        if action.held:
+            with_held(entries, action.held)
         if sticky:
             # a long table leaves in several frames and only the first says "full"
             # (replace): sticky entries first, so a returning ghost link's sticky routes,

@@ -167,7 +167,7 @@ def advert_chunks(entries: list[list[Any]], most: int) -> list[list[list[Any]]]:
     for e in entries:
         path = e[2]
         n = len(e[0]) + len(e[1]) + 8 + (sum(len(b) + 2 for b in path) if path else 0)
-        if len(e) > 4:  # selectors (engine rule 7)
+        if len(e) > 4 and e[4] is not None:  # selectors (engine rule 7)
             n += sum(len(t) + 3 for t in e[4])
         if chunk and (size + n > most or len(chunk) >= ADVERT_BATCH):
             chunks.append(chunk)

@@ -4,7 +4,8 @@ It drives the sans-IO state machine (:mod:`.state`) with the clock and the socke
 dialer side (:mod:`.dialer`) owns a DEALER per configured or discovered link; the acceptor
 side (:mod:`.acceptor`) shares the node's ROUTER; this module keeps the registry, takes
 links up and down, handles the frames of established links, sends heartbeats and
-goodbyes, and flushes each pass's outboxes and advertisements (:mod:`.flush`).
+goodbyes, and flushes each pass's outboxes and advertisements (:mod:`.flush`; those
+that come in: :mod:`.adverts`).
 
 What links do to the rest of the node goes through :class:`LinkHooks` (the kernel): a
 MSGS frame to the pipeline, PMSGS/PACK to the feature that registered them, and link up,
@@ -22,10 +23,9 @@ import zmq
 from .. import wire
 from ..config import NodeConfig
 from ..const import LINK_FRAME_SLACK
-from ..errors import ConfigError, InvalidTopic, ProtocolError
-from ..names import validate_broker_id
-from ..routing import AdvertIn, LinkDown, LinkUp, RoutingEngine
-from ..topics import validate_pattern
+from ..errors import ProtocolError
+from ..routing import LinkDown, LinkUp, RoutingEngine
+from .adverts import advert_in
 from .handshake import Me, Repeats, rival
 from .outbox import queued
 from .state import Due, Link, LinkKind, LinkState, due
@@ -214,20 +214,9 @@ class LinkTable:
         return 0
 
     def _on_advert(self, link: Link, value: list[Any]) -> int:
-        full, entries, sticky, selectors = wire.decode_advert_entries(value)
-        for pattern, origin, _ in entries:
-            try:
-                validate_pattern(pattern)
-                validate_broker_id(origin)
-            except (InvalidTopic, ConfigError) as exc:
-                raise ProtocolError("bad_advert", str(exc)) from exc
-        self.engine.handle(
-            AdvertIn(
-                link=link.engine_id, full=full, entries=entries, sticky=sticky, selectors=selectors
-            )
-        )
+        n = advert_in(self.engine, link.engine_id, value)
         self.hooks.advert_in(link)
-        return len(entries)
+        return n
 
     # -- up and down ------------------------------------------------------------------------
 

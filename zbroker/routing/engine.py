@@ -42,7 +42,11 @@ Rules (each loop rule is a named function in :mod:`zbroker.routing.loops`):
    ``LinkDown(keep_sticky=True)``, its sticky entries stay, on a *ghost* of the link, at
    the lowest preference (any live path wins): the node keeps routing toward the down link,
    where the node queues persistent messages until it returns, and keeps advertising the
-   entries to its other neighbours. A ghost is never advertised to; ``LinkUp`` of the same
+   entries to its other neighbours, flagged *held* (``SendAdvert.held``): whoever hears a
+   held entry ranks it below every live one as well, and passes the flag on while its own
+   best entry of the key is held, so a node with a live path elsewhere takes that path
+   (the durable's node is reached) rather than the ghost's queue. A ghost is never
+   advertised to; ``LinkUp`` of the same
    link turns it live again with its entries (until the peer's full table replaces them);
    ``LinkDown`` without ``keep_sticky`` (the node does it when a ghost expires) forgets it.
 
@@ -333,7 +337,8 @@ class RoutingEngine:
             path = (*best[1], self.broker_id)
             sticky, selectors = table.is_sticky(key, best), table.selectors_of(key, best)
             allowed = table.hosts.allowed(key[0]) if table.hosts.branches else None
-            propagation.advertise(self.links, key, best, path, sticky, selectors, allowed)
+            held = sticky and table.is_held(key, best)  # (rule 6: ranked below live ones)
+            propagation.advertise(self.links, key, best, path, sticky, selectors, allowed, held)
         branch = hosting.branch_of(key[0])
         if branch is not None:
             had = branch in table.hosts.branches

@@ -34,7 +34,8 @@ Path = tuple[str, ...]
 Key = tuple[str, str]  # (pattern, origin)
 Entry = tuple[str, str, Path | None]  # (pattern, origin, path or None = withdraw)
 #: what was (or is to be) advertised for a key: path, sticky, selectors (None: all)
-Adv = tuple[Path, bool, frozenset[str] | None]
+#: what was last advertised of a key: (path, sticky, selectors, held for a down link)
+Adv = tuple[Path, bool, frozenset[str] | None, bool]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,12 +53,14 @@ class _Advert:
     withdraws; ``full``: the sender's whole table for the receiver; ``sticky``: the keys
     durable subscriptions back (rule 6); ``selectors``: the keys whose interest is only in
     what these selectors accept (canonical texts; a key not named wants every message:
-    rule 7)."""
+    rule 7); ``held``: sticky keys whose best entry, here or further on, is held on a
+    ghost of a down link (rule 6: ranked below every live entry by whoever hears them)."""
 
     link: str
     full: bool
     entries: tuple[Entry, ...]
     sticky: frozenset[Key] = frozenset()
+    held: frozenset[Key] = frozenset()
     selectors: dict[Key, frozenset[str]] = field(default_factory=dict)
 
 

@@ -27,13 +27,14 @@ def advertise(
     sticky: bool,
     selectors: frozenset[str] | None = None,
     allowed: set[str] | None = None,
+    held: bool = False,
 ) -> None:
     """Queue the new best entry of ``key`` (``path``: its path with our ID appended) for
     every link at once: the advertised path is the same for all. ``allowed``: the only
     links it may go over (interest in a hosted branch goes toward the hosts, rule 8)."""
     via = best[0]
     pattern = judged_pattern(key[0])
-    adv = (path, sticky, selectors)
+    adv = (path, sticky, selectors, held)
     hops = len(path)
     for link in links.values():
         if not link.up:
@@ -79,7 +80,8 @@ def offer_table(link: EngineLink, table: InterestTable) -> None:
                 continue  # hosted interest goes toward the hosts only (rule 8)
         if table.unadvertised(key[0]):
             continue  # a local or flooded branch: never advertised, whatever the filters say
-        link.pending[key] = (new_path, table.is_sticky(key, best), table.selectors_of(key, best))
+        sticky, selectors = table.is_sticky(key, best), table.selectors_of(key, best)
+        link.pending[key] = (new_path, sticky, selectors, sticky and table.is_held(key, best))
 
 
 def flush(links: dict[str, EngineLink]) -> list[SendAdvert]:
@@ -90,6 +92,7 @@ def flush(links: dict[str, EngineLink]) -> list[SendAdvert]:
             continue
         entries: list[Entry] = []
         sticky: set[Key] = set()
+        held: set[Key] = set()
         selectors: dict[Key, frozenset[str]] = {}
         adj_out = link.adj_out
         for key, adv in link.pending.items():
@@ -105,6 +108,8 @@ def flush(links: dict[str, EngineLink]) -> list[SendAdvert]:
                 entries.append((key[0], key[1], adv[0]))
                 if adv[1]:
                     sticky.add(key)
+                    if adv[3]:
+                        held.add(key)
                 if adv[2] is not None:
                     selectors[key] = adv[2]
         link.pending.clear()
@@ -115,6 +120,7 @@ def flush(links: dict[str, EngineLink]) -> list[SendAdvert]:
                     full=link.full_pending,
                     entries=tuple(entries),
                     sticky=frozenset(sticky),
+                    held=frozenset(held),
                     selectors=selectors,
                 )
             )

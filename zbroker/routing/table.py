@@ -34,6 +34,7 @@ class EngineLink:
         "can_send",
         "filter",
         "full_pending",
+        "held",
         "id",
         "options",
         "peer",
@@ -55,6 +56,8 @@ class EngineLink:
         self.pending: dict[Key, Adv | None] = {}
         self.full_pending = True
         self.sticky: set[Key] = set()  # keys of adj_in the peer flagged sticky
+        #: keys of adj_in the peer flagged held for a down link: ranked as a ghost (rule 6)
+        self.held: set[Key] = set()
         #: keys of adj_in whose interest is only in what these selectors accept (rule 7)
         self.selectors: dict[Key, frozenset[str]] = {}
         self.up = True  # False: a ghost (rule 6)
@@ -79,6 +82,7 @@ class EngineLink:
         self.up = False
         self.adj_in = kept
         self.selectors = {k: v for k, v in self.selectors.items() if k in kept}
+        self.held.clear()  # (all it keeps ranks as held now: the link is down)
         self.adj_out.clear()
         self.pending.clear()
         self.full_pending = False
@@ -121,12 +125,13 @@ class InterestTable:
             self._reject("unknown_link")
             return touched
         adj_in = link.adj_in
-        sticky_in = link.sticky
+        sticky_in, held_in = link.sticky, link.held
         selected_in, selectors = link.selectors, ev.selectors
         if ev.full:
             touched.update(adj_in)
             adj_in.clear()
             sticky_in.clear()
+            held_in.clear()
             selected_in.clear()
         me = self.broker_id
         ttl = link.options.ttl
@@ -146,6 +151,7 @@ class InterestTable:
             best = best_of(key)
             if path is None:
                 sticky_in.discard(key)
+                held_in.discard(key)
                 selected_in.pop(key, None)
                 if adj_in.pop(key, None) is not None and (best is None or best[0] == link.id):
                     touched.add(key)  # withdrawing a non-best entry changes nothing
@@ -155,19 +161,24 @@ class InterestTable:
                     sticky_in.add(key)
                 else:
                     sticky_in.discard(key)
+                if key in ev.held:
+                    held_in.add(key)
+                elif held_in:
+                    held_in.discard(key)
                 if key in selectors:
                     selected_in[key] = selectors[key]
                 elif selected_in:
                     selected_in.pop(key, None)
-                if best is None or best[0] == link.id or self.beats(link, path, best):
+                if best is None or best[0] == link.id or self.beats(link, key, path, best):
                     touched.add(key)
         return touched
 
     # -- rule 2: select ---------------------------------------------------------------------
 
     def select(self, key: Key) -> Best | None:
-        """The best entry of ``key`` as the table stands: local interest first; else the
-        shortest path, ties broken by the lowest (neighbour ID, link name)."""
+        """The best entry of ``key`` as the table stands: local interest first; else any
+        live entry before one held on a ghost (rule 6), then the shortest path, ties broken
+        by the lowest (neighbour ID, link name)."""
         pattern, origin = key
         best: Best | None = None
         if origin == self.broker_id:
@@ -182,20 +193,22 @@ class InterestTable:
             for link in self.links.values():
                 path = link.adj_in.get(key)
                 if path is not None:
-                    # a ghost (down link) ranks below every live path (rule 6)
-                    r = (not link.up, len(path), link.peer, link.id)
+                    # held on a ghost, here (a down link) or further on (the peer said
+                    # so), it ranks below every live path (rule 6)
+                    r = (not link.up or key in link.held, len(path), link.peer, link.id)
                     if rank is None or r < rank:
                         rank, best = r, (link.id, path)
         return best
 
-    def beats(self, link: EngineLink, path: Path, best: Best) -> bool:
-        """Does ``path`` over ``link`` rank above the current best (held by another link)?
-        Most entries in a mesh are alternatives that lose: those skip recomputing."""
+    def beats(self, link: EngineLink, key: Key, path: Path, best: Best) -> bool:
+        """Does ``path`` of ``key`` over ``link`` rank above the current best (held by
+        another link)? Most entries in a mesh are alternatives that lose: those skip
+        recomputing."""
         if best[0] is None:
             return False  # local interest always wins
         other = self.links[best[0]]
-        return (not link.up, len(path), link.peer, link.id) < (
-            not other.up,
+        return (not link.up or key in link.held, len(path), link.peer, link.id) < (
+            not other.up or key in other.held,
             len(best[1]),
             other.peer,
             other.id,
@@ -232,6 +245,13 @@ class InterestTable:
             return key[0] in self.local_sticky
         return key in self.links[best[0]].sticky
 
+    def is_held(self, key: Key, best: Best) -> bool:
+        """Is the best entry of ``key`` held on a ghost, here or further on (rule 6)?"""
+        if best[0] is None:
+            return False
+        link = self.links[best[0]]
+        return not link.up or key in link.held
+
     def selectors_of(self, key: Key, best: Best) -> frozenset[str] | None:
         """The selectors behind the best entry of ``key`` (None: every message, rule 7)."""
         if best[0] is None:
@@ -256,6 +276,8 @@ class InterestTable:
             # flags only where set: rule 6 (sticky interest, kept while its link is down)
             if self.is_sticky((pattern, origin), (link, path)):
                 row["sticky"] = True
+                if link is not None and (pattern, origin) in self.links[link].held:
+                    row["held"] = True  # on a ghost further on (here: link_down below)
             if self.local_branches and covers(self.local_branches, pattern):
                 row["local_branch"] = True  # never advertised
             if link is None and pattern in self.parts.sources:

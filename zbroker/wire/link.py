@@ -64,23 +64,40 @@ def decode_advert_sticky(
     return full, entries, sticky
 
 
+Keys = frozenset[tuple[str, str]]
+
+
 def decode_advert_entries(value: list[Any]) -> tuple[
     bool,
     tuple[tuple[str, str, tuple[str, ...] | None], ...],
-    frozenset[tuple[str, str]],
+    Keys,
     dict[tuple[str, str], frozenset[str]],
 ]:  # fmt: skip
     """Like :func:`decode_advert_sticky`, plus the selectors of the keys that carry them
     (each a valid selector, else the frame is ``bad_advert``)."""
+    full, entries, sticky, selectors, _ = decode_advert_held(value)
+    return full, entries, sticky, selectors
+
+
+def decode_advert_held(value: list[Any]) -> tuple[
+    bool,
+    tuple[tuple[str, str, tuple[str, ...] | None], ...],
+    Keys,
+    dict[tuple[str, str], frozenset[str]],
+    Keys,
+]:  # fmt: skip
+    """Like :func:`decode_advert_entries`, plus the sticky keys flagged held on a ghost
+    of a down link. An entry is ``[pattern, origin, path, sticky?, selectors or nil?,
+    held?]``."""
     if len(value) != 3 or type(value[1]) is not bool or type(value[2]) is not list:
         raise ProtocolError("bad_shape", "ADVERT must be [20, full, entries]")
     entries = []
-    sticky = set()
+    sticky, held = set(), set()
     selectors: dict[tuple[str, str], frozenset[str]] = {}
     for e in value[2]:
         if (
             type(e) is not list
-            or not 3 <= len(e) <= 5
+            or not 3 <= len(e) <= 6
             or type(e[0]) is not str
             or type(e[1]) is not str
         ):
@@ -91,10 +108,15 @@ def decode_advert_entries(value: list[Any]) -> tuple[
                 raise ProtocolError("bad_type", "ADVERT sticky flag must be a boolean")
             if e[3] and path is not None:
                 sticky.add((e[0], e[1]))
-        if len(e) == 5 and path is not None:
+        if len(e) >= 5 and path is not None and e[4] is not None:
             selectors[(e[0], e[1])] = _selectors(e[4])
+        if len(e) == 6:
+            if type(e[5]) is not bool:
+                raise ProtocolError("bad_type", "ADVERT held flag must be a boolean")
+            if e[5] and e[3] and path is not None:
+                held.add((e[0], e[1]))
         entries.append((e[0], e[1], path))
-    return value[1], tuple(entries), frozenset(sticky), selectors
+    return value[1], tuple(entries), frozenset(sticky), selectors, frozenset(held)
 
 
 def _selectors(value: Any) -> frozenset[str]:
