@@ -398,6 +398,34 @@ def test_sticky_advert_round_trip(full: bool, entries: list[list[Any]], flags: A
     assert sticky == frozenset((e[0], e[1]) for e in sent if len(e) == 4)
 
 
+@settings(max_examples=200, deadline=None)
+@given(full=st.booleans(), entries=st.lists(_ADVERT_ENTRY, max_size=6), flags=st.data())
+def test_held_advert_round_trip(full: bool, entries: list[list[Any]], flags: Any) -> None:
+    """An entry's sixth field flags it held on a ghost (protocol 3), after its selectors
+    or nil; a held flag counts only on a sticky entry that advertises a path."""
+    sent = []
+    for e in entries:
+        sticky, held = flags.draw(st.booleans()), flags.draw(st.booleans())
+        sel = flags.draw(st.sampled_from([None, ["a = 1"]]))
+        sent.append([*e, sticky, sel, held])
+    value = wire.decode_frame(wire.encode_link(wire.ADVERT, full, sent))
+    got_full, got, sticky_keys, selectors, held_keys = wire.decode_advert_held(value)
+    assert got_full == full
+    assert got == tuple((p, o, None if path is None else tuple(path)) for p, o, path, *_ in sent)
+    live = [e for e in sent if e[2] is not None]
+    assert sticky_keys == frozenset((e[0], e[1]) for e in live if e[3])
+    assert held_keys == frozenset((e[0], e[1]) for e in live if e[3] and e[5])
+    assert set(selectors) == {(e[0], e[1]) for e in live if e[4] is not None}
+
+
+def test_a_held_flag_that_is_not_a_boolean_is_refused() -> None:
+    value = wire.decode_frame(
+        wire.encode_link(wire.ADVERT, False, [["P", "O", ["O"], True, None, 1]])
+    )
+    with pytest.raises(ProtocolError, match="held flag"):
+        wire.decode_advert_held(value)
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     kind=st.sampled_from([wire.PMSGS, wire.PACK, wire.ADVERT]),
