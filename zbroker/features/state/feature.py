@@ -190,8 +190,10 @@ class StateFeature(Feature):
             self._publish(removals)
             q.add([], [], len(removals))
         else:
+            # (a fetch too: a value another node holds, older than a removal here, must
+            # not come back; the result drops it)
             values, gone = self.topics.values(q.pattern)
-            q.add(values, gone if q.kind == "snapshot" else [], 0)
+            q.add(values, gone, 0)
         q.local_done = True
 
     def _maybe_done(self, q: Query) -> None:

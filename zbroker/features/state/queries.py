@@ -4,7 +4,8 @@ A query starts on the node a client asked (or arrives on a link). The node forwa
 once to each of its other links that are up, does its own part, and answers (the client,
 or the link it came by) once its part is done and every link it forwarded to has answered
 or gone down. A query ID seen before is answered empty at once, so a mesh asks each node
-once. Answers merge by :func:`zbroker.stateful.merge` (the winning value per topic).
+once. Answers merge by :func:`zbroker.stateful.merge` (the winning value per topic), and
+every kind collects removals too: a value older than a removal is not part of a result.
 
 A ``snapshot`` query's own part waits until the node routes the subscription's pattern
 toward its origin (the subscriber's node): from then on every update there reaches the
