@@ -1,5 +1,6 @@
 """A replica's sync on in-thread nodes, by version: what changed while its answer was on
-the way (a removal, a new topic), and a value the secondary owns itself."""
+the way (a removal, a new topic), a value the secondary owns itself, and an answer cut at
+a deadline (a relay's, or the secondary's own) that must not be taken as complete."""
 
 from __future__ import annotations
 
@@ -47,6 +48,12 @@ def fan(primary: Broker) -> LinkConfig:
 
 def values(client: Client, pattern: str = "PRICE.>") -> list[tuple[str, Any, str]]:
     return [(m.topic, m.payload, m.origin) for m in client.fetch(pattern)]
+
+
+def answered(node: Broker) -> bool:
+    """Has the secondary applied a sync answer (complete or cut)?"""
+    rep = replication(node)
+    return bool(rep["syncs"] or rep.get("retries"))
 
 
 class HeldAnswer:
@@ -106,7 +113,7 @@ def test_what_changed_while_the_sync_answer_was_held_is_not_undone(
     assert [(m.topic, m.payload) for m in got.snapshot()] == [("PRICE.B", "b-value")]
     assert counts(s) == (0, 1, 1)
     rep = replication(s)
-    assert (rep["syncs"], rep["topics"]) == (1, 1)
+    assert (rep["syncs"], rep["retries"], rep["topics"]) == (1, 0, 1)
 
 
 def test_a_sync_keeps_the_secondarys_own_newer_value(
@@ -132,3 +139,57 @@ def test_a_sync_keeps_the_secondarys_own_newer_value(
     s = broker_factory(broker_id="S", data_dir=tmp_path / "S")
     assert values(client_factory(s.endpoint)) == expected
     assert counts(s) == (1, 1, 0)
+
+
+def test_a_sync_answer_a_relay_cut_is_not_taken_as_complete(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    """X (ttl=1) never routes toward S, so its part of S's sync waits past P's relay
+    deadline: every answer P sends is cut. PRICE.A is removed while the first is on its
+    way (P read it before)."""
+    p = broker_factory(broker_id="P")
+    x_link = LinkConfig(name="xp", uri=p.endpoint, ttl=1, **FAST_LINK)
+    x = broker_factory(broker_id="X", links=(x_link,))
+    wait_for(lambda: x.status()["links"][0]["state"] == "up", lambda: x.status()["links"])
+    cp = client_factory(p.endpoint)
+    cp.set("PRICE.A", "a-value")
+    client_factory(x.endpoint).set("PRICE.Z", "z-value")
+    s = broker_factory(broker_id="S", links=(fan(p),))
+    wait_for(lambda: p.status()["state"]["queries_pending"] == 1, lambda: p.status()["state"])
+    assert p.status()["state"]["route_waits"] == 0  # (P's part was read at once)
+    assert cp.remove("PRICE.A") == 1
+    wait_for(lambda: counts(s) == (0, 0, 1), lambda: counts(s))
+    wait_for(lambda: answered(s), lambda: replication(s))
+    rep = replication(s)
+    assert (rep["state"], rep["syncs"], rep["topics"]) == ("syncing", 0, 0)
+    assert counts(s) == (0, 0, 1)  # PRICE.A stays removed
+    cs = client_factory(s.endpoint)
+    assert values(cs) == [("PRICE.Z", "z-value", "X")]  # (syncing: P and X are asked)
+    assert values(cp) == [("PRICE.Z", "z-value", "X")]
+
+
+def test_a_sync_cut_at_the_secondarys_deadline_removes_nothing(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """S, restarted, syncs again while P waits for X longer than S waits for P: S's own
+    deadline cuts the sync with nothing in it, which must not remove S's replica."""
+    p = broker_factory(broker_id="P")
+    client_factory(p.endpoint).set("PRICE.A", "a-value")
+    s = broker_factory(broker_id="S", data_dir=tmp_path / "S", links=(fan(p),))
+    wait_for(lambda: replication(s)["state"] == "in sync", lambda: replication(s))
+    assert counts(s) == (0, 1, 0)
+    s.stop()
+    x_link = LinkConfig(name="xp", uri=p.endpoint, ttl=1, **FAST_LINK)
+    x = broker_factory(broker_id="X", links=(x_link,))
+    wait_for(lambda: x.status()["links"][0]["state"] == "up", lambda: x.status()["links"])
+    client_factory(x.endpoint).set("PRICE.Z", "z-value")
+    # P (and X) wait longer than S's 3 s: P's answer comes after S's deadline
+    monkeypatch.setattr(state_feature, "RELAY_TIMEOUT", 8.0)
+    s = broker_factory(broker_id="S", data_dir=tmp_path / "S", links=(fan(p),))
+    wait_for(lambda: answered(s), lambda: replication(s))
+    assert counts(s) == (0, 1, 0)  # the replica of PRICE.A stays, not removed
+    rep = replication(s)
+    assert (rep["state"], rep["syncs"], rep["topics"]) == ("syncing", 0, 1)

@@ -13,8 +13,10 @@ sees (its own, its replicas, and what it reaches behind it):
   its kind (a replica, a tombstone, a value set here): what is newer is stored and
   published to this node's subscribers (and only to them), the rest is left alone (the
   larger ``(version, owner)`` wins, as everywhere). A replica the answer lacks is removed
-  (subscribers told), unless it arrived live after the primary read its part. Until every
-  branch's answer is in, the link is ``syncing``; then ``in sync``;
+  (subscribers told), unless it arrived live after the primary read its part. An answer
+  cut at a deadline (a node did not answer in time) is applied by version as well, but
+  removes nothing and is asked again. Until every branch's complete answer is in, the
+  link is ``syncing``; then ``in sync``;
 * a short cut (the same primary process, back within :data:`RESUME_WINDOW`) resumes that
   way: the updates missed are caught up from the answer, exactly, by version. A session
   that cannot resume (the primary restarted, or the link stayed down longer) removes
@@ -63,7 +65,7 @@ class Replica:
         #: all: an answer that lacks them does not remove them)
         self.fresh: set[str] = set()
         self.lag: float | None = None  # seconds from the primary's receipt to applied
-        self.applied = self.syncs = self.sessions_lost = 0
+        self.applied = self.syncs = self.sessions_lost = self.retries = 0
 
     def holds(self, topic: str) -> bool:
         return any(match(b, topic) for b in self.branches)
@@ -77,6 +79,7 @@ class Replica:
             "lag": self.lag,
             "applied": self.applied,
             "syncs": self.syncs,
+            "retries": self.retries,
             "sessions_lost": self.sessions_lost,
         }
 
@@ -166,8 +169,15 @@ class Replicas:
             return  # (the link went down meanwhile: its next session syncs again)
         values, gone = q.result()
         out = self._catch_up(r, values, gone)
-        out += self._drop_missing(r, branch, values, gone)
+        if not q.cut:
+            out += self._drop_missing(r, branch, values, gone)
         self._publish_here(out)
+        if q.cut:
+            # a part is missing (a node did not answer in time): what it lacks may well
+            # exist, so nothing was removed, and the link is not in sync yet: ask again
+            r.retries += 1
+            self._sync(r.link, branch, functools.partial(self._synced, r, branch))
+            return
         r.syncs += 1
         r.pending -= 1
         if r.pending <= 0:
@@ -198,7 +208,7 @@ class Replicas:
     def _drop_missing(
         self, r: Replica, branch: str, values: list[Any], gone: list[list[Any]]
     ) -> list[Publish]:
-        """Remove the replicas the answer lacks (the primary has them no more),
+        """Remove the replicas a complete answer lacks (the primary has them no more),
         except those that came live after the primary read its part."""
         told = {v[0] for v in values} | {g[0] for g in gone}
         out: list[Publish] = []
