@@ -257,3 +257,42 @@ def test_a_selected_subscription_gets_only_the_values_its_selector_accepts(
         ("P.EU.A", 1, True),
         ("P.EU.A", 5, False),
     ]
+
+
+def test_fetch_drops_a_value_older_than_a_removal(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """B's value (the winner) is removed on A while B is down; B comes back with it: the
+    removal is newer, so neither fetch nor a snapshot, on either node, returns it."""
+    a = broker_factory(broker_id="A")
+    link = LinkConfig(name="ba", uri=a.endpoint, **FAST_LINK)
+
+    def linked() -> bool:
+        return any(ln["state"] == "up" for ln in a.status()["links"])
+
+    b = broker_factory(broker_id="B", data_dir=tmp_path / "B", links=(link,))
+    ca, cb = client_factory(a.endpoint), client_factory(b.endpoint)
+    deadline = time.monotonic() + WAIT
+    while not linked():
+        assert time.monotonic() < deadline, a.status()["links"]
+        time.sleep(0.05)
+    ca.set("T.X", "from-A")
+    later = cb.set("T.X", "from-B")
+    assert [(m.payload, m.version) for m in ca.fetch("T.>")] == [("from-B", later)]
+    cb.close()
+    b.stop()
+    while linked():
+        assert time.monotonic() < deadline, a.status()["links"]
+        time.sleep(0.05)
+    assert ca.remove("T.X") == 1  # A's own (older) value: its tombstone is the newest
+    b = broker_factory(broker_id="B", data_dir=tmp_path / "B", links=(link,))
+    while not linked():
+        assert time.monotonic() < deadline, a.status()["links"]
+        time.sleep(0.05)
+    assert b.status()["state"]["owned"] == 1  # (B still holds its older value)
+    cb = client_factory(b.endpoint)
+    assert ca.fetch("T.>") == [] and cb.fetch("T.>") == []
+    for client in (ca, cb):
+        got = Collector()
+        client.subscribe("T.>", got)
+        assert got.snapshot() == []

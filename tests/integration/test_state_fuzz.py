@@ -63,6 +63,8 @@ def test_a_value_with_any_field_wrong_is_refused_or_valid(i: int, junk: Any) -> 
 def test_valid_frames_pass() -> None:
     assert wstate.check_query([55, "q1", "snapshot", "T.>", "N"]) == ("q1", "snapshot", "T.>", "N")
     assert wstate.check_answer([56, "q1", [VALUE], [["T.b", 3, "N"]], 0, True])[0] == "q1"
+    assert wstate.check_answer([56, "q1", [], [], 0, True])[5] is False
+    assert wstate.check_answer([56, "q1", [], [], 0, True, True])[5] is True  # (cut)
     assert wstate.check_missing_ask([57, "m", "T.x", "N"]) == ("m", "T.x", "N")
     assert wstate.check_missing_reply([58, "m", "none"]) == ("m", "none")
 
@@ -75,6 +77,7 @@ BAD_LINK_FRAMES = [
     [wire.STATE_ANSWER, "q", [["T.a"]], [], 0, True],
     [wire.STATE_ANSWER, "q", [], [], -1, True],
     [wire.STATE_ANSWER, "q", [[*VALUE[:7], 3]], [], 0, True],
+    [wire.STATE_ANSWER, "q", [], [], 0, True, 1],
     [frames.MISSING_ASK, "m", "T.>"],
     [frames.MISSING_ASK, "m", ">.T", "N"],
     [frames.MISSING_REPLY, "m", "maybe"],

@@ -31,7 +31,12 @@ def encode_query(qid: str, kind: str, pattern: str, origin: str) -> bytes:
     return encode_link(STATE_QUERY, qid, kind, pattern, origin)
 
 
-def encode_answer(qid: str, values: list[Any], gone: list[Any], removed: int, last: bool) -> bytes:
+def encode_answer(
+    qid: str, values: list[Any], gone: list[Any], removed: int, last: bool, cut: bool = False
+) -> bytes:
+    """``cut`` (a part is missing: a deadline passed) is sent only when true."""
+    if cut:
+        return encode_link(STATE_ANSWER, qid, values, gone, removed, last, True)
     return encode_link(STATE_ANSWER, qid, values, gone, removed, last)
 
 
@@ -50,25 +55,27 @@ def check_query(value: list[Any]) -> tuple[str, str, str, str]:
     return qid, kind, pattern, origin
 
 
-def check_answer(value: list[Any]) -> tuple[str, list[Any], list[Any], int, bool]:
-    """``[56, qid, values, gone, removed, last]``, every value and removal checked."""
+def check_answer(value: list[Any]) -> tuple[str, list[Any], list[Any], int, bool, bool]:
+    """``[56, qid, values, gone, removed, last(, cut)]``, every value and removal checked:
+    (qid, values, gone, removed, last, cut)."""
     if (
-        len(value) != 6
+        len(value) not in (6, 7)
         or type(value[1]) is not str
         or type(value[2]) is not list
         or type(value[3]) is not list
         or type(value[4]) is not int
         or not 0 <= value[4] < I64
         or type(value[5]) is not bool
+        or (len(value) == 7 and type(value[6]) is not bool)
     ):
         raise ProtocolError(
-            "bad_shape", "STATE_ANSWER must be [56, qid, values, gone, removed, last]"
+            "bad_shape", "STATE_ANSWER must be [56, qid, values, gone, removed, last(, cut)]"
         )
     for v in value[2]:
         check_value(v)
     for g in value[3]:
         check_gone(g)
-    return value[1], value[2], value[3], value[4], value[5]
+    return value[1], value[2], value[3], value[4], value[5], len(value) == 7 and value[6]
 
 
 VERDICTS = ("proceed", "cancel", "none")

@@ -190,8 +190,10 @@ class StateFeature(Feature):
             self._publish(removals)
             q.add([], [], len(removals))
         else:
+            # (a fetch too: a value another node holds, older than a removal here, must
+            # not come back; the result drops it)
             values, gone = self.topics.values(q.pattern)
-            q.add(values, gone if q.kind == "snapshot" else [], 0)
+            q.add(values, gone, 0)
         q.local_done = True
 
     def _maybe_done(self, q: Query) -> None:
@@ -216,7 +218,8 @@ class StateFeature(Feature):
             return
         link = ctx.links.by_engine_id.get(q.reply_to)
         if link is not None:
-            for frame in _answer_frames(q.qid, values, gone, q.removed, _frame_budget(link)):
+            budget = _frame_budget(link)
+            for frame in _answer_frames(q.qid, values, gone, q.removed, budget, q.cut):
                 self._out.append((link, frame))
 
     def _asked(self, q: Query, verdict: str) -> None:
@@ -247,11 +250,12 @@ class StateFeature(Feature):
         return 1
 
     def _on_answer(self, link: Link, value: list[Any]) -> int:
-        qid, values, gone, removed, last = check_answer(value)
+        qid, values, gone, removed, last, cut = check_answer(value)
         q = self.book.pending.get(qid)
         if q is None or link.engine_id not in q.waiting:
             return 1  # (a query answered at its deadline, or the link's second answer)
         q.add(values, gone, removed)
+        q.cut = q.cut or cut
         if last:
             q.waiting.discard(link.engine_id)
             self._maybe_done(q)
@@ -334,9 +338,10 @@ def _frame_budget(link: Link) -> int:
 
 
 def _answer_frames(
-    qid: str, values: list[Any], gone: list[Any], removed: int, budget: int
+    qid: str, values: list[Any], gone: list[Any], removed: int, budget: int, cut: bool
 ) -> Iterable[bytes]:
-    """The answer in frames that each fit ``budget`` (the last one says so)."""
+    """The answer in frames that each fit ``budget`` (the last one says so, and whether
+    a part is missing)."""
     chunk: list[Any] = []
     size = 0
     for v in values:
@@ -346,7 +351,7 @@ def _answer_frames(
             chunk, size = [], 0
         chunk.append(v)
         size += n
-    yield encode_answer(qid, chunk, gone, removed, True)
+    yield encode_answer(qid, chunk, gone, removed, True, cut)
 
 
 def _check_set(topic: Any, payload: Any, fmt: Any, headers: Any) -> None:

@@ -4,7 +4,10 @@ A query starts on the node a client asked (or arrives on a link). The node forwa
 once to each of its other links that are up, does its own part, and answers (the client,
 or the link it came by) once its part is done and every link it forwarded to has answered
 or gone down. A query ID seen before is answered empty at once, so a mesh asks each node
-once. Answers merge by :func:`zbroker.stateful.merge` (the winning value per topic).
+once. Answers merge by :func:`zbroker.stateful.merge` (the winning value per topic), and
+every kind collects removals too: a value older than a removal is not part of a result.
+A query answered at its deadline while links it asked had not answered is ``cut`` (its
+answer says so, also through relays): only a replica's sync cares (it is not complete).
 
 A ``snapshot`` query's own part waits until the node routes the subscription's pattern
 toward its origin (the subscriber's node): from then on every update there reaches the
@@ -46,6 +49,9 @@ class Query:
     values: dict[str, Value] = field(default_factory=dict)
     gone: dict[str, list[Any]] = field(default_factory=dict)
     removed: int = 0
+    #: a part is missing: a deadline passed before a link asked had answered (here, or
+    #: at a node behind one, which said so)
+    cut: bool = False
 
     @property
     def done(self) -> bool:
@@ -116,5 +122,6 @@ class QueryBook:
                 self.route_timeouts += 1
             else:
                 self.expired += 1
+            q.cut = q.cut or bool(q.waiting)
             q.waiting.clear()
         return late

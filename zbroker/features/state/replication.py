@@ -8,11 +8,15 @@ sees (its own, its replicas, and what it reaches behind it):
   came over the primary's link (the previous hop on its path is the primary) is applied
   to the replica (created, updated by version, or removed), and reaches this node's
   subscribers by the ordinary path;
-* when the link comes up, a snapshot query for each branch goes over that link only; its
-  answer is compared with the replicas: what is newer or new is stored and published to
-  this node's subscribers (and only to them), what the primary no longer has is removed
-  (subscribers told). Until every branch's answer is in, the link is ``syncing``; then
-  ``in sync``;
+* when the link comes up, a snapshot query for each branch goes over that link only; each
+  value and removal of its answer is compared with this node's row of that topic, whatever
+  its kind (a replica, a tombstone, a value set here): what is newer is stored and
+  published to this node's subscribers (and only to them), the rest is left alone (the
+  larger ``(version, owner)`` wins, as everywhere). A replica the answer lacks is removed
+  (subscribers told), unless it arrived live after the primary read its part. An answer
+  cut at a deadline (a node did not answer in time) is applied by version as well, but
+  removes nothing and is asked again. Until every branch's complete answer is in, the
+  link is ``syncing``; then ``in sync``;
 * a short cut (the same primary process, back within :data:`RESUME_WINDOW`) resumes that
   way: the updates missed are caught up from the answer, exactly, by version. A session
   that cannot resume (the primary restarted, or the link stayed down longer) removes
@@ -57,8 +61,11 @@ class Replica:
         self.state = "down"
         self.down_since: float | None = None
         self.pending = 0  # branches whose sync answer has not come
+        #: replicas applied live while syncing (after the primary read them, or not at
+        #: all: an answer that lacks them does not remove them)
+        self.fresh: set[str] = set()
         self.lag: float | None = None  # seconds from the primary's receipt to applied
-        self.applied = self.syncs = self.sessions_lost = 0
+        self.applied = self.syncs = self.sessions_lost = self.retries = 0
 
     def holds(self, topic: str) -> bool:
         return any(match(b, topic) for b in self.branches)
@@ -72,6 +79,7 @@ class Replica:
             "lag": self.lag,
             "applied": self.applied,
             "syncs": self.syncs,
+            "retries": self.retries,
             "sessions_lost": self.sessions_lost,
         }
 
@@ -125,6 +133,7 @@ class Replicas:
             self.lose(r)  # (a no-op if the window's end removed them already)
         r.peer, r.incarnation, r.link = link.peer, link.peer_incarnation, link
         r.state, r.down_since, r.pending = "syncing", None, len(r.branches)
+        r.fresh.clear()
         for branch in r.branches:
             self._sync(link, branch, functools.partial(self._synced, r, branch))
 
@@ -155,29 +164,62 @@ class Replicas:
         self._publish_here(out)
 
     def _synced(self, r: Replica, branch: str, q: Query) -> None:
-        """A branch's answer: catch the replicas up with it, exactly."""
+        """A branch's answer: catch this node up with it, exactly, by version."""
         if r.link is None:
             return  # (the link went down meanwhile: its next session syncs again)
         values, gone = q.result()
-        have = {t: row for t, row in self._rows(r).items() if match(branch, t)}
-        out: list[Publish] = []
-        now = time.time()
-        for v in values:
-            cur = have.pop(v[0], None)
-            if cur is None or newer(v[4], v[5], (cur.version, cur.owner)):
-                self._put(r, StateRow(v[0], v[1], v[2], v[3], v[4], v[5], now, False, r.peer))
-                out.append((v[0], v[1], v[2], update_headers(v[3], v[4], v[5])))
-        dead = {g[0]: g for g in gone}
-        for topic, row in sorted(have.items()):  # the primary has them no more
-            g = dead.get(topic)
-            version, owner = (g[1], g[2]) if g else (row.version + 1, row.owner)
-            self._put(r, StateRow(topic, b"", 0, None, version, owner, now, True, r.peer))
-            out.append((topic, b"", 0, update_headers(None, version, owner, removed=True)))
+        out = self._catch_up(r, values, gone)
+        if not q.cut:
+            out += self._drop_missing(r, branch, values, gone)
         self._publish_here(out)
+        if q.cut:
+            # a part is missing (a node did not answer in time): what it lacks may well
+            # exist, so nothing was removed, and the link is not in sync yet: ask again
+            r.retries += 1
+            self._sync(r.link, branch, functools.partial(self._synced, r, branch))
+            return
         r.syncs += 1
         r.pending -= 1
         if r.pending <= 0:
             r.state = "in sync"
+            r.fresh.clear()
+
+    def _catch_up(self, r: Replica, values: list[Any], gone: list[list[Any]]) -> list[Publish]:
+        """Store what the answer has newer than this node's row of its topic, whatever its
+        kind: a tombstone (a removal that came live while the answer was on its way) or a
+        value this node owns keeps its place if its ``(version, owner)`` is larger."""
+        rows = self._topics.table.rows
+        out: list[Publish] = []
+        now = time.time()
+        for v in values:
+            cur = rows.get(v[0])
+            if cur is None or newer(v[4], v[5], (cur.version, cur.owner)):
+                self._put(r, StateRow(v[0], v[1], v[2], v[3], v[4], v[5], now, False, r.peer))
+                out.append((v[0], v[1], v[2], update_headers(v[3], v[4], v[5])))
+        for topic, version, owner in gone:
+            cur = rows.get(topic)
+            if cur is None or not newer(version, owner, (cur.version, cur.owner)):
+                continue  # (nothing here to remove, or it is newer than the removal)
+            self._put(r, StateRow(topic, b"", 0, None, version, owner, now, True, r.peer))
+            if not cur.removed:
+                out.append((topic, b"", 0, update_headers(None, version, owner, removed=True)))
+        return out
+
+    def _drop_missing(
+        self, r: Replica, branch: str, values: list[Any], gone: list[list[Any]]
+    ) -> list[Publish]:
+        """Remove the replicas a complete answer lacks (the primary has them no more),
+        except those that came live after the primary read its part."""
+        told = {v[0] for v in values} | {g[0] for g in gone}
+        out: list[Publish] = []
+        now = time.time()
+        for topic, row in sorted(self._rows(r).items()):
+            if topic in told or topic in r.fresh or not match(branch, topic):
+                continue
+            version, owner = row.version + 1, row.owner
+            self._put(r, StateRow(topic, b"", 0, None, version, owner, now, True, r.peer))
+            out.append((topic, b"", 0, update_headers(None, version, owner, removed=True)))
+        return out
 
     def _put(self, r: Replica, row: StateRow) -> None:
         self._topics.table.put(row)
@@ -216,6 +258,8 @@ class Replicas:
                     r.peer,
                 )
                 self._put(r, row)
+                if r.state == "syncing":
+                    r.fresh.add(topic)
                 r.applied += 1
                 r.lag = max(0.0, time.time() - m[7])
                 break
