@@ -5,7 +5,13 @@
 goes to one member of the group network-wide, as a QDELIVER over the control
 connection, at most ``credit`` unacknowledged; the client acknowledges (QUEUE_ACK,
 cumulative, once per drain of the session) after the callback, which frees credit. After
-a reconnect every membership joins again on the new node. At most once: what was in
+a reconnect every membership joins again on the new node.
+
+Leaving (``unsubscribe()`` or ``Client.close()``) runs no further callback of that
+membership: the client acknowledges exactly what it processed, then QUEUE_LEAVE follows
+on the same connection (acknowledgements go at the end of the drain that ran the
+callbacks, the leave from the command queue, both on the client thread), and the node
+gives whatever else was in flight to the other members. At most once: what was in
 flight to a member when its connection died is lost.
 """
 
@@ -95,13 +101,21 @@ class QueueMembers:
 
     def deliver(self, body: dict[str, Any]) -> None:
         """Messages for one of our memberships: run the callback on each, in order, then
-        acknowledge them."""
+        acknowledge those it ran on."""
         member, n, msgs = body.get("member"), body.get("n"), body.get("msgs")
         entry = self._open.get(member) if type(member) is int else None
         if entry is None or type(n) is not int or type(msgs) is not list:
-            return  # left meanwhile (at most once: the messages are not delivered)
+            return  # left meanwhile: not acknowledged, the node gives them to the others
+        assert type(member) is int
         sub = entry[0]
-        for fields in msgs:
+        first = n - len(msgs) + 1
+        done = 0  # the number of the last message processed (0: none of these)
+        for i, fields in enumerate(msgs):
+            if not sub.active or self._open.get(member) is not entry:
+                # left (its own callback, another thread, close()): the rest is neither
+                # processed nor acknowledged, so the node gives it to the others
+                break
+            done = first + i
             try:
                 msg = message_from_fields(sub.pattern, fields)
             except (ProtocolError, KeyError, TypeError) as exc:
@@ -111,11 +125,8 @@ class QueueMembers:
                 sub.callback(msg)
             except Exception:
                 log.exception("queue group member callback for %r raised", entry[1])
-            if not sub.active:
-                break  # left from its own callback: the rest is not processed
-        assert type(member) is int
-        if n > self._acks.get(member, 0):
-            self._acks[member] = n
+        if done > self._acks.get(member, 0):
+            self._acks[member] = done
 
     def flush_acks(self, session: Session | None) -> None:
         """Acknowledge what was processed since the last call (frees credit)."""

@@ -173,7 +173,8 @@ QUEUE_JOIN 30     request ``{group, pattern, member: int, credit}``: this connec
                   ``{group, pattern, members}`` (the node's members of it, this one included)
 QUEUE_ACK  31     one-way ``{member, upto}``: deliveries numbered <= upto are processed
                   (frees credit)
-QUEUE_LEAVE 32    one-way ``{member}``: the member leaves its group
+QUEUE_LEAVE 32    one-way ``{member}``: the member leaves its group (after its last
+                  QUEUE_ACK: what it still holds goes to the other members)
 QDELIVER   33     node to client, req_id 0: ``{member, n, msgs: [[topic, payload, fmt,
                   headers, origin, incarnation, seq, ts], ...]}``: the member's deliveries
                   numbered ``n - len(msgs) + 1 .. n`` (1, 2, ... per membership); at most

@@ -333,8 +333,8 @@ class Durables(Feature):
     shared_gone, refuse, alive, create = _shared_gone, _refuse, _alive, _create
 
     def busy(self) -> bool:
-        # (what they originated is stored and sent by the next pass)
-        return self._home.sent or self._moves.sent
+        # (the next pass sends what they originated, and what a consumer gone left behind)
+        return self._home.sent or self._moves.sent or bool(self._pump)
 
     def work(self) -> None:
         self._home.sent = self._moves.sent = False
@@ -358,7 +358,7 @@ class Durables(Feature):
                 self._ctx.store.commit()  # the marks, before any send
                 remote: dict[Any, list[dict[str, Any]]] = {}
                 for d, frames in out:
-                    self.delivered += send_shared(self._ctx, d, frames, remote)
+                    self.delivered += send_shared(self._ctx, d, frames, remote, self._shared_gone)
                 if remote:
                     self._home.flush(remote)
             self.delivered += pump(self._ctx, [d for d in ready if d.shared is None])

@@ -4,7 +4,8 @@ to ONE of them under its credit, acknowledged one by one.
 A shared durable hands its stored messages out in queue order (``cursor``: the highest
 ``q`` handed out) to the least served consumer with credit left; each consumer
 acknowledges the messages it processed (DURABLE_ACK ``qs``: exactly those, since the
-consumers' messages interleave). A consumer that detaches or dies (the probe) leaves what
+consumers' messages interleave). A consumer that detaches or dies (the probe, or a send
+that finds its connection gone: both through the feature's ``shared_gone``) leaves what
 it had not acknowledged to the others: those go first (``redo``), flagged redelivered
 (their delivery mark is committed before the first send, as for any durable). When the
 last consumer leaves, everything unacknowledged waits in the store for the next one, as
@@ -14,6 +15,7 @@ for an exclusive durable.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -180,10 +182,13 @@ def send_shared(
     d: Durable,
     frames: list[tuple[SharedConsumer, int, dict[str, Any]]],
     remote: dict[SharedConsumer, list[dict[str, Any]]],
+    gone: Callable[[Durable, bytes, str], None],
 ) -> int:
     """Send what :func:`pump_shared` handed out (after the commit of its marks); a
-    consumer found gone is detached and its messages go to the others. What goes to a
-    network consumer is added to ``remote`` (sent by :mod:`.remote`). Returns sent."""
+    consumer found gone is handed to ``gone`` (the feature's ``shared_gone``: it detaches
+    it, so its messages go to the others, and wakes the pump for them, or marks the
+    durable detached if it was the last). What goes to a network consumer is added to
+    ``remote`` (sent by :mod:`.remote`). Returns sent."""
     st = d.shared
     assert st is not None
     sent = 0
@@ -195,11 +200,11 @@ def send_shared(
             sent += 1
             continue
         try:
-            gone = not ctx.send_to(c.ident, wire.encode_control(wire.DELIVER, 0, body))
+            dead = not ctx.send_to(c.ident, wire.encode_control(wire.DELIVER, 0, body))
         except zmq.ZMQError:
-            gone = True
-        if gone:
-            st.detach(c.ident)
+            dead = True
+        if dead:
+            gone(d, c.ident, "subscriber gone")
             continue
         sent += 1
     st.delivered += sent

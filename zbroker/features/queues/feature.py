@@ -193,9 +193,16 @@ class QueueGroups(Feature):
         self._dirty.add(found[0].gkey)
 
     def _leave(self, req: Request) -> None:
+        """A member leaves (it acknowledged what it processed first, on the same
+        connection): what it still held goes to the others, here or, if it was the last
+        here, elsewhere (:meth:`_remove`); only a member that dies loses its messages."""
         found = self._member(req)
         if found is not None:
-            self._remove(found[0], found[1])
+            local, m = found
+            back = local.give_back(m)
+            self._remove(local, m)
+            if local.members:  # (else _remove picked them again, and counted them)
+                self.repicked += back
 
     def _remove(self, local: LocalGroup, m: Member) -> None:
         local.remove(m)
@@ -252,8 +259,9 @@ class QueueGroups(Feature):
             m = local.next_member(now, strict=strict)
             if m is None:
                 break
-            local.sent(m, now)
-            batches.setdefault(m, []).append(pending.popleft())
+            msg = pending.popleft()
+            local.sent(m, msg, now)
+            batches.setdefault(m, []).append(msg)
         for m, msgs in batches.items():
             self._dirty.add(local.gkey)
             first = m.n - len(msgs) + 1

@@ -5,8 +5,11 @@ Each member is a client connection (its routing id on the ROUTER) and a number t
 client gave it, with a credit window (:class:`~zbroker.credit.CreditWindow`): it is sent
 a message (QDELIVER) only while it has room, and acknowledges cumulatively after its
 callback. Messages picked for this node wait (bounded) while every member's credit is
-used up; among members with room they go round robin. Queue groups are at most once: a
-member that dies with messages in flight loses them (counted).
+used up; among members with room they go round robin. The node keeps what is in flight
+to each member until acknowledged: a member that leaves (QUEUE_LEAVE: it unsubscribed or
+its client closed, after acknowledging what it processed) gives the rest back, first in
+line for the others. Queue groups are at most once: a member that dies with messages in
+flight loses them (counted).
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ STUCK_AFTER = 1.0
 
 
 class Member:
-    __slots__ = ("credit", "full_since", "ident", "member", "n", "share", "window")
+    __slots__ = ("credit", "full_since", "held", "ident", "member", "n", "share", "window")
 
     def __init__(self, ident: bytes, member: int, credit: int) -> None:
         self.ident = ident  # the client connection's routing id
         self.member = member  # the client's number for this membership
         self.window = CreditWindow(credit)
+        # the messages in flight, in the order of ``window.sent`` (given back on a leave)
+        self.held: collections.deque[list[Any]] = collections.deque()
         self.n = 0  # deliveries numbered so far (QDELIVER ``n``)
         self.share = 0  # what decides who is served next (see the module docstring)
         self.full_since: float | None = None  # when its credit was last used up
@@ -104,9 +109,10 @@ class LocalGroup:
         self.rr = (at + 1) % n
         return best
 
-    def sent(self, m: Member, now: float) -> None:
+    def sent(self, m: Member, msg: list[Any], now: float) -> None:
         m.n += 1
         m.window.sent_one(m.n)
+        m.held.append(msg)
         if m.window.room() <= 0:
             m.full_since = now
         self.delivered += 1
@@ -116,6 +122,7 @@ class LocalGroup:
         and ``m``'s numbering and window forget them."""
         for _ in msgs:
             m.window.sent.pop()
+            m.held.pop()
         m.n -= len(msgs)
         m.window.sent_upto = m.n
         m.share -= len(msgs)
@@ -125,8 +132,21 @@ class LocalGroup:
     @staticmethod
     def acked(m: Member, upto: int) -> None:
         m.window.acked(upto)
+        while len(m.held) > len(m.window.sent):
+            m.held.popleft()
         if m.window.room() > 0:
             m.full_since = None
+
+    def give_back(self, m: Member) -> int:
+        """``m`` leaves: what is in flight to it (it acknowledged what it processed, and
+        runs no callback after leaving) waits again, first, for the others. Returns how
+        many messages. (Pending may exceed its bound by at most ``m``'s credit.)"""
+        back = m.held
+        self.pending.extendleft(reversed(back))
+        self.delivered -= len(back)
+        m.held = collections.deque()
+        m.window.reset(m.window.credit)
+        return len(back)
 
     def find(self, ident: bytes, member: int) -> Member | None:
         for m in self.members:
