@@ -75,6 +75,12 @@ DEFAULT_HEARTBEAT_INTERVAL = 1.0
 #: seconds. ...and declare the link down after this long without any frame from the peer.
 #: Three missed heartbeats: one lost to a GC pause or a busy core is not an outage.
 DEFAULT_HEARTBEAT_TIMEOUT = 3.0
+
+#: heartbeat timeouts. A link silent for its heartbeat timeout is down unless frames wait
+#: unread where its own may be (we are behind, not the peer); silent this many times as
+#: long, it is down whatever waits: the node's ROUTER, shared with clients and every
+#: accepted link, may always have input (a flood, or junk) without any being this peer's.
+SILENT_GRACE = 2.0
 #: seconds. First redial delay after a link fails; doubles (multiplier) up to the maximum.
 DEFAULT_RECONNECT_INITIAL = 0.5
 DEFAULT_RECONNECT_MAX = 15.0

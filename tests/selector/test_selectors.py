@@ -52,10 +52,10 @@ def ref_logic(node: Node, h: dict[str, Any]) -> Any:
     if node[0] == "not":
         v = ref_bool(node[1], h)
         return None if v is None else not v
-    a, b = ref_bool(node[1], h), ref_bool(node[2], h)
+    vs = [ref_bool(n, h) for n in node[1:]]  # (a chain: two operands or more)
     if node[0] == "and":
-        return F if a is F or b is F else (U if a is None or b is None else T)
-    return T if a is T or b is T else (U if a is None or b is None else F)
+        return F if any(v is F for v in vs) else (U if None in vs else T)
+    return T if any(v is T for v in vs) else (U if None in vs else F)
 
 
 def cls(v: Any) -> str:
@@ -216,10 +216,23 @@ predicate = st.one_of(
     ident,
     st.booleans().map(lambda b: ("lit", b)),
 )
+
+
+def flat(kind: str, operands: list[Node]) -> Node:
+    """A chain as the parser builds it: an operand that is a chain of the same kind is
+    spliced in (AND and OR are associative)."""
+    parts: list[Node] = []
+    for n in operands:
+        parts.extend(n[1:] if n[0] == kind else (n,))
+    return (kind, *parts)
+
+
 conditions = st.recursive(
     predicate,
     lambda inner: st.one_of(
-        st.tuples(st.sampled_from(["and", "or"]), inner, inner),
+        st.tuples(st.sampled_from(["and", "or"]), st.lists(inner, min_size=2, max_size=4)).map(
+            lambda t: flat(t[0], t[1])
+        ),
         st.tuples(st.just("not"), inner),
     ),
     max_leaves=6,

@@ -16,6 +16,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+import zmq
+
 from .. import wire
 from .handshake import (
     HELLO_ERRORS,
@@ -68,7 +70,14 @@ class Acceptor:
 
     def _refuse(self, ident: bytes, reason: str, *, retry: bool) -> None:
         frame = wire.encode_link(wire.LINK_REFUSE, {"reason": reason, "retry": retry})
-        self._table.send_raw(ident, frame)
+        self._send_raw(ident, frame)
+
+    def _send_raw(self, ident: bytes, frame: bytes) -> None:
+        """A frame to a connection on our ROUTER that is not (or no longer) a link."""
+        try:
+            self._table.control.send_multipart([ident, frame], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
 
     def _hello(self, ident: bytes, info: dict[str, Any], now: float) -> None:
         table = self._table
@@ -145,5 +154,5 @@ class Acceptor:
         )
         link.set_peer_frame_max(hello.peer_max_frame)
         table.accepted[ident] = link
-        table.send_raw(ident, wire.encode_link(wire.LINK_WELCOME, welcome_body(table.me)))
+        self._send_raw(ident, wire.encode_link(wire.LINK_WELCOME, welcome_body(table.me)))
         table.up(link, now)

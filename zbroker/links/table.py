@@ -22,7 +22,7 @@ import zmq
 
 from .. import wire
 from ..config import NodeConfig
-from ..const import LINK_FRAME_SLACK
+from ..const import LINK_FRAME_SLACK, SILENT_GRACE
 from ..errors import ProtocolError
 from ..routing import LinkDown, LinkUp, RoutingEngine
 from .adverts import advert_in
@@ -93,6 +93,8 @@ class LinkTable:
         #: link frames we accept (what we send is cut for each peer's own limit)
         self.frame_limit = config.max_frame_bytes + LINK_FRAME_SLACK
         self._control: zmq.Socket[bytes] | None = None
+        #: the last drain of the ROUTER (node.control) stopped on its budget, input unread
+        self.control_behind = False
         self._control_send: Callable[[bytes, int], Any] | None = None
         #: set by the node: takes a link frame read (bytes) before it is decoded, the
         #: messages it held, or -1 for the general way (:mod:`zbroker.node.shortcut`)
@@ -156,13 +158,6 @@ class LinkTable:
         link.last_sent = now
         link.bytes_out += len(frame)
         return True
-
-    def send_raw(self, ident: bytes, frame: bytes) -> None:
-        """A frame to a connection on our ROUTER that is not (or no longer) a link."""
-        try:
-            self.control.send_multipart([ident, frame], zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass
 
     def send_failed_reason(self) -> str:
         return _SEND_ERRORS.get(self.send_error, self.send_error)
@@ -341,7 +336,7 @@ class LinkTable:
             if what is Due.HEARTBEAT:
                 self.send(link, hb, now)
             elif what is Due.SILENT:
-                if not self._input_waiting(link):
+                if not self._input_waiting(link, now):
                     self.down(link, f"no heartbeat for {link.heartbeat_timeout:g} s", now)
             elif what is Due.HANDSHAKE_TIMEOUT:
                 self.close_dialer(link)
@@ -365,10 +360,17 @@ class LinkTable:
             else:
                 dial(link, now)
 
-    def _input_waiting(self, link: Link) -> bool:
-        """Frames queued for us on the link's socket: the peer is alive and we are behind
-        (a long pass), so its silence is ours, not its."""
-        sock = link.socket if link.dialer else self._control
+    def _input_waiting(self, link: Link, now: float) -> bool:
+        """Frames that may be the silent ``link``'s wait unread: we are behind (a long
+        pass), so its silence is ours, not its. A dialer's socket is its own; the shared
+        ROUTER counts only while its last drain stopped on the budget (input left unread,
+        not a lone frame of a client or of junk), and not past SILENT_GRACE."""
+        if link.dialer:
+            sock = link.socket
+        elif self.control_behind and now - link.last_recv <= SILENT_GRACE * link.heartbeat_timeout:
+            sock = self._control
+        else:
+            return False
         return sock is not None and bool(int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
 
     def goodbye(self, now: float) -> None:

@@ -106,7 +106,9 @@ class ControlDispatch:
         events = cast("Callable[[int], int]", self.sock.getsockopt)
         budget = DRAIN_BATCH  # messages: a link's MSGR frame counts for what it holds
         # a link frame whose head the node knows may go on as it came (.shortcut)
-        shortcut, accepted, sec = self._links.shortcut, self._links.accepted, self._security
+        links = self._links
+        shortcut, accepted, sec = links.shortcut, links.accepted, self._security
+        links.control_behind = False
         first = True
         while budget > 0:
             budget -= 1
@@ -138,6 +140,8 @@ class ControlDispatch:
                 self._counters.bad(self.source(ident), exc.reason, exc.detail)
                 continue
             self._dispatch(req)
+        # stopped on the budget: an accepted link's frames may be among those left unread
+        links.control_behind = bool(events(_EVENTS) & _POLLIN)
 
     def _decode(self, frames: list[bytes]) -> Request | list[Any] | None:
         """A request, a link frame (the decoded value), or None (counted)."""

@@ -6,6 +6,10 @@ compiles it to one closure (:mod:`.parser` has the grammar, :mod:`.compiler` the
 evaluation rules, three-valued logic included); the result is cached by text, so a
 selector that many subscriptions or advertisements name is compiled once per process.
 
+A chain of ``AND`` or ``OR`` may be as long as :data:`MAX_SELECTOR` allows; nesting
+(parentheses, ``NOT``, signs, arithmetic operators) stops at :data:`MAX_DEPTH` levels, a
+:class:`SelectorError` like any other invalid selector.
+
 A selector's *canonical* text (:attr:`Selector.text`) is what travels in advertisements
 and names local interest: selectors that differ only in layout or keyword case share it.
 Pure Python, no I/O: the routing engine (sans-IO) uses it too.
@@ -19,9 +23,9 @@ from typing import Any
 
 from ..errors import SelectorError
 from .compiler import compile_selector
-from .parser import MAX_SELECTOR, parse, unparse
+from .parser import MAX_DEPTH, MAX_SELECTOR, parse, unparse
 
-__all__ = ["MAX_SELECTOR", "Selector", "SelectorError", "canonical", "selector"]
+__all__ = ["MAX_DEPTH", "MAX_SELECTOR", "Selector", "SelectorError", "canonical", "selector"]
 
 #: compiled selectors kept by text (raw and canonical) before the cache starts over
 _CACHE_SIZE = 4096
@@ -49,11 +53,14 @@ def selector(text: str) -> Selector:
     hit = _cache.get(text)
     if hit is not None:
         return hit
-    tree = parse(text)
-    canon = unparse(tree)
-    sel = _cache.get(canon)
-    if sel is None:
-        sel = Selector(canon, compile_selector(tree))
+    try:
+        tree = parse(text)
+        canon = unparse(tree)
+        sel = _cache.get(canon)
+        if sel is None:
+            sel = Selector(canon, compile_selector(tree))
+    except RecursionError:  # (the parser's MAX_DEPTH should make this unreachable)
+        raise SelectorError(text, 0, f"at most {MAX_DEPTH} levels of nesting") from None
     if len(_cache) >= _CACHE_SIZE:
         _cache.clear()
     _cache[text] = _cache[canon] = sel

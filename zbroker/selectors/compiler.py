@@ -170,6 +170,10 @@ def _compare(node: Node) -> Eval:
 
 
 def _logic(node: Node) -> Eval:
+    """AND/OR of two operands as one closure calling both; a longer chain (one flat node,
+    :mod:`.parser`) as a loop over its operands, so its length costs no recursion."""
+    if len(node) > 3:
+        return _chain(node[0] == "and", tuple(_condition(n) for n in node[1:]))
     a, b = _condition(node[1]), _condition(node[2])
     if node[0] == "and":
 
@@ -194,6 +198,23 @@ def _logic(node: Node) -> Eval:
         return None if x is None or y is None else False
 
     return either
+
+
+def _chain(conjunction: bool, parts: tuple[Eval, ...]) -> Eval:
+    """AND (``conjunction``) or OR of ``parts``, left to right: the first operand that
+    decides (FALSE for AND, TRUE for OR) ends it; else UNKNOWN if any was, else the other."""
+
+    def chain(h: Headers) -> bool | None:
+        unknown = False
+        for part in parts:
+            x = part(h)
+            if x is None:
+                unknown = True
+            elif x is not conjunction:
+                return not conjunction
+        return None if unknown else conjunction
+
+    return chain
 
 
 def _negated(fn: Eval, negated: bool) -> Eval:

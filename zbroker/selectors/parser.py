@@ -28,8 +28,18 @@ node                                        meaning
 ``("in", negated, ("id", name), values)``   values: a tuple of literal values
 ``("like", negated, ("id", name), pattern, escape)``   escape: a 1-char str or None
 ``("null", negated, ("id", name))``         ``IS [NOT] NULL``
-``("not", e)``, ``("and", a, b)``, ``("or", a, b)``
+``("not", e)``, ``("and", a, b, ...)``,     a chain of two or more operands, flat:
+``("or", a, b, ...)``                       no operand is a chain of the same kind
 ==========================================  =========================================
+
+A chain of ``AND`` (or of ``OR``) is one node however long, built in a loop: such a
+selector is as long as :data:`MAX_SELECTOR` allows. A parenthesized chain of the same
+kind is spliced into it (both are associative in three-valued logic, and the operands
+keep their order), so ``(a AND b) AND c`` shares its canonical text with ``a AND b AND c``.
+What nests is bounded by :data:`MAX_DEPTH`: parentheses, ``NOT`` and signs the parser
+recurses into, and the operations of the tree (an arithmetic chain nests one level per
+operator), which the compiler, the evaluation and :func:`unparse` recurse into. Deeper
+is a :class:`~zbroker.errors.SelectorError`, well before Python's recursion limit.
 
 Every error names the position (0-based character offset) and what was expected there.
 """
@@ -37,16 +47,22 @@ Every error names the position (0-based character offset) and what was expected 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import SelectorError
 
-__all__ = ["Node", "parse", "unparse"]
+__all__ = ["MAX_DEPTH", "MAX_SELECTOR", "Node", "parse", "unparse"]
 
 Node = tuple[Any, ...]
 
 #: longest selector accepted (characters): a selector travels in every advertisement
 MAX_SELECTOR = 4096
+#: deepest nesting accepted: parentheses, NOT and signs inside one another, and operations
+#: of the tree inside one another (each recursion costs Python frames, the parser's about
+#: eight per parenthesis: 64 keeps the whole well under the default limit of 1000)
+MAX_DEPTH = 64
+_TOO_DEEP = f"at most {MAX_DEPTH} levels of nesting (parentheses, NOT, signs, operators)"
 
 KEYWORDS = frozenset(
     {"AND", "OR", "NOT", "BETWEEN", "IN", "LIKE", "ESCAPE", "IS", "NULL", "TRUE", "FALSE"}
@@ -105,6 +121,13 @@ class _Parser:
         self.text = text
         self.toks = _tokens(text)
         self.i = 0
+        self.depth = 0  # parentheses, NOT and signs open around the current token
+
+    def nest(self) -> None:
+        """Enter one more nested level at the current token (refused past MAX_DEPTH)."""
+        if self.depth >= MAX_DEPTH:
+            raise self.fail(_TOO_DEEP)
+        self.depth += 1
 
     def peek(self) -> Token:
         return self.toks[self.i]
@@ -139,27 +162,36 @@ class _Parser:
         return node
 
     def or_expr(self) -> Node:
-        pos = self.peek()[2]
-        node = self.and_expr()
-        while self.take("kw", "OR"):
-            self.condition(node, pos)
-            pos = self.peek()[2]
-            node = ("or", node, self.condition(self.and_expr(), pos))
-        return node
+        return self.chain("OR", self.and_expr)
 
     def and_expr(self) -> Node:
+        return self.chain("AND", self.not_expr)
+
+    def chain(self, keyword: str, operand: Callable[[], Node]) -> Node:
+        """Operands joined by ``keyword``: one flat node, built in a loop (a parenthesized
+        chain of the same kind is spliced in)."""
         pos = self.peek()[2]
-        node = self.not_expr()
-        while self.take("kw", "AND"):
+        node = operand()
+        if self.peek()[:2] != ("kw", keyword):
+            return node
+        kind = keyword.lower()
+        parts: list[Node] = []
+        while True:
             self.condition(node, pos)
+            parts.extend(node[1:] if node[0] == kind else (node,))
+            if not self.take("kw", keyword):
+                return (kind, *parts)
             pos = self.peek()[2]
-            node = ("and", node, self.condition(self.not_expr(), pos))
-        return node
+            node = operand()
 
     def not_expr(self) -> Node:
-        if self.take("kw", "NOT"):
+        if self.peek()[:2] == ("kw", "NOT"):
+            self.nest()
+            self.i += 1
             pos = self.peek()[2]
-            return ("not", self.condition(self.not_expr(), pos))
+            node = ("not", self.condition(self.not_expr(), pos))
+            self.depth -= 1
+            return node
         return self.predicate()
 
     def predicate(self) -> Node:
@@ -248,14 +280,18 @@ class _Parser:
             node = ("arith", tok[1], node, self.unary())
 
     def unary(self) -> Node:
-        if self.take("op", "-"):
-            inner = self.unary()
-            if inner[0] == "lit" and type(inner[1]) in (int, float):
-                return ("lit", -inner[1])  # a negative literal, not an operation
-            return ("neg", inner)
-        if self.take("op", "+"):
-            return self.unary()
-        return self.primary()
+        tok = self.peek()
+        if tok[0] != "op" or tok[1] not in ("-", "+"):
+            return self.primary()
+        self.nest()
+        self.i += 1
+        inner = self.unary()
+        self.depth -= 1
+        if tok[1] == "+":
+            return inner
+        if inner[0] == "lit" and type(inner[1]) in (int, float):
+            return ("lit", -inner[1])  # a negative literal, not an operation
+        return ("neg", inner)
 
     def primary(self) -> Node:
         tok = self.peek()
@@ -269,9 +305,12 @@ class _Parser:
         if kind == "word":
             self.i += 1
             return ("id", value)
-        if self.take("op", "("):
+        if kind == "op" and value == "(":
+            self.nest()
+            self.i += 1
             node = self.or_expr()
             self.expect("op", ")", "')'")
+            self.depth -= 1
             return node
         raise self.fail("a header name, a literal or '('")
 
@@ -291,7 +330,28 @@ def parse(text: str) -> Node:
     node = p.or_expr()
     if p.peek()[0] != "end":
         raise p.fail("AND, OR, an operator or the end")
+    if depth(node) > MAX_DEPTH:
+        raise SelectorError(text, 0, _TOO_DEEP)
     return p.condition(node, 0)
+
+
+def depth(tree: Node) -> int:
+    """How many operations of ``tree`` nest inside one another (a leaf: 0), walked with
+    a list, not recursion: the tree is checked before anything recurses into it."""
+    deepest = 0
+    todo: list[tuple[Node, int]] = [(tree, 0)]
+    while todo:
+        node, level = todo.pop()
+        kind = node[0]
+        if kind in ("lit", "id"):
+            continue
+        level += 1
+        deepest = max(deepest, level)
+        if kind in ("neg", "not", "and", "or"):
+            todo.extend((n, level) for n in node[1:])
+        elif kind in ("arith", "cmp", "between"):
+            todo.extend((n, level) for n in node[2:])
+    return deepest
 
 
 def _lit(value: Any) -> str:
@@ -317,7 +377,7 @@ def unparse(node: Node) -> str:
     if kind in ("arith", "cmp"):
         return f"({unparse(node[2])} {node[1]} {unparse(node[3])})"
     if kind in ("and", "or"):
-        return f"({unparse(node[1])} {kind.upper()} {unparse(node[2])})"
+        return "(" + f" {kind.upper()} ".join(unparse(n) for n in node[1:]) + ")"
     if kind == "not":
         return f"(NOT {unparse(node[1])})"
     neg = "NOT " if node[1] else ""
