@@ -296,3 +296,34 @@ def test_fetch_drops_a_value_older_than_a_removal(
         got = Collector()
         client.subscribe("T.>", got)
         assert got.snapshot() == []
+
+
+def test_a_selected_subscription_is_told_of_a_removal_of_what_it_took(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, free_port: Callable[[], int],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """A removal carries the headers of the value it removes: a subscriber whose selector
+    took the value takes its removal too, on the owner's node and two hops away; one
+    whose selector did not take the value is not told of its removal either."""
+    a, _, c = chain(broker_factory, free_port, tmp_path)
+    owner = client_factory(a.endpoint)
+    owner.set("P.EU.A", 1, headers={"region": "EU"})
+    owner.set("P.US.B", 2, headers={"region": "US"})
+    here, far, plain = Collector(), Collector(), Collector()
+    owner.subscribe("P.>", here, selector="region = 'EU'")
+    remote = client_factory(c.endpoint)
+    remote.subscribe("P.>", far, selector="region = 'EU'")
+    remote.subscribe("P.>", plain)
+    owner.remove("P.>")
+    for got, n in ((here, 2), (far, 2), (plain, 4)):
+        assert got.wait_until(lambda ms, n=n: sum(m.removed for m in ms) == n // 2, WAIT)
+    time.sleep(0.3)  # (nothing more may come)
+    for got in (here, far):
+        assert [(m.topic, m.initial, m.removed) for m in got.snapshot()] == [
+            ("P.EU.A", True, False),
+            ("P.EU.A", False, True),
+        ]
+        assert got.snapshot()[1].headers["region"] == "EU"
+    assert sorted((m.topic, m.removed) for m in plain.snapshot()) == [
+        ("P.EU.A", False), ("P.EU.A", True), ("P.US.B", False), ("P.US.B", True),
+    ]  # fmt: skip

@@ -158,7 +158,7 @@ class Replicas:
         for topic, row in sorted(rows.items()):
             self._topics.table.delete(topic)
             self._topics.trie.discard(topic)
-            headers = update_headers(None, row.version, row.owner)
+            headers = update_headers(row.headers, row.version, row.owner)
             headers[REMOVED] = SESSION_LOST
             out.append((topic, b"", 0, headers))
         self._publish_here(out)
@@ -202,7 +202,7 @@ class Replicas:
                 continue  # (nothing here to remove, or it is newer than the removal)
             self._put(r, StateRow(topic, b"", 0, None, version, owner, now, True, r.peer))
             if not cur.removed:
-                out.append((topic, b"", 0, update_headers(None, version, owner, removed=True)))
+                out.append((topic, b"", 0, update_headers(cur.headers, version, owner, True)))
         return out
 
     def _drop_missing(
@@ -218,7 +218,7 @@ class Replicas:
                 continue
             version, owner = row.version + 1, row.owner
             self._put(r, StateRow(topic, b"", 0, None, version, owner, now, True, r.peer))
-            out.append((topic, b"", 0, update_headers(None, version, owner, removed=True)))
+            out.append((topic, b"", 0, update_headers(row.headers, version, owner, True)))
         return out
 
     def _put(self, r: Replica, row: StateRow) -> None:

@@ -21,7 +21,9 @@ Publish = tuple[str, bytes, int, dict[str, Any]]
 def update_headers(
     headers: dict[str, Any] | None, version: int, owner: str, removed: bool = False
 ) -> dict[str, Any]:
-    """The headers of the message that carries a value (or a removal)."""
+    """The headers of the message that carries a value (or a removal: with the headers
+    of the value it removes, so a subscription whose selector took the value takes its
+    removal too)."""
     out = dict(headers) if headers else {}
     out[VERSION] = version
     out[OWNER] = owner
@@ -62,7 +64,7 @@ class StateTopics:
                 continue
             version = self._version(topic)
             self.table.put(StateRow(topic, b"", 0, None, version, self.me, time.time(), True))
-            out.append((topic, b"", 0, update_headers(None, version, self.me, removed=True)))
+            out.append((topic, b"", 0, update_headers(row.headers, version, self.me, True)))
         return out
 
     def values(self, pattern: str) -> tuple[list[Value], list[list[Any]]]:
