@@ -498,3 +498,28 @@ def test_link_uri_with_host_and_port_is_taken(tmp_path: Path, uri: str) -> None:
     path.write_text(f'[[link]]\nname = "hq"\nuri = "{uri}"\n')
     (link,) = load_config(path).links
     assert link.uri == uri
+
+
+def test_static_pattern_wholly_excluded_is_an_error_naming_both(tmp_path: Path) -> None:
+    """A static pattern every topic of which an exclude pattern covers could never cross
+    its link either; one the exclude covers only in part is fine."""
+    path = tmp_path / "l.toml"
+    link = '[[link]]\nname = "hq"\nuri = "tcp://127.0.0.1:7100"\nexclude = {exc}\nstatic = {st}\n'
+    for exc, st in (('["ALERT.>"]', '["ALERT.FIRE.>"]'), ('[">"]', '["ALERT.*"]')):
+        path.write_text(link.format(exc=exc, st=st))
+        with pytest.raises(ConfigError, match=r"link 'hq': static pattern '.*' is wholly excluded"):
+            load_config(path)
+    path.write_text(link.format(exc='["ALERT.TEST.>"]', st='["ALERT.>"]'))
+    (cfg,) = load_config(path).links
+    assert cfg.static == ("ALERT.>",)
+
+
+def test_a_first_redial_delay_above_the_longest_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "l.toml"
+    head = '[[link]]\nname = "hq"\nuri = "tcp://127.0.0.1:7100"\n'
+    path.write_text(head + "reconnect_initial_delay = 5.0\nreconnect_max_delay = 1.0\n")
+    with pytest.raises(ConfigError, match=r"reconnect_initial_delay \(5.0\) exceeds"):
+        load_config(path)
+    path.write_text(head + "reconnect_initial_delay = 1.0\nreconnect_max_delay = 1.0\n")
+    (cfg,) = load_config(path).links
+    assert cfg.reconnect_max_delay == 1.0

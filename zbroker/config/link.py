@@ -14,6 +14,7 @@ from ..const import (
 )
 from ..errors import ConfigError
 from ..routing import DEFAULT_TTL, LinkOptions
+from ..routing.filters import pattern_covers
 from ..topics import patterns_overlap
 from .checks import check_float, check_int, check_patterns, is_tcp_host_port, validate_broker_id
 
@@ -87,6 +88,14 @@ class LinkConfig:
                     f"patterns {list(self.include)}, so nothing on it could cross the link "
                     "(include and exclude apply to static patterns too): add it to include"
                 )
+        for pattern in self.static:
+            for exc in self.exclude:
+                if pattern_covers(exc, pattern):
+                    raise ConfigError(
+                        f"{where}: static pattern {pattern!r} is wholly excluded by "
+                        f"{exc!r}, so nothing on it could cross the link (include and "
+                        "exclude apply to static patterns too)"
+                    )
 
     def _check_timers(self, where: str) -> None:
         """Heartbeat and redial timing."""
@@ -96,6 +105,11 @@ class LinkConfig:
             raise ConfigError(f"{where}: heartbeat_timeout must exceed heartbeat_interval")
         check_float(self.reconnect_initial_delay, f"{where}: reconnect_initial_delay", 0.001, 3600)
         check_float(self.reconnect_max_delay, f"{where}: reconnect_max_delay", 0.001, 86400)
+        if self.reconnect_initial_delay > self.reconnect_max_delay:
+            raise ConfigError(
+                f"{where}: reconnect_initial_delay ({self.reconnect_initial_delay}) exceeds "
+                f"reconnect_max_delay ({self.reconnect_max_delay})"
+            )
         check_float(self.reconnect_multiplier, f"{where}: reconnect_multiplier", 1.0, 100)
         check_int(self.reconnect_max_attempts, f"{where}: reconnect_max_attempts", 0, 1 << 31)
 
