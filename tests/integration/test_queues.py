@@ -8,6 +8,7 @@ message doubled), and the payload sets prove none was lost or repeated.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -106,7 +107,8 @@ def test_local_first_then_round_robin(
     b = broker_factory(broker_id="B", links=(link("ba", a),))
     ca, cb = client_factory(a.endpoint), client_factory(b.endpoint)
     c1, c2, c3 = Collector(), Collector(), Collector()
-    ca.subscribe("jobs.>", c1, queue="workers")
+    # (credit for all: the member here never falls behind, so nothing spills over to B)
+    ca.subscribe("jobs.>", c1, queue="workers", credit=N)
     cb.subscribe("jobs.>", c2, queue="workers")
     cb.subscribe("jobs.>", c3, queue="workers")
     assert wait_until(lambda: members_seen(a, "workers") == {"A": 1, "B": 2}, WAIT)
@@ -298,3 +300,40 @@ def test_members_rejoin_after_a_node_restart(
     for i in range(N):
         pub.publish("jobs.x", i)
     wait_total(wait_until, members, N)
+
+
+def test_local_first_spills_over_to_free_credit_elsewhere(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """A member here that has used up its credit while messages wait for it no longer
+    takes every message: they go to a member elsewhere that advertises free credit. It
+    used to take them all, and past the node's bound (hwm 50) the oldest were dropped
+    while the other member sat idle."""
+    a = broker_factory(broker_id="A", hwm=50)
+    b = broker_factory(broker_id="B", links=(link("ba", a),))
+    ca, cb, pub = (client_factory(x.endpoint) for x in (a, b, a))
+    release = threading.Event()
+    slow: list[int] = []
+
+    def hold(msg: Any) -> None:
+        slow.append(msg.payload)
+        release.wait(WAIT)
+
+    far = Collector()
+    ca.subscribe("jobs.>", hold, queue="w", credit=1)
+    cb.subscribe("jobs.>", far, queue="w", credit=1000)
+    assert wait_until(lambda: members_seen(a, "w") == {"A": 1, "B": 1}, WAIT)
+    pub.publish("jobs.x", 0)
+    assert wait_until(lambda: slow == [0], WAIT)
+    pub.publish("jobs.x", 1)  # waits on A: its member has no room
+    assert wait_until(lambda: (group_row(a, "w") or {}).get("pending") == 1, WAIT)
+    for i in range(2, N + 2):
+        pub.publish("jobs.x", i)
+    assert far.wait_for(N, WAIT), len(far)
+    release.set()
+    assert wait_until(lambda: slow == [0, 1], WAIT)
+    time.sleep(GRACE)
+    assert sorted(far.payloads()) == list(range(2, N + 2))
+    assert slow == [0, 1]
+    row = group_row(a, "w")
+    assert row is not None and row["dropped"] == 0

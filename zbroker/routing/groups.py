@@ -12,8 +12,11 @@ What this module adds is the choice. :meth:`GroupTable.pick` takes a message's t
 where it enters the network and names, for every group key whose pattern matches, ONE
 origin (a node with members) according to the group's policy:
 
-* ``local_first`` (default): this node if it has a member; else the nearest origins
-  (fewest hops), shared among them in proportion to their members;
+* ``local_first`` (default): this node if it has a member, unless messages wait here
+  that no member here has room for (:attr:`GroupTable.saturated`, kept by the queue
+  feature) and another origin advertises free credit; else the nearest origins (fewest
+  hops, among those with free credit when this node is saturated), shared among them in
+  proportion to their members;
 * ``round_robin``: every origin in proportion to its members, so each *member*
   network-wide gets an equal share (smooth weighted round robin: exact shares, no
   randomness);
@@ -70,6 +73,10 @@ class GroupTable:
         self.changed_capacity: set[Key] = set()  # to flood at the next chance
         #: some group has members somewhere: only then does a message ask for a pick
         self.active = False
+        #: group keys with messages waiting here that no member here has room for (the
+        #: queue feature says so after each pass): ``local_first`` sends elsewhere then,
+        #: where free credit is advertised
+        self.saturated: set[str] = set()
         # candidates of a message that starts here, by (group key, topic): a pick per
         # message must not rebuild them; any change of routes or links clears it
         self._cands: dict[tuple[str, str], dict[str, int]] = {}
@@ -221,7 +228,12 @@ class GroupTable:
         me = self.broker_id
         if policy == "local_first":
             if me in cands:
-                return me
+                if gkey not in self.saturated:
+                    return me
+                free = {o: h for o, h in cands.items() if o != me and self._free(gkey, o)}
+                if not free:
+                    return me  # (nobody else has room either: it waits here)
+                cands = free
             nearest = min(cands.values())
             cands = {o: h for o, h in cands.items() if h == nearest}
         weights = {o: self._weight(gkey, o, policy) for o in cands}
@@ -276,12 +288,16 @@ class GroupTable:
             out[origin] = len(bpath)
         return out
 
+    def _free(self, gkey: str, origin: str) -> int:
+        """The free credit ``origin`` advertises for ``gkey`` (one if none heard)."""
+        cap = self.capacity.get((gkey, origin))
+        return 1 if cap is None else max(cap[2], 0)
+
     def _weight(self, gkey: str, origin: str, policy: str) -> int:
         cap = self.capacity.get((gkey, origin))
         members = 1 if cap is None else max(cap[1], 0)
         if policy == "weighted":
-            free = 1 if cap is None else max(cap[2], 0)
-            return free
+            return self._free(gkey, origin)
         return members
 
     def _smooth(self, gkey: str, weights: dict[str, int]) -> str:

@@ -215,6 +215,7 @@ class QueueGroups(Feature):
         # again among the members elsewhere (never back to this node)
         self._ctx.drop_interest(local.gkey, "queue")
         del self._local[local.gkey]
+        self._groups.saturated.discard(local.gkey)
         for msg in local.pending:
             step = self._groups.step(local.gkey, self._ctx.broker_id, msg[0], ())
             if step is None or step[0] is None:
@@ -229,9 +230,16 @@ class QueueGroups(Feature):
     def before_commit(self) -> None:
         if self._out:
             self._flush_links()
+        saturated = self._groups.saturated
         for local in list(self._local.values()):
             if local.pending:
                 self._pump(local)
+            # messages wait that no member here has room for: local_first picks
+            # elsewhere meanwhile (routing/groups.py), rather than queue past the bound
+            if local.pending and not local.free():
+                saturated.add(local.gkey)
+            elif saturated:
+                saturated.discard(local.gkey)
 
     def _flush_links(self) -> None:
         out, self._out = self._out, {}
