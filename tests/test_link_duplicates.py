@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from zbroker.errors import ProtocolError
-from zbroker.links.handshake import Repeats, describe, instance_of, rival
+from zbroker.links.handshake import Repeats, describe, instance_of, rival, starts_of
 from zbroker.links.state import Link, LinkKind, LinkState
 from zbroker.routing import LinkOptions
 
 
-def up(name: str, peer: str, instance: str, incarnation: int, kind: LinkKind) -> Link:
+def up(name: str, peer: str, instance: str, starts: int, kind: LinkKind) -> Link:
     link = Link(
         name=name,
         kind=kind,
@@ -21,17 +21,20 @@ def up(name: str, peer: str, instance: str, incarnation: int, kind: LinkKind) ->
         heartbeat_interval=1.0,
         heartbeat_timeout=3.0,
         peer=peer,
-        peer_incarnation=incarnation,
+        peer_incarnation=1_000 + starts,  # (the clock's: decides nothing here)
         peer_instance=instance,
+        peer_starts=starts,
     )
     link.went_up(0.0)
     return link
 
 
-def test_another_process_under_the_id_with_no_higher_incarnation_is_a_rival() -> None:
+def test_another_process_under_the_id_with_no_more_starts_is_a_rival() -> None:
+    # a second node on a fresh data directory has a larger incarnation (the clock's) but
+    # no more starts than the node that is up: it is no restart of it
     first = up("up1", "dup", "aaaa", 3, LinkKind.ACCEPTED)
-    for incarnation in (1, 3):  # lower or equal: not a restart of the node that is up
-        found = rival([first], "dup", "bbbb", incarnation)
+    for starts in (1, 3):  # fewer or as many: not a restart of the node that is up
+        found = rival([first], "dup", "bbbb", starts)
         assert found.other is first and found.stale == ()
         why = found.problem(describe("up2", False, "dup", "bbbb"))
         assert why is not None
@@ -41,7 +44,7 @@ def test_another_process_under_the_id_with_no_higher_incarnation_is_a_rival() ->
         assert "kept link up1 (from dup, process aaaa)" in why
 
 
-def test_a_higher_incarnation_is_the_peer_restarted_its_former_links_are_stale() -> None:
+def test_more_starts_is_the_peer_restarted_its_former_links_are_stale() -> None:
     old = [
         up("up1", "dup", "aaaa", 3, LinkKind.ACCEPTED),
         up("t-dup", "dup", "aaaa", 3, LinkKind.STATIC),
@@ -79,3 +82,11 @@ def test_repeats_says_the_first_time_then_once_per_interval() -> None:
     assert said.due("other", 59.0) == 0
     assert said.due("k", 61.0) == 2  # two went unsaid since
     assert said.due("k", 62.0) is None
+
+
+def test_starts_of_checks_the_field_and_falls_back_on_the_incarnation() -> None:
+    assert starts_of({"starts": 4}, 99) == 4
+    assert starts_of({}, 7) == 7  # an older node: its incarnation counted its starts
+    for bad in (-1, "3", 1.5):
+        with pytest.raises(ProtocolError):
+            starts_of({"starts": bad}, 1)

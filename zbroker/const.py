@@ -69,6 +69,12 @@ DEFAULT_PUBLISH_TIMEOUT = 5.0
 
 #: Topics under this prefix belong to the node.
 RESERVED_PREFIX = "$ZB"
+#: The branches of it that only nodes subscribe to: their interest keys *are* the queue
+#: groups (routing/keys.py), durable homes (routing/durable_homes.py) and topic hosts
+#: (routing/hosts.py), and their topics carry shared durables' traffic
+#: (features/durables/remote.py). A client subscription there would pass for one of
+#: them, so clients may not subscribe there (topics.validate_subscription).
+INTERNAL_PREFIXES = ("$ZB.Q.", "$ZB.DURABLE.", "$ZB.SD.", "$ZB.HOST.")
 
 #: seconds. Links send a heartbeat this often...
 DEFAULT_HEARTBEAT_INTERVAL = 1.0

@@ -13,7 +13,11 @@ Rules (the syntax of ActiveMQ's destination wildcards, also used by NATS):
   clients may subscribe to them, not publish. A pattern whose first segment is a wildcard
   (``>``, ``*.X``) does not match them (MQTT's rule for ``$SYS``): the node's advisories
   and STATS reach only who asks for them by name (``$ZB.ADVISORY.>``), never a catch-all
-  subscriber, retain rule or durable.
+  subscriber, retain rule or durable. The *internal* branches among them
+  (:data:`~zbroker.const.INTERNAL_PREFIXES`: ``$ZB.Q.``, ``$ZB.DURABLE.``, ``$ZB.SD.``,
+  ``$ZB.HOST.``) are the nodes' own: a client may not subscribe there either
+  (:func:`validate_subscription`), for its interest would pass for a queue group's, a
+  durable's home or a topic host.
 
 Every function that takes a name from outside the process calls :func:`validate_topic` or
 :func:`validate_pattern`; both raise :class:`~zbroker.errors.InvalidTopic` with a message
@@ -24,16 +28,18 @@ from __future__ import annotations
 
 import re
 
-from .const import MAX_TOPIC_BYTES, MAX_TOPIC_SEGMENTS, RESERVED_PREFIX
+from .const import INTERNAL_PREFIXES, MAX_TOPIC_BYTES, MAX_TOPIC_SEGMENTS, RESERVED_PREFIX
 from .errors import InvalidTopic, ReservedTopic
 
 __all__ = [
+    "is_internal",
     "is_pattern",
     "is_reserved",
     "match",
     "patterns_overlap",
     "validate_pattern",
     "validate_publish_topic",
+    "validate_subscription",
     "validate_topic",
 ]
 
@@ -117,6 +123,25 @@ def validate_pattern(value: object) -> str:
 def is_pattern(value: str) -> bool:
     """True if ``value`` (already valid) has a wildcard segment."""
     return any(seg in ("*", ">") for seg in value.split("."))
+
+
+def validate_subscription(value: object) -> str:
+    """Validate a pattern a client subscribes to (plainly, durably or in a queue group): a
+    valid pattern outside the nodes' internal branches (:func:`is_internal`)."""
+    pattern = validate_pattern(value)
+    if is_internal(pattern):
+        raise ReservedTopic(
+            f"pattern {pattern!r} is internal to the nodes (queue groups, durable homes, "
+            f"shared durables, topic hosts: {', '.join(INTERNAL_PREFIXES)}): clients "
+            "cannot subscribe there"
+        )
+    return pattern
+
+
+def is_internal(pattern: str) -> bool:
+    """True for a name or pattern in an internal branch of ``$ZB`` (its first two segments
+    one of :data:`~zbroker.const.INTERNAL_PREFIXES`)."""
+    return pattern.startswith(INTERNAL_PREFIXES) or pattern + "." in INTERNAL_PREFIXES
 
 
 def is_reserved(topic: str) -> bool:

@@ -408,7 +408,7 @@ def test_start_serves_and_stops_cleanly_on_signal(
     # ports and data directory are released: an in-thread node takes both over at once
     with Broker(host=HOST, port=port, data_dir=data_dir) as again:
         assert again.broker_id == hello["broker_id"]
-        assert again.incarnation == hello["incarnation"] + 1
+        assert again.incarnation > hello["incarnation"]
 
 
 # (file, env, flag, config via ZBROKER_CONFIG, expected source)

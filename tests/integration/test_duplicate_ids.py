@@ -178,9 +178,10 @@ def test_a_restarted_node_is_no_duplicate_of_its_former_process(
     node.send_signal(signal.SIGKILL)  # no goodbye: t still holds both links up
     assert node.wait(5.0) == -signal.SIGKILL
     again = procs.zbroker("start", "--config", str(config), "--no-discovery")
-    assert wait_ready(f"tcp://127.0.0.1:{port}", 20, again)["incarnation"] == first + 1
+    second = wait_ready(f"tcp://127.0.0.1:{port}", 20, again)["incarnation"]
+    assert second > first
     started = time.monotonic()
-    assert wait_until(lambda: up_with(first + 1), 10), _links(t)
+    assert wait_until(lambda: up_with(second), 10), _links(t)
     assert time.monotonic() - started < 5.0  # not a heartbeat timeout (30 s)
     counters = t.status()["counters"]
     assert counters["dropped"].get("duplicate_broker_id", 0) == 0

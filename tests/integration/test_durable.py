@@ -952,7 +952,7 @@ def test_confirmed_messages_survive_a_node_sigkill(
     node = procs.zbroker(*start_args)
     second = wait_ready(endpoint(port), WAIT, node)
     assert second["broker_id"] == first["broker_id"]
-    assert second["incarnation"] == first["incarnation"] + 1
+    assert second["incarnation"] > first["incarnation"]
     client = Client(endpoint(port), timeout=10.0)
     try:
         assert durable_is(client, "sk", stored=n, attached=False, pattern="SK.>")

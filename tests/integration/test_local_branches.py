@@ -99,3 +99,29 @@ def test_routing_local_from_toml_and_the_command_line(tmp_path: Path) -> None:
         flags = {k: v for k, v in ctx.params.items() if k not in SPECIAL}
         with ctx:
             assert start_config(ctx, path, (), (), flags).local_branches == want
+
+
+def test_a_local_branch_stops_another_nodes_flood_copies(
+    broker_factory: Callable[..., Broker],
+    client_factory: Callable[..., Client],
+    wait_until: Callable[..., bool],
+) -> None:
+    # chain A - B - C: A floods LOG.>, B holds it as a local branch. A flood copy reaching
+    # B is delivered there and goes no further (the flood mark does not override B's rule)
+    a = broker_factory(broker_id="A", flood_branches=("LOG.>",))
+    b = broker_factory(
+        broker_id="B", local_branches=("LOG.>",), links=(LinkConfig(name="ba", uri=a.endpoint),)
+    )
+    c = broker_factory(broker_id="C", links=(LinkConfig(name="cb", uri=b.endpoint),))
+    ca, cb, cc = client_factory(a.endpoint), client_factory(b.endpoint), client_factory(c.endpoint)
+    at_b, at_c = Collector(), Collector()
+    cb.subscribe("LOG.>", at_b)
+    cc.subscribe("LOG.>", at_c)
+    cc.subscribe("END", at_c)
+    assert wait_until(lambda: ("END", "C") in routes(ca), WAIT)
+    for i in range(5):
+        ca.publish("LOG.app", i)
+    ca.publish("END", b"end")  # the same way as any relayed LOG copy: behind them
+    assert at_c.wait_topic("END", WAIT) and at_b.wait_for(5, WAIT)
+    assert at_b.topics() == {"LOG.app": 5}
+    assert at_c.topics() == {"END": 1}  # no LOG.app crossed B

@@ -612,13 +612,13 @@ def test_middle_node_restart_rebuilds_links_and_interest(
 
     b = net.restart("B")
     assert b.broker_id == "B"
-    assert b.incarnation == old_incarnation + 1
+    assert b.incarnation > old_incarnation
     # both neighbours' links are to the new incarnation (up a second time)
     assert wait_until(
         lambda: counters(a)["links_up"] == 2 and counters(c)["links_up"] == 2, WAIT
     ), (links_of(a), links_of(c))
     wait_links(wait_until, {a: {("ab", "B")}, b: {("ab", "A"), ("bc", "C")}, c: {("bc", "B")}})
-    assert a.call(lambda node: node.links.dialers["ab"].peer_incarnation) == old_incarnation + 1
+    assert a.call(lambda node: node.links.dialers["ab"].peer_incarnation) == b.incarnation
     assert len(links_of(c)) == 1  # the old incarnation's accepted link is gone
     assert wait_until(lambda: has_route(a, "MID.>", "C", hops=2, via="ab"), WAIT), routes(a)
     # no stale routes anywhere
@@ -841,7 +841,7 @@ def test_restarted_dialer_replaces_its_stale_link(
     assert up_links(b) == {("ab", "A")}  # B still believes in the old link
 
     a = net.restart("A")
-    assert a.incarnation == old_incarnation + 1
+    assert a.incarnation > old_incarnation
     wait_links(wait_until, {a: {("ab", "B")}, b: {("ab", "A")}})
     assert wait_until(lambda: counters(b)["links_down"] == 1, WAIT), counters(b)
     assert len(links_of(b)) == 1  # exactly one link from A: the new one
@@ -850,7 +850,40 @@ def test_restarted_dialer_replaces_its_stale_link(
     pump(client_factory(a.endpoint), "RE.X", N, got, end="RE.END")
     assert_exact(got, "RE.X", range(N), "RE.END")
     assert link_named(b, "ab")["msgs_in"] == N + 1
-    assert {m.id.incarnation for m in got.messages} == {old_incarnation + 1}
+    assert {m.id.incarnation for m in got.messages} == {a.incarnation}
+
+
+def test_a_node_restarted_on_a_fresh_data_dir_is_not_taken_for_its_previous_life(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    wait_until: WaitUntil,
+) -> None:
+    # the embedded default (no data_dir: a temporary directory) and a container without a
+    # volume both restart a named node with no stored incarnation: its new messages must
+    # not be dropped as duplicates of its previous life's, which A's dedupe still holds
+    a = broker_factory(broker_id="A")
+    got = Collector()
+    client_factory(a.endpoint).subscribe("FRESH.>", got)
+
+    def start_b() -> Broker:
+        return broker_factory(
+            broker_id="B", data_dir=None, links=(LinkConfig(name="ba", uri=a.endpoint),)
+        )
+
+    b = start_b()
+    assert wait_until(lambda: has_route(b, "FRESH.>", "A"), WAIT), routes(b)
+    pump(client_factory(b.endpoint), "FRESH.X", N, got, end="FRESH.END")
+    assert_exact(got, "FRESH.X", range(N), "FRESH.END")
+    old_incarnation = b.incarnation
+    b.stop()
+    got.clear()
+
+    b = start_b()
+    assert b.incarnation > old_incarnation
+    assert wait_until(lambda: has_route(b, "FRESH.>", "A"), WAIT), routes(b)
+    pump(client_factory(b.endpoint), "FRESH.X", 100, got, end="FRESH.END", start=1000)
+    assert_exact(got, "FRESH.X", range(1000, 1100), "FRESH.END")
+    assert counters(a)["duplicates"] == 0
 
 
 # -- 14. heartbeat timeout ------------------------------------------------------------------------
@@ -1075,8 +1108,10 @@ def test_process_chain_middle_killed_and_restarted(
     n1 = start_node(procs, how, p1, tmp_path / "n1", "N1", p2)
     n2 = start_node(procs, how, p2, tmp_path / "n2", "N2", p3)
     n3 = start_node(procs, how, p3, tmp_path / "n3", "N3")
-    for port, proc in ((p1, n1), (p2, n2), (p3, n3)):
-        wait_ready(endpoint(port), WAIT, proc)
+    hellos = [
+        wait_ready(endpoint(port), WAIT, proc) for port, proc in ((p1, n1), (p2, n2), (p3, n3))
+    ]
+    first_incarnation = hellos[1]["incarnation"]
     c1, c3 = client_factory(endpoint(p1)), client_factory(endpoint(p3))
     got = Collector()
     c3.subscribe("KILL.>", got)
@@ -1089,7 +1124,7 @@ def test_process_chain_middle_killed_and_restarted(
     assert n2.wait(5.0) == -signal.SIGKILL
     n2 = start_node(procs, how, p2, tmp_path / "n2", "N2", p3)
     hello = wait_ready(endpoint(p2), WAIT, n2)
-    assert hello["broker_id"] == "N2" and hello["incarnation"] == 2
+    assert hello["broker_id"] == "N2" and hello["incarnation"] > first_incarnation
 
     # both neighbours have a fresh link to the new incarnation, and the route is back
     def healed() -> bool:

@@ -625,7 +625,7 @@ def test_configured_broker_id_is_used_and_persisted(
     b.stop()
     again = broker_factory(data_dir=data_dir, port=free_port())
     assert again.broker_id == "node-alpha"
-    assert again.incarnation == b.incarnation + 1
+    assert again.incarnation > b.incarnation
 
 
 def test_stop_is_bounded_and_idempotent(

@@ -32,7 +32,7 @@ from ..const import (
     DEFAULT_RECONNECT_MULTIPLIER,
 )
 from ..errors import BrokerUnreachable, ClientClosed
-from ..topics import validate_pattern
+from ..topics import validate_pattern, validate_subscription
 from .channel import Channel
 from .credentials import Credentials
 from .durables import Durables
@@ -278,7 +278,7 @@ class Client(StateMethods):
         ``queue="GROUP"`` joins queue group GROUP: each matching message to ONE member
         network-wide (at most once; ``credit`` per member; ``zbroker.client.queues``).
         """
-        validate_pattern(pattern)
+        validate_subscription(pattern)  # (not an internal branch of $ZB: ReservedTopic)
         self._check("subscribe", pattern)
         check_consumer_options(queue, durable, shared)
         if queue is not None:

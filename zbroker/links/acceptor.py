@@ -115,7 +115,7 @@ class Acceptor:
         ID on a link that is up; the links of its own former process are taken down."""
         newcomer = describe(hello.name, False, hello.peer, hello.instance)
         trouble = self._table.unique(
-            newcomer, hello.peer, hello.instance, hello.incarnation, self._duplicates, now
+            newcomer, hello.peer, hello.instance, hello.starts, self._duplicates, now
         )
         if trouble is None:
             return True
@@ -151,6 +151,7 @@ class Acceptor:
             peer=hello.peer,
             peer_incarnation=hello.incarnation,
             peer_instance=hello.instance,
+            peer_starts=hello.starts,
         )
         link.set_peer_frame_max(hello.peer_max_frame)
         table.accepted[ident] = link

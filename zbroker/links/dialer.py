@@ -32,6 +32,7 @@ from .handshake import (
     instance_of,
     peer_frame_max,
     problem,
+    starts_of,
 )
 from .state import Link, LinkState
 
@@ -165,10 +166,12 @@ class Dialer:
         trouble = problem(self._table.me, peer, info)
         peer_max = 0
         instance = ""
+        starts = 0
         if trouble is None:
             try:
                 peer_max = peer_frame_max(info, self._table.config.max_frame_bytes)
                 instance = instance_of(info)
+                starts = starts_of(info, inc)
             except ProtocolError as exc:
                 trouble = f"malformed handshake from {peer}: {exc.detail}"
         expected = link.config.peer if link.config is not None else None
@@ -181,21 +184,22 @@ class Dialer:
             link.wait(trouble, now)
             log.warning("link %s: %s", link.name, trouble)
             return
-        if not self._unique(link, peer, instance, inc, now):
+        if not self._unique(link, peer, instance, starts, now):
             return
         link.peer = peer
         link.peer_incarnation = inc
         link.peer_instance = instance
+        link.peer_starts = starts
         link.set_peer_frame_max(peer_max)
         self._table.up(link, now)
 
-    def _unique(self, link: Link, peer: str, instance: str, inc: int, now: float) -> bool:
+    def _unique(self, link: Link, peer: str, instance: str, starts: int, now: float) -> bool:
         """False (refused, said, counted; the peer told) if another process holds
         ``peer``'s broker ID on a link that is up; the links of its own former process are
         taken down."""
         table = self._table
         newcomer = describe(link.name, True, peer, instance)
-        trouble = table.unique(newcomer, peer, instance, inc, self._duplicates, now)
+        trouble = table.unique(newcomer, peer, instance, starts, self._duplicates, now)
         if trouble is None:
             return True
         sock = link.socket

@@ -1,16 +1,19 @@
 """Link handshakes (sans-IO): what a LINK_HELLO and a LINK_WELCOME say, and the checks
 that decide whether a peer may link.
 
-A HELLO states the dialer's broker ID, incarnation, instance mark, group, protocol
-version, link name and options, heartbeats and frame limit; the WELCOME answers with the
-acceptor's ID, incarnation, instance mark, group, version and frame limit. A peer is
+A HELLO states the dialer's broker ID, incarnation, starts, instance mark, group,
+protocol version, link name and options, heartbeats and frame limit; the WELCOME answers
+with the acceptor's ID, incarnation, starts, instance mark, group, version and frame
+limit. A peer is
 refused when it is this very process (its own dial came back), when it uses our broker ID
 from another process (two nodes under one ID would break the loop rules), or when its
 group or protocol version differs.
 
 Two *other* nodes under one ID are seen here too: a link that is up already has a peer of
-that ID with another instance mark (:func:`rival`). If the newcomer's incarnation is
-higher, it is that node restarted and the links of its former process are stale; if not,
+that ID with another instance mark (:func:`rival`). If the newcomer has started more
+times on its data directory (``starts``, :mod:`zbroker.identity`; a node that does not
+say counts its incarnation, as incarnations counted starts before), it is that node
+restarted and the links of its former process are stale; if not,
 two nodes use the ID (their message IDs collide, and each drops the other's messages as
 loops), and the newcomer is refused: the link that was there first stays.
 """
@@ -43,6 +46,7 @@ __all__ = [
     "peer_frame_max",
     "problem",
     "rival",
+    "starts_of",
     "welcome_body",
 ]
 
@@ -56,6 +60,7 @@ class Me:
     instance: str  # this process's mark: our own dial coming back carries it
     group: str
     max_frame_bytes: int
+    starts: int = 1  # starts on our data directory (zbroker.identity)
 
     def is_self(self, peer: str, info: dict[str, Any]) -> bool:
         """Our own HELLO or WELCOME: our broker ID and this process's mark (a peer that
@@ -76,6 +81,7 @@ class Hello:
     heartbeat_timeout: float
     peer_max_frame: int
     instance: str  # the dialer's process mark ("" from a node that sends none)
+    starts: int = 0  # the dialer's starts on its data directory (starts_of)
 
 
 def hello_body(me: Me, name: str, cfg: LinkConfig) -> dict[str, Any]:
@@ -101,6 +107,7 @@ def _common(me: Me) -> dict[str, Any]:
     return {
         "id": me.broker_id,
         "incarnation": me.incarnation,
+        "starts": me.starts,
         "instance": me.instance,
         "group": me.group,
         "version": PROTOCOL_VERSION,
@@ -137,6 +144,7 @@ def parse_hello(info: dict[str, Any], own_max: int) -> Hello:
         heartbeat_timeout=_num(info, "heartbeat_timeout"),
         peer_max_frame=peer_frame_max(info, own_max),
         instance=instance_of(info),
+        starts=starts_of(info, inc),
     )
 
 
@@ -172,6 +180,17 @@ def instance_of(info: dict[str, Any]) -> str:
     return v
 
 
+def starts_of(info: dict[str, Any], incarnation: int) -> int:
+    """The starts a HELLO or WELCOME states (an older node states none: its incarnation
+    counted them)."""
+    v = info.get("starts")
+    if v is None:
+        return incarnation
+    if type(v) is not int or v < 0:
+        raise ProtocolError("bad_type", "starts must be a non-negative integer")
+    return v
+
+
 def describe(name: str, dialled: bool, peer: str, instance: str) -> str:
     """How a duplicate-ID refusal names a link: two may share name and peer."""
     return f"link {name} ({'to' if dialled else 'from'} {peer}, process {instance[:8] or '?'})"
@@ -197,9 +216,11 @@ class Rival:
         )
 
 
-def rival(links: Iterable[Link], peer: str, instance: str, incarnation: int) -> Rival:
+def rival(links: Iterable[Link], peer: str, instance: str, starts: int) -> Rival:
     """The links that are up to a peer claiming broker ID ``peer`` from a process other
-    than ``instance`` (marks unknown on either side decide nothing)."""
+    than ``instance`` that has started ``starts`` times (marks unknown on either side
+    decide nothing). Starts, not incarnations: a second node under the ID on a fresh
+    data directory has a larger incarnation (the clock's) but no more starts."""
     stale = []
     for link in links:
         mark = link.peer_instance
@@ -207,7 +228,7 @@ def rival(links: Iterable[Link], peer: str, instance: str, incarnation: int) -> 
             continue
         if mark == instance:
             continue
-        if incarnation > link.peer_incarnation:
+        if starts > link.peer_starts:
             stale.append(link)  # the same node, restarted: that process is gone
         else:
             return Rival(link, ())

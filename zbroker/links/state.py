@@ -85,6 +85,7 @@ class Link:
     peer: str = ""
     peer_incarnation: int = 0
     peer_instance: str = ""  # the peer's process mark (its handshake's); "": not said
+    peer_starts: int = 0  # the peer's starts on its data directory (handshake.starts_of)
     state: LinkState = LinkState.WAITING
     last_recv: float = 0.0
     last_sent: float = 0.0

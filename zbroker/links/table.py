@@ -285,17 +285,17 @@ class LinkTable:
         self.hooks.link_down(link, reason, was_up, now, clean)
 
     def unique(
-        self, newcomer: str, peer: str, instance: str, inc: int, repeats: Repeats, now: float
+        self, newcomer: str, peer: str, instance: str, starts: int, repeats: Repeats, now: float
     ) -> str | None:
         """A peer completing a handshake as ``newcomer`` (``describe``d): why it is refused
         if another process holds its broker ID on a link that is up (counted, and said at
         most once a minute per link), else None after the links of its own former process
         (it restarted) are taken down."""
-        found = rival(self.all(), peer, instance, inc)
+        found = rival(self.all(), peer, instance, starts)
         trouble = found.problem(newcomer)
         if trouble is None:
             for old in found.stale:
-                self.down(old, f"{peer} restarted (incarnation {inc})", now)
+                self.down(old, f"{peer} restarted (start {starts})", now)
             return None
         self.refused(newcomer, trouble)
         self.counters.drop("duplicate_broker_id")

@@ -27,8 +27,8 @@ import zmq
 import zmq.backend
 
 from .. import wire
-from ..errors import InvalidTopic
-from ..topics import validate_pattern
+from ..errors import InvalidTopic, ReservedTopic
+from ..topics import validate_subscription
 from ..wire.gaps import gap_notice
 from .counters import Counters
 from .events import NodeEvent, SlowSubscriber
@@ -91,7 +91,12 @@ class Delivery:
         try:
             name = key[:-1].decode("utf-8")
             pattern, text = split_name(name)
-            validate_pattern(pattern)
+            validate_subscription(pattern)
+        except ReservedTopic as exc:
+            # an internal branch's interest would pass for a queue group's, a durable's
+            # home or a topic host (its key is the one they use): never added
+            bad("subscriber", "internal_pattern", str(exc))
+            return None
         except (UnicodeDecodeError, InvalidTopic) as exc:
             bad("subscriber", "bad_pattern", str(exc))
             return None

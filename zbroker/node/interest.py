@@ -7,6 +7,12 @@ Interest has *sources*: ``clients`` (subscribers on the XPUB), and what features
 source is a subscription with a selector (``select:TEXT``) carries those selectors, so a
 change of either is said again.
 
+Interest in an internal branch of ``$ZB`` (:func:`~zbroker.topics.is_internal`) is taken
+only from the source that makes it (:data:`INTERNAL_SOURCES`): its key is what makes a
+queue group's member, a durable's home or a shared durable's listener, so interest there
+from anything else (a durable or selected subscription on such a pattern that got past
+the client and subscription checks) is refused, never routed.
+
 It also answers the pipeline's one per-message question about features: which sinks take
 a message whose local patterns are ``patterns`` (the engine's cached frozenset per
 topic). The answer is resolved once per distinct pattern set and cached until interest
@@ -15,11 +21,13 @@ changes, so a message costs one dict lookup, and nothing while no sink has inter
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..routing import LocalSubscribe, LocalUnsubscribe, RoutingEngine
 from ..routing.selection import local_selectors
+from ..topics import is_internal
 from .events import InterestAdded, InterestRemoved, NodeEvent
 
 if TYPE_CHECKING:
@@ -27,8 +35,19 @@ if TYPE_CHECKING:
 
 __all__ = ["LocalInterest"]
 
+log = logging.getLogger("zbroker.node")
+
 #: sources whose interest stays routed while links toward it are down
 STICKY_SOURCE = "durable"
+#: internal branch -> the sources that may hold interest in it (a name, or a prefix
+#: ending in ':'): the queue feature's group keys, the durables feature's home keys and
+#: its shared durables' topics (topic hosts are the engine's own, never local interest)
+INTERNAL_SOURCES: dict[str, tuple[str, ...]] = {
+    "$ZB.Q.": ("queue",),
+    "$ZB.DURABLE.": ("durable-home:",),
+    "$ZB.SD.": ("sdr", "sdr:"),
+    "$ZB.HOST.": (),
+}
 
 
 class LocalInterest:
@@ -52,6 +71,9 @@ class LocalInterest:
             self._sink_owner[name] = feature
 
     def add(self, pattern: str, source: str) -> None:
+        if is_internal(pattern) and not _owns(source, pattern):
+            log.warning("interest in internal %r from %r refused (not its maker)", pattern, source)
+            return
         sources = self._sources.setdefault(pattern, set())
         was = _said(sources)
         first = not sources
@@ -104,6 +126,14 @@ class LocalInterest:
             self._sink_refs += delta
             self.has_sinks = self._sink_refs > 0
             self._sinks.clear()
+
+
+def _owns(source: str, pattern: str) -> bool:
+    """May ``source`` hold interest in ``pattern`` (internal)?"""
+    for prefix, owners in INTERNAL_SOURCES.items():
+        if pattern.startswith(prefix):
+            return any(source == o or (o.endswith(":") and source.startswith(o)) for o in owners)
+    return False
 
 
 def _sticky(sources: set[str]) -> bool:

@@ -102,7 +102,12 @@ class Node:
         # this process's own mark in link handshakes: a HELLO bearing our broker ID but not
         # this mark comes from another node configured with the same ID, not from ourselves
         me = Me(
-            self.broker_id, self.incarnation, uuid.uuid4().hex, config.group, config.max_frame_bytes
+            self.broker_id,
+            self.incarnation,
+            uuid.uuid4().hex,
+            config.group,
+            config.max_frame_bytes,
+            identity.starts,
         )
         self.links = LinkTable(
             config=config, me=me, engine=self.engine, counters=self.counters,

@@ -13,9 +13,11 @@ start --local PATTERN``). For a local branch ``L`` the engine:
 
 Interest in a wider pattern (``>`` beside ``CACHE.>``) is still advertised, for its other
 topics, and a message of the branch that arrives from another node is delivered here but
-goes no further. Nothing a node already does is changed for other topics, so the rules
-of the engine (exactly-once by the tree and dedupe, loop-free paths) hold unchanged: a
-local branch only removes edges from the trees of its topics.
+goes no further, whatever its copy's marks say (a flood copy, or one on its way to a
+host: the router answers a local branch's plan before it reads them). Nothing a node
+already does is changed for other topics, so the rules of the engine (exactly-once by
+the tree and dedupe, loop-free paths) hold unchanged: a local branch only removes edges
+from the trees of its topics.
 """
 
 from __future__ import annotations

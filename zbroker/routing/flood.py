@@ -10,7 +10,8 @@ Rules (beside rule 8 of :mod:`zbroker.routing.engine`):
 * a publication of a flooded topic is delivered locally and sent over every live link
   that may carry it, with the targets ``(FLOOD,)``; a node that receives such a copy does
   the same, whatever its own configuration says, toward every neighbour not on the
-  copy's path.
+  copy's path — except a node whose local branch holds the topic
+  (:mod:`~zbroker.routing.branches`): it delivers the copy and relays it nowhere.
 
 Exactly once: each node delivers and forwards only the first copy it gets (the per-node
 dedupe of rule 5 drops the others); a flood copy carries no targets that a dropped copy

@@ -35,7 +35,17 @@ Route = tuple[frozenset[str], list[Send]]  # (local patterns, sends)
 class Plan:
     """Everything about one literal topic that does not depend on a message's path."""
 
-    __slots__ = ("cond", "counts", "flood", "hosts", "local", "next_hop", "routes", "static")
+    __slots__ = (
+        "cond",
+        "counts",
+        "flood",
+        "hosts",
+        "kept",
+        "local",
+        "next_hop",
+        "routes",
+        "static",
+    )
 
     def __init__(
         self,
@@ -51,6 +61,7 @@ class Plan:
         self.cond: Conditions = {}  # selected origins and their selectors (rule 7)
         self.hosts: dict[str, hosting.HostRoute] | None = None  # a hosted topic (rule 8)
         self.flood = False  # a topic of a flooded branch (flood.py)
+        self.kept = False  # a topic of a local branch: never leaves this node (branches.py)
         # the keys of the cached routes computed from this plan: evicted with it
         self.routes: list[tuple[str, Path, tuple[str, ...] | None]] = []
 
@@ -84,6 +95,7 @@ class Router:
         branches = self._table.local_branches
         if branches and holds(branches, topic):
             plan = Plan(self._local.match(topic), {}, {}, ())  # never leaves this node
+            plan.kept = True
         else:
             plan = self._build(topic)
         if len(self._plans) >= self._plan_limit:
@@ -189,6 +201,10 @@ class Router:
         publish, or a copy pushed by a static pattern). Each send is ``(link, targets of
         that branch or None, copies)``; the caller appends our ID to the path.
         """
+        if plan.kept:
+            # a local branch's topic goes no further, whatever the copy's marks say (a
+            # flood copy or one on its way to a host would otherwise be relayed)
+            return plan.local, []
         if (
             plan.hosts is not None
             or plan.flood
