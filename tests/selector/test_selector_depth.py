@@ -9,11 +9,12 @@ import sys
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
 
-from tests.selector.test_selectors import ref_bool
+from tests.selector.test_selectors import conditions, ref_bool
 from zbroker.errors import SelectorError
 from zbroker.selectors import MAX_DEPTH, MAX_SELECTOR, canonical, selector
-from zbroker.selectors.parser import parse
+from zbroker.selectors.parser import parse, unparse
 
 LETTERS = "abcdefghij"  # boolean headers a..j
 
@@ -115,3 +116,37 @@ def test_a_recursion_error_is_turned_into_a_selector_error() -> None:
     with pytest.raises(SelectorError, match="levels of nesting"):
         deep(frames)
     assert selector(text)({"qty": 1}) is True  # nothing cached by the failure
+
+
+def old_canonical(node: Any) -> str:
+    """The canonical text of the releases before flat chains: every AND and OR binary,
+    nested to the left, each in its own parentheses (as durables stored it)."""
+    if node[0] in ("and", "or"):
+        text = old_canonical(node[1])
+        for part in node[2:]:
+            text = f"({text} {node[0].upper()} {old_canonical(part)})"
+        return text
+    if node[0] == "not":
+        return f"(NOT {old_canonical(node[1])})"
+    return unparse(node)
+
+
+@settings(max_examples=300, deadline=None)
+@given(conditions)
+def test_the_old_canonical_text_parses_to_the_same_tree(tree: Any) -> None:
+    assert parse(old_canonical(tree)) == tree
+
+
+@pytest.mark.parametrize("keyword", ["OR", "AND"])
+def test_a_long_chain_stored_in_the_old_canonical_text_still_reads(keyword: str) -> None:
+    """A durable stored its selector's canonical text: before flat chains, a chain of n
+    terms nested n - 1 parentheses deep. Those of 65 terms and more (MAX_DEPTH 64) were
+    refused on reading, so the durable took every message and its client's reopen was
+    refused as a different selector."""
+    for n in (MAX_DEPTH + 1, 260):
+        flat_text = f" {keyword} ".join(f"(a = {i})" for i in range(n))
+        text = old_canonical(parse(flat_text))
+        assert len(text) <= MAX_SELECTOR and text.count("(") > MAX_DEPTH
+        assert canonical(text) == canonical(flat_text)
+        if keyword == "OR":
+            assert selector(text)({"a": n - 1}) and not selector(text)({"a": n})

@@ -36,10 +36,12 @@ A chain of ``AND`` (or of ``OR``) is one node however long, built in a loop: suc
 selector is as long as :data:`MAX_SELECTOR` allows. A parenthesized chain of the same
 kind is spliced into it (both are associative in three-valued logic, and the operands
 keep their order), so ``(a AND b) AND c`` shares its canonical text with ``a AND b AND c``.
-What nests is bounded by :data:`MAX_DEPTH`: parentheses, ``NOT`` and signs the parser
-recurses into, and the operations of the tree (an arithmetic chain nests one level per
-operator), which the compiler, the evaluation and :func:`unparse` recurse into. Deeper
-is a :class:`~zbroker.errors.SelectorError`, well before Python's recursion limit.
+What nests is bounded by :data:`MAX_DEPTH`: parentheses (but not those that only group a
+chain inside a chain, which :mod:`.parens` drops first: the older canonical text nested
+one per operator), ``NOT`` and signs the parser recurses into, and the operations of the
+tree (an arithmetic chain nests one level per operator), which the compiler, the
+evaluation and :func:`unparse` recurse into. Deeper is a
+:class:`~zbroker.errors.SelectorError`, well before Python's recursion limit.
 
 Every error names the position (0-based character offset) and what was expected there.
 """
@@ -51,6 +53,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import SelectorError
+from .parens import drop_redundant
 
 __all__ = ["MAX_DEPTH", "MAX_SELECTOR", "Node", "parse", "unparse"]
 
@@ -119,7 +122,7 @@ def _describe(tok: Token) -> str:
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
-        self.toks = _tokens(text)
+        self.toks = drop_redundant(_tokens(text))  # (chains' grouping: see .parens)
         self.i = 0
         self.depth = 0  # parentheses, NOT and signs open around the current token
 
