@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import msgpack
+import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +18,8 @@ from cli.queues import format_queues
 from zbroker import wire
 from zbroker.features.durables.members import Member, Members
 from zbroker.features.durables.remote import Home, decode, sd_topic
-from zbroker.features.durables.shared import SharedConsumer
+from zbroker.features.durables.shared import SharedConsumer, SharedState, send_shared
+from zbroker.features.durables.state import Durable
 
 
 class StubContext:
@@ -250,3 +252,35 @@ def test_an_acknowledgement_of_a_q_from_a_queue_consumed_no_more_is_not_taken_fo
     assert st.ack(b"x", [7, 8]) == []  # (the old 7 and the old 8)
     assert 7 in c.inflight and not c.stale
     assert st.ack(b"x", [7]) == [7]
+
+
+class FullQueueContext(StubContext):
+    """A node whose connection to consumer ``slow`` has a full queue."""
+
+    def send_to(self, ident: bytes, frame: bytes) -> bool:
+        if ident == b"slow":
+            raise zmq.Again()
+        self.sent.append((ident.decode(), wire.decode_control(frame)[2]))
+        return True
+
+
+def test_a_consumer_whose_queue_is_full_is_slow_not_gone() -> None:
+    """A send that finds a consumer's connection queue full (zmq.Again) puts the
+    message back first in line and keeps the consumer; only one found gone is handed on
+    as gone (it used to be both: a slow last consumer marked the durable detached)."""
+    d = Durable("billing", "billing.>", 10, 1000)
+    st = d.shared = SharedState()
+    st.attach(b"slow", 5)
+    st.attach(b"quick", 5)
+    slow, quick = st.consumers[b"slow"], st.consumers[b"quick"]
+    frames = []
+    for q, c in ((1, slow), (2, quick), (3, slow)):
+        c.inflight[q] = None
+        c.share += 1
+        frames.append((c, q, {"name": "billing", "q": q}))
+    gone: list[bytes] = []
+    ctx = FullQueueContext()
+    sent = send_shared(ctx, d, frames, {}, lambda _d, ident, _why: gone.append(ident))  # type: ignore[arg-type]
+    assert sent == 1 and gone == []
+    assert st.redo == [1, 3] and slow.inflight == {} and list(quick.inflight) == [2]
+    assert set(st.consumers) == {b"slow", b"quick"}

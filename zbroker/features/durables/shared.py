@@ -187,12 +187,15 @@ def send_shared(
     """Send what :func:`pump_shared` handed out (after the commit of its marks); a
     consumer found gone is handed to ``gone`` (the feature's ``shared_gone``: it detaches
     it, so its messages go to the others, and wakes the pump for them, or marks the
-    durable detached if it was the last). What goes to a network consumer is added to
-    ``remote`` (sent by :mod:`.remote`). Returns sent."""
+    durable detached if it was the last). A consumer whose connection's queue is full
+    (``zmq.Again``) is slow, not gone: the message goes back first in line (``redo``,
+    so flagged redelivered when it goes: its mark is committed) and leaves when credit
+    frees up again. What goes to a network consumer is added to ``remote`` (sent by
+    :mod:`.remote`). Returns sent."""
     st = d.shared
     assert st is not None
     sent = 0
-    for c, _q, body in frames:
+    for c, q, body in frames:
         if st.consumers.get(c.ident) is not c:
             continue  # detached meanwhile: its messages are in redo already
         if c.node is not None:
@@ -201,6 +204,11 @@ def send_shared(
             continue
         try:
             dead = not ctx.send_to(c.ident, wire.encode_control(wire.DELIVER, 0, body))
+        except zmq.Again:
+            del c.inflight[q]
+            c.share -= 1
+            bisect.insort(st.redo, q)
+            continue
         except zmq.ZMQError:
             dead = True
         if dead:
