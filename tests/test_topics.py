@@ -83,6 +83,14 @@ MATCH_TABLE: list[tuple[str, str, bool]] = [
     ("*.X", "$ZB.X", False),
     ("*", "$ZBX", True),
     (">", "$X.Y", True),
+    # the nodes' internal branches match patterns that name them, never a wildcard in
+    # their second segment: a subscriber of $ZB.> is not sent the nodes' own traffic
+    ("$ZB.>", "$ZB.SD.A", False),
+    ("$ZB.*.A", "$ZB.SD.A", False),
+    ("$ZB.*.>", "$ZB.Q.w.x", False),
+    ("$ZB.SD.*", "$ZB.SD.A", True),
+    ("$ZB.Q.>", "$ZB.Q.w.x", True),
+    ("$ZB.*.A", "$ZB.ADVISORY.A", True),
     # non-ASCII literals
     ("π.*", "π.x", True),
     ("π.*", "p.x", False),
@@ -379,6 +387,10 @@ OVERLAP_TABLE: list[tuple[str, str, bool]] = [
     ("$ZB.>", "*.*", False),
     ("*.>", "$ZB.X", False),
     ("$ZBX.>", ">", True),
+    ("$ZB.>", "$ZB.SD.>", False),
+    ("$ZB.*.A", "$ZB.HOST.A", False),
+    ("$ZB.>", "$ZB.ADVISORY.>", True),
+    ("$ZB.SD.*", "$ZB.SD.A", True),
 ]
 
 

@@ -75,6 +75,9 @@ RESERVED_PREFIX = "$ZB"
 #: (features/durables/remote.py). A client subscription there would pass for one of
 #: them, so clients may not subscribe there (topics.validate_subscription).
 INTERNAL_PREFIXES = ("$ZB.Q.", "$ZB.DURABLE.", "$ZB.SD.", "$ZB.HOST.")
+#: their second segments: a topic there matches only patterns that name it (no wildcard
+#: in the second segment), as a ``$ZB`` topic matches no leading wildcard
+INTERNAL_BRANCHES = frozenset(p.split(".")[1] for p in INTERNAL_PREFIXES)
 
 #: seconds. Links send a heartbeat this often...
 DEFAULT_HEARTBEAT_INTERVAL = 1.0

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
-from .const import MATCH_CACHE_SIZE, RESERVED_PREFIX
+from .const import INTERNAL_BRANCHES, MATCH_CACHE_SIZE, RESERVED_PREFIX
 
 __all__ = ["Sublist", "TopicIndex", "TopicTrie"]
 
@@ -275,7 +275,12 @@ class Sublist(Generic[T]):
             # reserved topics match only patterns that name them: no leading wildcard
             # (topics.match has the same rule)
             nxt = self._root.literal.get(RESERVED_PREFIX)
-            if nxt is not None:
+            if nxt is not None and len(segs) > 1 and segs[1] in INTERNAL_BRANCHES:
+                # nor, in the nodes' internal branches, a wildcard in the second segment
+                nxt = nxt.literal.get(segs[1])
+                if nxt is not None:
+                    self._match(nxt, segs, 2, out)
+            elif nxt is not None:
                 self._match(nxt, segs, 1, out)
         else:
             self._match(self._root, segs, 0, out)

@@ -17,7 +17,10 @@ Rules (the syntax of ActiveMQ's destination wildcards, also used by NATS):
   (:data:`~zbroker.const.INTERNAL_PREFIXES`: ``$ZB.Q.``, ``$ZB.DURABLE.``, ``$ZB.SD.``,
   ``$ZB.HOST.``) are the nodes' own: a client may not subscribe there either
   (:func:`validate_subscription`), for its interest would pass for a queue group's, a
-  durable's home or a topic host.
+  durable's home or a topic host; and their topics match only patterns that name the
+  branch (no wildcard in the second segment), so ``$ZB.>`` watches the node without
+  drawing the nodes' own traffic (:func:`match`, and the same rule in
+  :mod:`zbroker.sublist` and :func:`zbroker.routing.filters.pattern_covers`).
 
 Every function that takes a name from outside the process calls :func:`validate_topic` or
 :func:`validate_pattern`; both raise :class:`~zbroker.errors.InvalidTopic` with a message
@@ -28,7 +31,13 @@ from __future__ import annotations
 
 import re
 
-from .const import INTERNAL_PREFIXES, MAX_TOPIC_BYTES, MAX_TOPIC_SEGMENTS, RESERVED_PREFIX
+from .const import (
+    INTERNAL_BRANCHES,
+    INTERNAL_PREFIXES,
+    MAX_TOPIC_BYTES,
+    MAX_TOPIC_SEGMENTS,
+    RESERVED_PREFIX,
+)
 from .errors import InvalidTopic, ReservedTopic
 
 __all__ = [
@@ -155,6 +164,8 @@ def match(pattern: str, topic: str) -> bool:
     t = topic.split(".")
     if t[0] == RESERVED_PREFIX and p[0] in _WILDCARDS:
         return False  # reserved topics match only patterns that name them
+    if _internal_wild(p, t):
+        return False  # and internal branches only patterns that name them too
     for i, seg in enumerate(p):
         if seg == ">":
             return len(t) > i
@@ -165,6 +176,19 @@ def match(pattern: str, topic: str) -> bool:
     return len(p) == len(t)
 
 
+def _internal_wild(p: list[str], t: list[str]) -> bool:
+    """``t`` (segments) names an internal branch of ``$ZB`` and ``p`` has a wildcard where
+    the branch is named (such a pattern matches none of its topics)."""
+    return (
+        len(t) > 1
+        and t[0] == RESERVED_PREFIX
+        and t[1] in INTERNAL_BRANCHES
+        and len(p) > 1
+        and p[0] == RESERVED_PREFIX
+        and p[1] in _WILDCARDS
+    )
+
+
 def patterns_overlap(a: str, b: str) -> bool:
     """True if some topic name matches both patterns ``a`` and ``b``."""
     pa = a.split(".")
@@ -173,6 +197,8 @@ def patterns_overlap(a: str, b: str) -> bool:
         pb[0] in _WILDCARDS and pa[0] == RESERVED_PREFIX
     ):
         return False  # a leading wildcard matches no reserved topic (see match)
+    if _internal_wild(pa, pb) or _internal_wild(pb, pa):
+        return False  # nor a wildcard after $ZB an internal branch (see match)
     for i in range(max(len(pa), len(pb))):
         sa = pa[i] if i < len(pa) else None
         sb = pb[i] if i < len(pb) else None

@@ -19,6 +19,7 @@ from zbroker import Broker, Client
 from zbroker.config import LinkConfig, QueueRule
 from zbroker.const import INTERNAL_PREFIXES
 from zbroker.errors import ReservedTopic
+from zbroker.features.durables.options import open_options
 from zbroker.features.durables.remote import SD_PREFIX
 from zbroker.routing.durable_homes import HOME_PREFIX
 from zbroker.routing.hosts import HOST_PREFIX
@@ -122,3 +123,13 @@ def test_a_raw_subscription_to_a_home_key_takes_no_durable_name(
             ca.publish("billing.x", i)
         assert got.wait_for(N, WAIT)
         assert got.payloads() == list(range(N))
+
+
+def test_the_node_refuses_durables_and_queue_members_on_internal_patterns() -> None:
+    """Past the client's own check (a raw DURABLE_OPEN), the node's options check
+    refuses such a pattern with the same reason."""
+    for pattern in ("$ZB.DURABLE.billing", "$ZB.SD.A"):
+        said = open_options({"name": "d", "pattern": pattern})
+        assert isinstance(said, str) and "internal to the nodes" in said
+    for pattern in ("$ZB.ADVISORY.>", "$ZB.>"):
+        assert isinstance(open_options({"name": "d", "pattern": pattern}), dict)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..const import RESERVED_PREFIX
+from ..const import INTERNAL_BRANCHES, RESERVED_PREFIX
 from ..topics import match, patterns_overlap
 
 __all__ = ["LinkFilter", "pattern_covers"]
@@ -17,11 +17,15 @@ __all__ = ["LinkFilter", "pattern_covers"]
 
 def pattern_covers(a: str, b: str) -> bool:
     """True if every topic matching pattern ``b`` also matches pattern ``a``. A pattern
-    starting with a wildcard covers nothing under ``$ZB`` (it matches none of its topics)."""
+    starting with a wildcard covers nothing under ``$ZB`` (it matches none of its topics),
+    nor one with a wildcard after ``$ZB`` anything in an internal branch."""
     pa = a.split(".")
     pb = b.split(".")
     if pb[0] == RESERVED_PREFIX and pa[0] in ("*", ">"):
         return False
+    if len(pb) > 1 and pb[0] == RESERVED_PREFIX and pb[1] in INTERNAL_BRANCHES:
+        if len(pa) > 1 and pa[1] in ("*", ">"):
+            return False  # nor one after $ZB an internal branch
     for i, sa in enumerate(pa):
         if sa == ">":
             return i < len(pb)

@@ -10,7 +10,7 @@ from typing import Any
 from ...errors import InvalidTopic, SelectorError
 from ...selectors import canonical
 from ...store import OVERFLOW_POLICIES
-from ...topics import validate_pattern
+from ...topics import validate_subscription
 
 __all__ = ["open_options", "open_subjects"]
 
@@ -36,7 +36,7 @@ def open_options(body: dict[str, Any]) -> dict[str, Any] | str:
     if overflow not in OVERFLOW_POLICIES:
         return f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}"
     try:
-        validate_pattern(pattern)
+        validate_subscription(pattern)  # (not in the nodes' internal branches)
     except InvalidTopic as exc:
         return str(exc)
     if type(credit) is not int or not 1 <= credit <= 100_000:

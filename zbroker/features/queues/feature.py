@@ -26,7 +26,7 @@ from ...names import validate_broker_id
 from ...node import Feature, Op, Request
 from ...node.events import QueueJoined, QueueLeft
 from ...routing.groups import group_key, split_key
-from ...topics import validate_pattern
+from ...topics import validate_subscription
 from .members import LocalGroup, Member
 from .report import queue_status
 
@@ -147,7 +147,7 @@ class QueueGroups(Feature):
         member, credit = body.get("member"), body.get("credit", 100)
         try:
             validate_broker_id(group, "queue group name")
-            validate_pattern(pattern)
+            validate_subscription(pattern)
         except (ConfigError, InvalidTopic) as exc:
             self._ctx.error(req, str(exc))
             return
