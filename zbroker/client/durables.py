@@ -7,6 +7,12 @@ durable's home node over a session of its own (:mod:`.durable_session`), never t
 whichever node the client failed over to; when that session reconnects (or its node
 restarted) it reopens the durables that live there: what was not acknowledged comes again,
 marked ``redelivered``.
+
+Leaving (``unsubscribe()``, from any thread or the subscription's own callback, or
+``Client.close()``) runs no further callback of that subscription: the client acknowledges
+exactly what its callback ran on (at the end of the drain that ran it), then DURABLE_CLOSE
+follows on the same session (from the command queue), and what else was delivered comes
+again, flagged, to the next consumer (of a shared durable: to the others).
 """
 
 from __future__ import annotations
@@ -97,9 +103,10 @@ class Durables:
         return result
 
     def leave(self) -> None:
-        """Tell the node we are leaving, so it stops sending and keeps storing."""
-        for name in list(self._open):
-            self._close_on_node(name)
+        """The client closes: every durable subscription ends as ``unsubscribe()`` ends
+        it (no callback runs after this; the node stops sending and keeps storing)."""
+        for sub, _, _ in list(self._open.values()):
+            sub.unsubscribe()
 
     def _end(self, sub: Subscription) -> None:
         assert sub.durable is not None
@@ -122,7 +129,9 @@ class Durables:
         entry = self._open.get(name) if isinstance(name, str) else None
         q = body.get("q")
         if entry is None or type(q) is not int:
-            return  # detached meanwhile: it stays unacknowledged, so it comes back later
+            # detached meanwhile (unsubscribe(), its own callback, close()): it is neither
+            # processed nor acknowledged, so it comes again, flagged, to the next consumer
+            return
         sub = entry[0]
         try:
             msg = message_from_fields(sub.pattern, body["msg"])
