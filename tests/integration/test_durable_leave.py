@@ -48,6 +48,18 @@ class Leaver(Gate):
             self.sub.unsubscribe()
 
 
+class Holder:
+    """Holds the client thread at its first message until released."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, msg: Message) -> None:
+        self.reached.set()
+        assert self.release.wait(WAIT)
+
+
 def publish(client: Client, payloads: list[int]) -> None:
     for i, p in enumerate(payloads):
         client.publish("d.x", p, persistent=True, confirm=i == len(payloads) - 1)
@@ -160,3 +172,42 @@ def test_shared_durable_consumer_on_a_member_node_leaves_mid_batch(
     flagged = {m.payload for m in other.snapshot() if m.redelivered}
     assert len(flagged) >= CREDIT - K  # (at least what the leaver held unprocessed)
     assert queue_row(a, "d")["redelivered"] == len(flagged)  # type: ignore[index]
+
+
+def test_durable_opened_again_while_its_old_window_is_drained(
+    broker: Broker, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """A client detaches durable ``d`` mid-window and opens it again (another thread)
+    while its client thread still reads what was sent for the first subscription: the
+    rest of that old window is not run (the node sends it all again after the open), and
+    no cumulative acknowledgement covers what the first skipped. Another durable's
+    callback holds the client thread between the two halves of ``d``'s window."""
+    client, pub = client_factory(broker.endpoint), client_factory(broker.endpoint)
+    first, between = Leaver(ends=False), Holder()
+    first.sub = client.subscribe("d.>", first, durable="d", credit=CREDIT)
+    client.subscribe("e.>", between, durable="e", credit=CREDIT)
+    publish(pub, list(range(CREDIT // 2)))  # (sent to the client before e's message)
+    pub.publish("e.x", 0, persistent=True, confirm=True)
+    publish(pub, list(range(CREDIT // 2, N)))
+    assert first.reached.wait(WAIT)
+    assert wait_until(lambda: durable_row(broker, "d")["in_flight"] == CREDIT, WAIT)
+    first.sub.unsubscribe()
+    first.release.set()  # (the rest of d's first half is skipped, then e's callback holds)
+    assert between.reached.wait(WAIT)
+    second = Collector()
+    opener = threading.Thread(
+        target=client.subscribe, args=("d.>", second), kwargs={"durable": "d", "credit": CREDIT}
+    )
+    opener.start()
+    try:
+        assert wait_until(lambda: "d" in client._durables._open, WAIT)  # open here, not yet
+    finally:
+        between.release.set()  # (d's second half is read now)
+        opener.join(WAIT)
+    assert client.durable_info["d"]["home"] == broker.broker_id
+    publish(pub, [BARRIER])
+    assert second.wait_payload(BARRIER, WAIT), len(second)
+    assert first.payloads() == list(range(K))
+    assert second.payloads() == [*range(K, N), BARRIER]  # each once, none lost
+    check_flagged(second)
+    assert wait_until(lambda: durable_row(broker, "d")["stored"] == 0, WAIT)
