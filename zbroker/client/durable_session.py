@@ -187,6 +187,7 @@ class DurableHomes:
         if exc is None:
             if op == wire.DURABLE_OPEN:
                 self.home_of[name] = ep
+                self._durables.opened(name)
                 self._member_or_home(name, ep, body, inner.result())
             elif op == wire.DURABLE_DELETE:
                 self.home_of.pop(name, None)

@@ -7,6 +7,15 @@ durable's home node over a session of its own (:mod:`.durable_session`), never t
 whichever node the client failed over to; when that session reconnects (or its node
 restarted) it reopens the durables that live there: what was not acknowledged comes again,
 marked ``redelivered``.
+
+Leaving (``unsubscribe()``, from any thread or the subscription's own callback, or
+``Client.close()``) runs no further callback of that subscription: the client acknowledges
+exactly what its callback ran on (at the end of the drain that ran it), then DURABLE_CLOSE
+follows on the same session (from the command queue), and what else was delivered comes
+again, flagged, to the next consumer (of a shared durable: to the others). An exclusive
+durable opened again on this client before its old window was read skips the rest of that
+window until the node answers the open (its cumulative acknowledgement would otherwise
+cover what was skipped); the node sends it all again after its answer.
 """
 
 from __future__ import annotations
@@ -42,6 +51,9 @@ class Durables:
         self.info: dict[str, dict[str, Any]] = {}
         self._acks: dict[str, int] = {}  # name -> highest q processed, not yet acked
         self._acks_each: dict[str, list[int]] = {}  # shared: name -> q processed
+        #: name -> the lowest q delivered while it was not open here, until the node
+        #: answers an open of it again: the rest of that window is stale (see ``deliver``)
+        self._skipped: dict[str, int] = {}
 
     # -- user threads --------------------------------------------------------------------
 
@@ -97,9 +109,10 @@ class Durables:
         return result
 
     def leave(self) -> None:
-        """Tell the node we are leaving, so it stops sending and keeps storing."""
-        for name in list(self._open):
-            self._close_on_node(name)
+        """The client closes: every durable subscription ends as ``unsubscribe()`` ends
+        it (no callback runs after this; the node stops sending and keeps storing)."""
+        for sub, _, _ in list(self._open.values()):
+            sub.unsubscribe()
 
     def _end(self, sub: Subscription) -> None:
         assert sub.durable is not None
@@ -119,10 +132,18 @@ class Durables:
     def deliver(self, body: dict[str, Any]) -> None:
         """A durable subscription's message: run the callback, then acknowledge it."""
         name = body.get("name")
-        entry = self._open.get(name) if isinstance(name, str) else None
         q = body.get("q")
-        if entry is None or type(q) is not int:
-            return  # detached meanwhile: it stays unacknowledged, so it comes back later
+        if not isinstance(name, str) or type(q) is not int:
+            return
+        entry = self._open.get(name)
+        if entry is None or (name in self._skipped and not entry[2].get("shared")):
+            # detached meanwhile (unsubscribe(), its own callback, close()): it is neither
+            # processed nor acknowledged, so it comes again, flagged, to the next consumer.
+            # An exclusive durable opened again here before the node answered skips the
+            # rest of the old window too: its cumulative acknowledgement would cover what
+            # was skipped (the node sends it all again after the open's answer)
+            self._skipped[name] = min(q, self._skipped.get(name, q))
+            return
         sub = entry[0]
         try:
             msg = message_from_fields(sub.pattern, body["msg"])
@@ -136,7 +157,6 @@ class Durables:
             log.exception("durable subscriber callback for %r raised", name)
         # acknowledgements are cumulative: one per subscription per drain (flush_acks);
         # a shared durable's list exactly what this consumer processed
-        assert isinstance(name, str)
         if entry[2].get("shared"):
             self._acks_each.setdefault(name, []).append(q)
         elif q > self._acks.get(name, 0):
@@ -162,10 +182,16 @@ class Durables:
         sub, credit, bounds = entry
         return {"name": name, "pattern": sub.pattern, "credit": credit, **bounds}
 
+    def opened(self, name: str) -> None:
+        """The node answered an open of ``name`` (client thread, in order with its
+        deliveries): what it sends from now on is for the subscription open here."""
+        self._skipped.pop(name, None)
+
     def reattach(self, session: Session, names: list[str]) -> None:
         """After a reconnect to their home: reopen durable subscriptions ``names`` (the
         unacknowledged messages come again)."""
         for name in names:
+            self.opened(name)  # (what the old session or node sent before is gone)
             entry = self._open.get(name)
             if entry is None:
                 continue  # (detached meanwhile)
