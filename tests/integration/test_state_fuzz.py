@@ -61,7 +61,9 @@ def test_a_value_with_any_field_wrong_is_refused_or_valid(i: int, junk: Any) -> 
 
 
 def test_valid_frames_pass() -> None:
-    assert wstate.check_query([55, "q1", "snapshot", "T.>", "N"]) == ("q1", "snapshot", "T.>", "N")
+    q = ("q1", "snapshot", "T.>", "N")
+    assert wstate.check_query([55, *q]) == (*q, None)  # (no budget: the relay timeout)
+    assert wstate.check_query([55, *q, 1500]) == (*q, 1500)
     assert wstate.check_answer([56, "q1", [VALUE], [["T.b", 3, "N"]], 0, True])[0] == "q1"
     assert wstate.check_answer([56, "q1", [], [], 0, True])[5] is False
     assert wstate.check_answer([56, "q1", [], [], 0, True, True])[5] is True  # (cut)
@@ -74,6 +76,8 @@ BAD_LINK_FRAMES = [
     [wire.STATE_QUERY, "q", "explode", "T.>", "N"],
     [wire.STATE_QUERY, "q", "fetch", "T..>", "N"],
     [wire.STATE_QUERY, "q", "fetch", "T.>", 7],
+    [wire.STATE_QUERY, "q", "fetch", "T.>", "N", -1],
+    [wire.STATE_QUERY, "q", "fetch", "T.>", "N", 1.5],
     [wire.STATE_ANSWER, "q", [["T.a"]], [], 0, True],
     [wire.STATE_ANSWER, "q", [], [], -1, True],
     [wire.STATE_ANSWER, "q", [[*VALUE[:7], 3]], [], 0, True],

@@ -225,19 +225,19 @@ types 16 and up, so the ROUTER tells them from control requests by the first ele
 every node forwards it toward ``target`` alone. ``QCAP`` floods the capacity behind each
 group key per origin (a newer ``stamp`` replaces an older one).
 
-    STATE_QUERY   [55, qid: str, kind: str, pattern: str, origin: str]
+    STATE_QUERY   [55, qid: str, kind: str, pattern: str, origin: str(, budget_ms: int)]
     STATE_ANSWER  [56, qid: str, values: [value...], gone: [[topic, version, owner]...],
                    removed: int, last: bool(, cut: true)]
     MISSING_ASK   [57, mid: str, pattern: str, node: str]
     MISSING_REPLY [58, mid: str, verdict: "proceed" | "cancel" | "none"]
 
-``STATE_QUERY`` asks a node and, through it, every node behind it (each forwards a query
-once, to its other links, and answers with what it and they hold, once they all answered
-or their links went down): ``kind`` ``fetch``, ``snapshot`` (the node first waits until it
-routes ``pattern`` toward ``origin``, so no update after its answer misses the subscriber)
-or ``remove``. A query seen before is answered empty at once (meshes). An answer too large
-for one frame comes in several; the last says ``last``, and ``cut`` if a node answered at its
-deadline without every link it asked (a part is missing: a replica's sync asks again).
+``STATE_QUERY`` asks a node and, through it, every node behind it (each forwards it once,
+to its other links, and answers with what it and they hold once all answered or their links
+went down): ``kind`` ``fetch``, ``snapshot`` (the node first waits until it routes
+``pattern`` toward ``origin``) or ``remove``; ``budget_ms``: how long the sender still waits
+(the receiver answers sooner, with what it has). A query seen before is answered empty
+(meshes). An answer too large for one frame comes in several; the last says ``last``, and
+``cut`` if a link asked did not answer in time or went down (a replica's sync asks again).
 
 ``MISSING_ASK`` goes from a secondary to its primary (a link with ``replicate``): a
 subscribe or fetch on ``node`` matched no stateful topic; the primary asks its most

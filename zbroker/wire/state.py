@@ -27,8 +27,10 @@ __all__ = [
 QUERY_KINDS = ("fetch", "snapshot", "remove")
 
 
-def encode_query(qid: str, kind: str, pattern: str, origin: str) -> bytes:
-    return encode_link(STATE_QUERY, qid, kind, pattern, origin)
+def encode_query(qid: str, kind: str, pattern: str, origin: str, budget_ms: int) -> bytes:
+    """``budget_ms``: how long the sender still waits for this answer (relative: clocks
+    differ between nodes), so the receiver gives up before it does."""
+    return encode_link(STATE_QUERY, qid, kind, pattern, origin, max(0, budget_ms))
 
 
 def encode_answer(
@@ -40,11 +42,19 @@ def encode_answer(
     return encode_link(STATE_ANSWER, qid, values, gone, removed, last)
 
 
-def check_query(value: list[Any]) -> tuple[str, str, str, str]:
-    """``[55, qid, kind, pattern, origin]`` -> (qid, kind, pattern, origin)."""
-    if len(value) != 5 or not all(type(v) is str for v in value[1:]):
-        raise ProtocolError("bad_shape", "STATE_QUERY must be [55, qid, kind, pattern, origin]")
-    _, qid, kind, pattern, origin = value
+def check_query(value: list[Any]) -> tuple[str, str, str, str, int | None]:
+    """``[55, qid, kind, pattern, origin(, budget_ms)]`` -> (qid, kind, pattern, origin,
+    budget_ms or None: a sender that did not say)."""
+    if (
+        len(value) not in (5, 6)
+        or not all(type(v) is str for v in value[1:5])
+        or (len(value) == 6 and (type(value[5]) is not int or not 0 <= value[5] < I64))
+    ):
+        raise ProtocolError(
+            "bad_shape", "STATE_QUERY must be [55, qid, kind, pattern, origin(, budget_ms)]"
+        )
+    qid, kind, pattern, origin = value[1:5]
+    budget = value[5] if len(value) == 6 else None
     if kind not in QUERY_KINDS or not 0 < len(qid) <= 200:
         raise ProtocolError("bad_value", f"STATE_QUERY kind {kind!r} or qid unknown")
     try:
@@ -52,7 +62,7 @@ def check_query(value: list[Any]) -> tuple[str, str, str, str]:
         validate_broker_id(origin)
     except Exception as exc:
         raise ProtocolError("bad_value", f"STATE_QUERY: {exc}") from exc
-    return qid, kind, pattern, origin
+    return qid, kind, pattern, origin, budget
 
 
 def check_answer(value: list[Any]) -> tuple[str, list[Any], list[Any], int, bool, bool]:

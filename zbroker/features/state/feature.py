@@ -26,7 +26,7 @@ from ...topics import validate_pattern, validate_publish_topic
 from ...wire import frames
 from ...wire.state import check_answer, check_query, encode_answer, encode_query
 from .missing import MissingTopics
-from .queries import Query, QueryBook
+from .queries import MIN_FORWARD, Query, QueryBook, answer_frames, frame_budget, relay_window
 from .replication import Replicas
 from .topics import Publish, StateTopics
 
@@ -36,7 +36,8 @@ log = logging.getLogger("zbroker.state")
 
 #: how long a query waits for the links it asked, then answers with what it has (below a
 #: client's request timeout: a peer that stopped answering delays a subscribe, never fails
-#: it); a relay gives up a little sooner than the node that asked it
+#: it); a relay waits at most RELAY_TIMEOUT, and less than the query says its sender still
+#: waits (:func:`.queries.relay_window`): every hop gives up before the one it answers
 QUERY_TIMEOUT = 3.0
 RELAY_TIMEOUT = 2.5
 _RESERVED_HEADERS = (VERSION, OWNER, REMOVED)
@@ -49,7 +50,9 @@ class StateFeature(Feature):
     def __init__(self) -> None:
         self.book = QueryBook()
         self._ids = itertools.count(1)
-        self._out: list[tuple[Link, bytes]] = []  # frames to send after the link flush
+        #: frames to send after the link flush (a query's is encoded then: its budget is
+        #: what is left of its deadline when it leaves)
+        self._out: list[tuple[Link, bytes | Query]] = []
         self._route_wait: list[Query] = []
         self.sets = 0
         self.removals = 0
@@ -159,13 +162,17 @@ class StateFeature(Feature):
         """Forward ``q`` to the other links (``only`` that one; not those in ``skip``), do
         this node's part, answer if done."""
         self.book.pending[q.qid] = q
-        frame = encode_query(q.qid, q.kind, q.pattern, q.origin)
+        forward = q.deadline - time.monotonic() >= MIN_FORWARD
         for link in list(self._ctx.links.by_engine_id.values()):
             if link is came_by or link.state is not LinkState.UP or link.engine_id in skip:
                 continue
-            if only is None or link is only:
-                q.waiting.add(link.engine_id)
-                self._out.append((link, frame))
+            if only is not None and link is not only:
+                continue
+            if not forward:
+                q.cut = True  # (too little time left for an answer to come back)
+                continue
+            q.waiting.add(link.engine_id)
+            self._out.append((link, q))
         if q.on_done is not None:
             q.local_done = True  # (a replica's sync: the primary's values only)
         elif (
@@ -218,8 +225,8 @@ class StateFeature(Feature):
             return
         link = ctx.links.by_engine_id.get(q.reply_to)
         if link is not None:
-            budget = _frame_budget(link)
-            for frame in _answer_frames(q.qid, values, gone, q.removed, budget, q.cut):
+            budget = frame_budget(link.peer_max_frame)
+            for frame in answer_frames(q.qid, values, gone, q.removed, budget, q.cut):
                 self._out.append((link, frame))
 
     def _asked(self, q: Query, verdict: str) -> None:
@@ -240,12 +247,13 @@ class StateFeature(Feature):
         self._open(again, None, skip=skip)
 
     def _on_query(self, link: Link, value: list[Any]) -> int:
-        qid, kind, pattern, origin = check_query(value)
+        qid, kind, pattern, origin, budget_ms = check_query(value)
         if self.book.seen(qid):
             self._out.append((link, encode_answer(qid, [], [], 0, True)))
             return 1
         self.answered += 1
-        q = Query(qid, kind, pattern, origin, link.engine_id, time.monotonic() + RELAY_TIMEOUT)
+        deadline = time.monotonic() + relay_window(budget_ms, RELAY_TIMEOUT)
+        q = Query(qid, kind, pattern, origin, link.engine_id, deadline)
         self._open(q, link)
         return 1
 
@@ -299,7 +307,8 @@ class StateFeature(Feature):
         if self._out:
             out, self._out = self._out, []
             links, now = self._ctx.links, time.monotonic()
-            for link, frame in out:
+            for link, item in out:
+                frame = item if isinstance(item, bytes) else _query_frame(item, now)
                 if link.state is LinkState.UP and not links.send(link, frame, now):
                     self._ctx.drop("state_" + links.send_error)
 
@@ -331,27 +340,9 @@ class StateFeature(Feature):
             out["replication"] = self.replicas.status()
 
 
-def _frame_budget(link: Link) -> int:
-    """Bytes of values one answer frame may carry on ``link``."""
-    limit = link.peer_max_frame or (1 << 20)
-    return max(1024, min(limit // 2, 256 * 1024))
-
-
-def _answer_frames(
-    qid: str, values: list[Any], gone: list[Any], removed: int, budget: int, cut: bool
-) -> Iterable[bytes]:
-    """The answer in frames that each fit ``budget`` (the last one says so, and whether
-    a part is missing)."""
-    chunk: list[Any] = []
-    size = 0
-    for v in values:
-        n = len(v[0]) + len(v[1]) + 96 + (len(str(v[3])) if v[3] else 0)
-        if chunk and size + n > budget:
-            yield encode_answer(qid, chunk, [], 0, False)
-            chunk, size = [], 0
-        chunk.append(v)
-        size += n
-    yield encode_answer(qid, chunk, gone, removed, True, cut)
+def _query_frame(q: Query, now: float) -> bytes:
+    """``q`` as it leaves: its budget is what is left of its wait."""
+    return encode_query(q.qid, q.kind, q.pattern, q.origin, int((q.deadline - now) * 1000))
 
 
 def _check_set(topic: Any, payload: Any, fmt: Any, headers: Any) -> None:

@@ -6,8 +6,15 @@ or the link it came by) once its part is done and every link it forwarded to has
 or gone down. A query ID seen before is answered empty at once, so a mesh asks each node
 once. Answers merge by :func:`zbroker.stateful.merge` (the winning value per topic), and
 every kind collects removals too: a value older than a removal is not part of a result.
-A query answered at its deadline while links it asked had not answered is ``cut`` (its
-answer says so, also through relays): only a replica's sync cares (it is not complete).
+A query answered at its deadline while links it asked had not answered, or one of them
+went down first, is ``cut`` (its answer says so, also through relays): only a replica's
+sync cares (it is not complete).
+
+Deadlines shrink per hop: a query carries how long its sender still waits (relative, as
+clocks differ), and a relay waits :data:`HOP_MARGIN` less than that (at most its own
+relay timeout), so each node gives up, and answers with what it has, before the node it
+answers does. A node reached with less than :data:`MIN_FORWARD` left asks no further
+(what its links hold is a missing part: ``cut``).
 
 A ``snapshot`` query's own part waits until the node routes the subscription's pattern
 toward its origin (the subscriber's node): from then on every update there reaches the
@@ -18,16 +25,36 @@ twice). This module is sans-IO: the feature gives it the time and sends its fram
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...stateful import Value, merge
+from ...wire.state import encode_answer
 
-__all__ = ["Query", "QueryBook"]
+__all__ = [
+    "HOP_MARGIN",
+    "MIN_FORWARD",
+    "Query",
+    "QueryBook",
+    "answer_frames",
+    "frame_budget",
+    "relay_window",
+]
 
 #: query IDs remembered (a mesh's second copy is answered empty)
 SEEN_QUERIES = 10_000
+#: how much sooner a relay gives up than the node that asked it (its answer's way back)
+HOP_MARGIN = 0.25
+#: a relay left less than this asks no further links (their answers could not come back)
+MIN_FORWARD = 0.25
+
+
+def relay_window(budget_ms: int | None, relay_timeout: float) -> float:
+    """How long a relay waits for a query whose sender waits ``budget_ms`` more."""
+    if budget_ms is None:  # (a sender that did not say)
+        return relay_timeout
+    return max(0.0, min(relay_timeout, budget_ms / 1000 - HOP_MARGIN))
 
 
 @dataclass(eq=False)
@@ -49,9 +76,11 @@ class Query:
     values: dict[str, Value] = field(default_factory=dict)
     gone: dict[str, list[Any]] = field(default_factory=dict)
     removed: int = 0
-    #: a part is missing: a deadline passed before a link asked had answered (here, or
-    #: at a node behind one, which said so)
+    #: a part is missing: a deadline passed before a link asked had answered, or it went
+    #: down (here, or at a node behind one, which said so)
     cut: bool = False
+    #: links asked that did not answer here (their whole part is missing)
+    missed: set[str] = field(default_factory=set)
 
     @property
     def done(self) -> bool:
@@ -109,7 +138,10 @@ class QueryBook:
                 del self.pending[qid]
                 continue
             if link in q.waiting:
+                # (its part is missing: a sync must not take the rest as complete)
                 q.waiting.discard(link)
+                q.missed.add(link)
+                q.cut = True
                 if q.done:
                     done.append(q)
         return done
@@ -123,5 +155,37 @@ class QueryBook:
             else:
                 self.expired += 1
             q.cut = q.cut or bool(q.waiting)
+            q.missed |= q.waiting
             q.waiting.clear()
         return late
+
+
+def frame_budget(peer_max_frame: int) -> int:
+    """Bytes of values and removals one answer frame may carry to a peer."""
+    limit = peer_max_frame or (1 << 20)
+    return max(1024, min(limit // 2, 256 * 1024))
+
+
+def answer_frames(
+    qid: str, values: list[Any], gone: list[Any], removed: int, budget: int, cut: bool
+) -> Iterable[bytes]:
+    """The answer in frames that each fit ``budget``, values and removals alike (the last
+    one says so, and whether a part is missing)."""
+    chunk: list[Any] = []
+    chunk_gone: list[Any] = []
+    size = 0
+    for v in values:
+        n = len(v[0]) + len(v[1]) + 96 + (len(str(v[3])) if v[3] else 0)
+        if size and size + n > budget:
+            yield encode_answer(qid, chunk, chunk_gone, 0, False)
+            chunk, size = [], 0
+        chunk.append(v)
+        size += n
+    for g in gone:
+        n = len(g[0]) + len(g[2]) + 16
+        if size and size + n > budget:
+            yield encode_answer(qid, chunk, chunk_gone, 0, False)
+            chunk, chunk_gone, size = [], [], 0
+        chunk_gone.append(g)
+        size += n
+    yield encode_answer(qid, chunk, chunk_gone, removed, True, cut)

@@ -13,10 +13,18 @@ sees (its own, its replicas, and what it reaches behind it):
   its kind (a replica, a tombstone, a value set here): what is newer is stored and
   published to this node's subscribers (and only to them), the rest is left alone (the
   larger ``(version, owner)`` wins, as everywhere). A replica the answer lacks is removed
-  (subscribers told), unless it arrived live after the primary read its part. An answer
-  cut at a deadline (a node did not answer in time) is applied by version as well, but
-  removes nothing and is asked again. Until every branch's complete answer is in, the
-  link is ``syncing``; then ``in sync``;
+  (subscribers told), unless it arrived live after the primary read its part. Until every
+  branch has an answer, the link is ``syncing``; once every branch's answer was complete,
+  ``in sync`` (exact: what the primary and every node behind it held);
+* an answer ``cut`` (a node behind the primary did not answer in time, or its link went
+  down) is applied by version as well, and removes only replicas of topics the primary
+  owns (its own part is always whole in its answer; what the silent node holds is not the
+  primary's to vouch for: it stays until a complete answer or the session's loss). The
+  link is then ``partial`` and the branch is asked again after a backoff (from
+  :data:`RETRY_FIRST`, doubling up to :data:`RETRY_MAX`), so a branch that never answers
+  does not query the network every few seconds. An answer that never came from the
+  primary itself (this node's own deadline) removes nothing, and the link stays
+  ``syncing`` (asked again the same way);
 * a short cut (the same primary process, back within :data:`RESUME_WINDOW`) resumes that
   way: the updates missed are caught up from the answer, exactly, by version. A session
   that cannot resume (the primary restarted, or the link stayed down longer) removes
@@ -43,10 +51,14 @@ from ...topics import match
 from .queries import Query
 from .topics import Publish, StateTopics, update_headers
 
-__all__ = ["RESUME_WINDOW", "Replicas"]
+__all__ = ["RESUME_WINDOW", "RETRY_FIRST", "RETRY_MAX", "Replicas"]
 
 #: how long a cut may last and still resume (the primary's same process)
 RESUME_WINDOW = 30.0
+#: the wait before a cut sync answer's branch is asked again, doubled at each cut answer
+#: up to RETRY_MAX (a branch of the network that cannot answer is not asked every 3 s)
+RETRY_FIRST = 2.0
+RETRY_MAX = 60.0
 
 
 class Replica:
@@ -60,7 +72,11 @@ class Replica:
         self.link: Link | None = None
         self.state = "down"
         self.down_since: float | None = None
-        self.pending = 0  # branches whose sync answer has not come
+        self.unsynced: set[str] = set()  # branches no sync answer was applied to yet
+        self.partial: set[str] = set()  # ... whose last answer was cut (the primary's part whole)
+        self.backoff: dict[str, float] = {}  # branch: the wait after its next cut answer
+        self.due: dict[str, float] = {}  # branch: when it is asked again (monotonic)
+        self.retry_delay: float | None = None  # the last wait a cut answer scheduled
         #: replicas applied live while syncing (after the primary read them, or not at
         #: all: an answer that lacks them does not remove them)
         self.fresh: set[str] = set()
@@ -80,6 +96,7 @@ class Replica:
             "applied": self.applied,
             "syncs": self.syncs,
             "retries": self.retries,
+            "retry_delay": self.retry_delay,
             "sessions_lost": self.sessions_lost,
         }
 
@@ -132,7 +149,11 @@ class Replicas:
         if r.incarnation is not None and not resumes:
             self.lose(r)  # (a no-op if the window's end removed them already)
         r.peer, r.incarnation, r.link = link.peer, link.peer_incarnation, link
-        r.state, r.down_since, r.pending = "syncing", None, len(r.branches)
+        r.state, r.down_since = "syncing", None
+        r.unsynced, r.partial = set(r.branches), set()
+        r.backoff.clear()
+        r.due.clear()
+        r.retry_delay = None
         r.fresh.clear()
         for branch in r.branches:
             self._sync(link, branch, functools.partial(self._synced, r, branch))
@@ -141,12 +162,17 @@ class Replicas:
         r = self.by_name.get(link.name)
         if r is not None and r.link is link:
             r.link, r.state, r.down_since = None, "down", now
+            r.due.clear()
 
     def tick(self, now: float) -> None:
         for r in self.by_name.values():
             if r.down_since is not None and now - r.down_since > RESUME_WINDOW:
                 r.down_since = None
                 self.lose(r)
+            for branch, at in list(r.due.items()):
+                if r.link is not None and now >= at:
+                    del r.due[branch]
+                    self._sync(r.link, branch, functools.partial(self._synced, r, branch))
 
     def lose(self, r: Replica) -> None:
         """The session cannot resume: remove every replica taken from ``r``'s primary."""
@@ -168,21 +194,38 @@ class Replicas:
         if r.link is None:
             return  # (the link went down meanwhile: its next session syncs again)
         values, gone = q.result()
+        # (the primary's own part is whole in any answer it sent, cut or not)
+        primary_answered = r.link.engine_id not in q.missed
         out = self._catch_up(r, values, gone)
         if not q.cut:
             out += self._drop_missing(r, branch, values, gone)
+        elif primary_answered:
+            out += self._drop_missing(r, branch, values, gone, owner=r.peer)
         self._publish_here(out)
         if q.cut:
-            # a part is missing (a node did not answer in time): what it lacks may well
-            # exist, so nothing was removed, and the link is not in sync yet: ask again
-            r.retries += 1
-            self._sync(r.link, branch, functools.partial(self._synced, r, branch))
-            return
-        r.syncs += 1
-        r.pending -= 1
-        if r.pending <= 0:
-            r.state = "in sync"
+            self._retry_later(r, branch, primary_answered)
+        else:
+            r.syncs += 1
+            r.unsynced.discard(branch)
+            r.partial.discard(branch)
+            r.backoff.pop(branch, None)
+        r.state = "syncing" if r.unsynced else "partial" if r.partial else "in sync"
+        if r.state == "in sync":
             r.fresh.clear()
+            r.retry_delay = None
+
+    def _retry_later(self, r: Replica, branch: str, primary_answered: bool) -> None:
+        """A cut answer: what it lacks may well exist, so the branch is asked again, after
+        a wait that doubles with each cut answer (a part that never answers costs the
+        network one query per :data:`RETRY_MAX`, not one every few seconds)."""
+        r.retries += 1
+        if primary_answered:
+            r.unsynced.discard(branch)
+            r.partial.add(branch)
+        delay = r.backoff.get(branch, RETRY_FIRST)
+        r.backoff[branch] = min(delay * 2, RETRY_MAX)
+        r.due[branch] = time.monotonic() + delay
+        r.retry_delay = delay
 
     def _catch_up(self, r: Replica, values: list[Any], gone: list[list[Any]]) -> list[Publish]:
         """Store what the answer has newer than this node's row of its topic, whatever its
@@ -206,15 +249,23 @@ class Replicas:
         return out
 
     def _drop_missing(
-        self, r: Replica, branch: str, values: list[Any], gone: list[list[Any]]
+        self,
+        r: Replica,
+        branch: str,
+        values: list[Any],
+        gone: list[list[Any]],
+        owner: str | None = None,
     ) -> list[Publish]:
-        """Remove the replicas a complete answer lacks (the primary has them no more),
-        except those that came live after the primary read its part."""
+        """Remove the replicas an answer lacks (the network has them no more), of topics
+        ``owner`` owns if given (a cut answer vouches for the primary's own only), except
+        those that came live after the primary read its part."""
         told = {v[0] for v in values} | {g[0] for g in gone}
         out: list[Publish] = []
         now = time.time()
         for topic, row in sorted(self._rows(r).items()):
             if topic in told or topic in r.fresh or not match(branch, topic):
+                continue
+            if owner is not None and row.owner != owner:
                 continue
             version, owner = row.version + 1, row.owner
             self._put(r, StateRow(topic, b"", 0, None, version, owner, now, True, r.peer))
@@ -258,7 +309,7 @@ class Replicas:
                     r.peer,
                 )
                 self._put(r, row)
-                if r.state == "syncing":
+                if r.state != "in sync":
                     r.fresh.add(topic)
                 r.applied += 1
                 r.lag = max(0.0, time.time() - m[7])
