@@ -15,6 +15,8 @@ from typing import Any
 
 import click
 
+from zbroker.const import DEFAULT_CREDIT
+
 from .app import broker_option, cli, connect, connection_options
 from .format import format_message_json, format_message_text
 from .signals import SignalStop
@@ -190,6 +192,12 @@ def _check_sub_options(
     "network-wide (not with --durable).",
 )
 @click.option(
+    "--credit",
+    type=click.IntRange(1, 100_000),
+    default=None,
+    help="With --queue or --shared: at most N messages unacknowledged (default 100).",
+)
+@click.option(
     "--no-initial",
     "no_initial",
     is_flag=True,
@@ -204,11 +212,15 @@ def sub(
     selector: str | None,
     shared: bool,
     queue: str | None,
+    credit: int | None,
     no_initial: bool,
     **conn: Any,
 ) -> None:
     """Print messages matching PATTERN(s) until Ctrl-C (or --count)."""
     _check_sub_options(patterns, durable, selector, shared, queue)
+    if credit is not None and queue is None and not shared:
+        raise click.UsageError("--credit is for --queue or --shared consumers")
+    credit = DEFAULT_CREDIT if credit is None else credit
     done = threading.Event()
     seen = 0
     lock = threading.Lock()
@@ -239,7 +251,7 @@ def sub(
         for p in patterns:
             handle = client.subscribe(
                 p, on_message, durable=durable, selector=selector, queue=queue, shared=shared,
-                initial=not no_initial,
+                initial=not no_initial, credit=credit,
             )  # fmt: skip
             handle.on_gap = functools.partial(_print_gap, lock, as_json, p)
             with lock:

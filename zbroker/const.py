@@ -74,6 +74,10 @@ RESERVED_PREFIX = "$ZB"
 #: (routing/hosts.py), and their topics carry shared durables' traffic
 #: (features/durables/remote.py). A client subscription there would pass for one of
 #: them, so clients may not subscribe there (topics.validate_subscription).
+#: messages a queue-group member or shared-durable consumer may hold unacknowledged,
+#: unless it says otherwise (``Client.subscribe(credit=...)``, ``zbroker sub --credit``)
+DEFAULT_CREDIT = 100
+
 INTERNAL_PREFIXES = ("$ZB.Q.", "$ZB.DURABLE.", "$ZB.SD.", "$ZB.HOST.")
 #: their second segments: a topic there matches only patterns that name it (no wildcard
 #: in the second segment), as a ``$ZB`` topic matches no leading wildcard

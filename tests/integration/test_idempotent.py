@@ -250,11 +250,12 @@ def test_retry_across_a_node_restart_is_stored_once(
         lost = LostReplies(pub, dropping=-1)
         fut = pub.publish("IP.X", b"once", persistent=True)
         assert wait_until(lambda: nodes.retained("A") == 1, WAIT)
+        inc = nodes.status("A")["incarnation"]  # (the message ID's: A's first life)
         nodes.kill("A")
         lost.dropping = 0
         nodes.start("A")
         reply = fut.result(WAIT)
-        assert reply["id"][:2] == ["A", 1] and reply["retained_seq"] == 1, reply
+        assert reply["id"][:2] == ["A", inc] and reply["retained_seq"] == 1, reply
         assert reply.get("duplicate") is True, reply
         pub.publish("IP.X", b"next", persistent=True, confirm=True)
     finally:
@@ -301,6 +302,7 @@ def test_retry_after_failover_is_stored_once(
             c_proc.send_signal(signal.SIGSTOP)
         fut = pub.publish("IP.X", b"once", persistent=True)
         assert wait_until(lambda: nodes.retained("A") == 1, WAIT)
+        inc = nodes.status("A")["incarnation"]  # (the message ID's: A's first life)
         if case != "retry_first":
             assert wait_until(lambda: nodes.durable("C") == 1, WAIT)
         if case == "other_node_has_it":
@@ -311,7 +313,7 @@ def test_retry_after_failover_is_stored_once(
             c_proc.send_signal(signal.SIGCONT)
         reply = fut.result(WAIT)
         if case == "other_node_has_it":
-            assert reply == {"id": ["A", 1, 1], "retained_seq": None, "duplicate": True}
+            assert reply == {"id": ["A", inc, 1], "retained_seq": None, "duplicate": True}
         else:
             assert reply["id"][0] == "B" and "duplicate" not in reply, reply  # new to B
         assert wait_until(lambda: nodes.durable("C") == 1, WAIT)

@@ -1162,7 +1162,14 @@ def test_msgs_before_the_handshake_are_counted_in_messages(
     try:
         port = peer.bind_to_random_port(f"tcp://{HOST}")
         b = broker_factory(
-            links=(LinkConfig(name="early", uri=endpoint(port), reconnect_initial_delay=30.0),)
+            links=(
+                LinkConfig(
+                    name="early",
+                    uri=endpoint(port),
+                    reconnect_initial_delay=30.0,
+                    reconnect_max_delay=30.0,
+                ),
+            )
         )
         assert peer.poll(int(WAIT * 1000)), "the broker never dialled"
         ident, hello = peer.recv_multipart()

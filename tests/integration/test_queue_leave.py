@@ -99,7 +99,7 @@ def test_last_member_here_leaves_the_rest_go_to_another_node(
     assert wait_until(lambda: members_seen(a, "w") == {"A": 1, "B": 1}, WAIT)
     pub = client_factory(a.endpoint)
     for i in range(N):
-        pub.publish("jobs.x", i)  # (local_first: all to A's member while it is there)
+        pub.publish("jobs.x", i)  # (local_first: to A's member until messages wait on A)
     assert leaver.reached.wait(WAIT)
     sub.unsubscribe()
     leaver.release.set()

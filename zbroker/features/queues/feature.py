@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from ... import wire
+from ...const import DEFAULT_CREDIT
 from ...errors import ConfigError, InvalidTopic
 from ...names import validate_broker_id
 from ...node import Feature, Op, Request
@@ -144,7 +145,7 @@ class QueueGroups(Feature):
     def _join(self, req: Request) -> None:
         body = req.body
         group, pattern = body.get("group"), body.get("pattern")
-        member, credit = body.get("member"), body.get("credit", 100)
+        member, credit = body.get("member"), body.get("credit", DEFAULT_CREDIT)
         try:
             validate_broker_id(group, "queue group name")
             validate_subscription(pattern)
