@@ -184,6 +184,14 @@ def test_pub_rejects_malformed_header(broker: Broker) -> None:
     assert received(broker) == 0
 
 
+def test_sub_credit_is_for_queue_and_shared_consumers(broker: Broker) -> None:
+    result = invoke("sub", "JOBS.>", "--credit", "5", "--broker", broker.endpoint)
+    assert result.exit_code == 2
+    assert "--credit is for --queue or --shared consumers" in result.stderr
+    result = invoke("sub", "JOBS.>", "--queue", "w", "--credit", "0", "-b", broker.endpoint)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+
+
 # -- user errors: one line, non-zero exit --------------------------------------------------------
 
 
