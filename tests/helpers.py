@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import zbroker
 from zbroker import Message
+
+ROOT = Path(zbroker.__file__).resolve().parent.parent
 
 #: seconds: the default upper bound of a Collector's waits (generous: CI machines are slow)
 COLLECT_WAIT = 20.0
@@ -71,3 +78,15 @@ class Collector:
 
 #: the name the staging and Spark tests use
 Inbox = Collector
+
+
+def from_source(module: ModuleType) -> ModuleType:
+    """``module`` executed afresh from its ``.py`` (its package's relative imports as
+    usual), whatever zbroker imported for it: a compiled module's pure-Python twin."""
+    path = ROOT / (module.__name__.replace(".", "/") + ".py")
+    spec = importlib.util.spec_from_file_location(module.__name__ + "_from_source", path)
+    assert spec is not None and spec.loader is not None
+    source = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = source  # (a dataclass looks its module up by name)
+    spec.loader.exec_module(source)
+    return source

@@ -10,9 +10,7 @@ source on the same inputs, valid and malformed, and compares everything they ret
 from __future__ import annotations
 
 import copy
-import importlib.util
 import string
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -22,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import zbroker
+from tests.helpers import from_source
 from zbroker import _compiled
 from zbroker.client import messages as client_messages
 from zbroker.wire import link as wire_link
@@ -31,20 +30,8 @@ from zbroker.wire import runs as wire_runs
 ROOT = Path(zbroker.__file__).resolve().parent.parent
 
 
-def _from_source(module: ModuleType) -> ModuleType:
-    """``module`` executed afresh from its ``.py`` (its package's relative imports as
-    usual), whatever zbroker imported for it."""
-    path = ROOT / (module.__name__.replace(".", "/") + ".py")
-    spec = importlib.util.spec_from_file_location(module.__name__ + "_from_source", path)
-    assert spec is not None and spec.loader is not None
-    source = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = source  # (a dataclass looks its module up by name)
-    spec.loader.exec_module(source)
-    return source
-
-
 LINK, PUBLISH, MESSAGES, RUNS = (
-    _from_source(m) for m in (wire_link, wire_publish, client_messages, wire_runs)
+    from_source(m) for m in (wire_link, wire_publish, client_messages, wire_runs)
 )
 
 _ID = st.text(alphabet=string.ascii_letters + string.digits + "_.-", min_size=1, max_size=12)

@@ -5,10 +5,8 @@ answers alike compiled and from its source."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import struct
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import zbroker
+from tests.helpers import from_source
 from zbroker import wire
 from zbroker.errors import ProtocolError
 from zbroker.wire import heads
@@ -28,19 +27,7 @@ NO = (-1, 0, 0)
 ROOT = Path(zbroker.__file__).resolve().parent.parent
 
 
-def _source() -> Any:
-    """heads.py executed from its source, whatever zbroker imported for it."""
-    spec = importlib.util.spec_from_file_location(
-        "zbroker.wire.heads_from_source", ROOT / "zbroker/wire/heads.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-SOURCE = _source()
+SOURCE: Any = from_source(heads)
 
 
 def node_takes(frame: bytes) -> tuple[int, int] | None:

@@ -5,11 +5,8 @@ and its Python source answer alike, on valid frames and on damaged ones."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import msgpack
@@ -18,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import zbroker
+from tests.helpers import from_source
 from zbroker import _compiled, wire
 from zbroker.client.messages import Message, messages_from_runs
 from zbroker.errors import ProtocolError
@@ -26,16 +24,7 @@ from zbroker.wire import lone
 _PATH = Path(zbroker.__file__).resolve().parent / "wire" / "lone.py"
 
 
-def _source() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("zbroker.wire.lone_from_source", _PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-SOURCE = _source()
+SOURCE = from_source(lone)
 READS = [lone.lone_delivery, SOURCE.lone_delivery]
 
 
