@@ -72,6 +72,16 @@ class EngineLink:
         link.full_pending = False
         return link
 
+    def rank(self, key: Key, path: Path) -> tuple[bool, int, str, str]:
+        """How an entry of ``key`` heard over this link ranks (lower is better): a live
+        entry before one held on a ghost, here (a down link) or further on (the peer said
+        so) (rule 6), then the shortest path, ties broken by (neighbour ID, link name)."""
+        return (self.is_held(key), len(path), self.peer, self.id)
+
+    def is_held(self, key: Key) -> bool:
+        """Is this link's entry of ``key`` held on a ghost, here or further on (rule 6)?"""
+        return not self.up or key in self.held
+
     def sticky_held(self) -> dict[Key, Path]:
         """The sticky entries heard over this link: what a ghost of it keeps (rule 6)."""
         return {k: self.adj_in[k] for k in self.sticky if k in self.adj_in}
@@ -193,9 +203,7 @@ class InterestTable:
             for link in self.links.values():
                 path = link.adj_in.get(key)
                 if path is not None:
-                    # held on a ghost, here (a down link) or further on (the peer said
-                    # so), it ranks below every live path (rule 6)
-                    r = (not link.up or key in link.held, len(path), link.peer, link.id)
+                    r = link.rank(key, path)
                     if rank is None or r < rank:
                         rank, best = r, (link.id, path)
         return best
@@ -206,13 +214,7 @@ class InterestTable:
         recomputing."""
         if best[0] is None:
             return False  # local interest always wins
-        other = self.links[best[0]]
-        return (not link.up or key in link.held, len(path), link.peer, link.id) < (
-            not other.up or key in other.held,
-            len(best[1]),
-            other.peer,
-            other.id,
-        )
+        return link.rank(key, path) < self.links[best[0]].rank(key, best[1])
 
     def set_best(self, key: Key, old: Best | None, best: Best | None) -> None:
         """Record the selected entry of ``key`` (``old``: the one it replaces)."""
@@ -249,8 +251,7 @@ class InterestTable:
         """Is the best entry of ``key`` held on a ghost, here or further on (rule 6)?"""
         if best[0] is None:
             return False
-        link = self.links[best[0]]
-        return not link.up or key in link.held
+        return self.links[best[0]].is_held(key)
 
     def selectors_of(self, key: Key, best: Best) -> frozenset[str] | None:
         """The selectors behind the best entry of ``key`` (None: every message, rule 7)."""
