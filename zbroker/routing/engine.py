@@ -29,7 +29,11 @@ Rules (each loop rule is a named function in :mod:`zbroker.routing.loops`):
    one copy per link (conduit), carrying the targets of that branch; a node that receives
    a copy delivers locally and forwards only toward the targets it was given. Because the
    tie-break is the same for every origin, the best paths from a node form a tree: each
-   node is reached once, by a shortest path. A copy pushed by a ``static`` pattern carries
+   node is reached once, by a shortest path. Where neighbours hear different entries (a
+   link's ttl below the mesh's diameter), two branches could cross a node and the second
+   copy be dropped there with its targets: a plan moves one origin of such a crossing to
+   the other's first hop when that neighbour has an entry of it (:mod:`.meets`). A copy
+   pushed by a ``static`` pattern carries
    no targets; its receiver computes them from its own table (minus the message's path).
 5. **Never** send to a neighbour on the message's path, over a link that cannot send, past
    a link's ttl, or against its include/exclude filters. Each node drops a message whose ID
@@ -321,7 +325,10 @@ class RoutingEngine:
         old = table.best.get(key)
         if best == old and (not force or best is None):
             # nothing selected before or now (e.g. one frame advertised and withdrew the
-            # key): nothing was advertised for it, so there is nothing to withdraw
+            # key): nothing was advertised for it, so there is nothing to withdraw; but a
+            # plan may have routed by another entry of the key (routing/meets.py)
+            if key[0] in table.alternates:
+                self._router.evict(key[0])
             return
         # only the plans of the topics this pattern matches depend on this key
         self._router.evict(key[0])

@@ -20,6 +20,7 @@ from .branches import holds
 from .events import Key, Path
 from .flood import FLOOD
 from .loops import path_holds, ttl_spent
+from .meets import Chosen, untangle
 from .selection import Conditions, Selective, conditions
 from .table import EngineLink, InterestTable
 
@@ -106,6 +107,7 @@ class Router:
 
     def _build(self, topic: str) -> Plan:
         ranks: dict[str, tuple[int, str, str]] = {}
+        chosen: Chosen = {}  # origin -> (first hop, path) of its best entry
         counts: dict[str, dict[str, int]] = {}
         selected: dict[str, set[str]] = {}  # origin -> selectors of its entries (rule 7)
         unconditional: set[str] = set()  # origins with an entry that wants everything
@@ -128,6 +130,7 @@ class Router:
             r = (len(path), link.peer, link_id)
             if origin not in ranks or r < ranks[origin]:
                 ranks[origin] = r
+                chosen[origin] = (link_id, path)
             per = counts.setdefault(link_id, {})
             per[origin] = per.get(origin, 0) + 1
             texts = link.selectors.get(key) if link.selectors else None
@@ -138,7 +141,10 @@ class Router:
         static = tuple(
             ln.id for ln in self.links.values() if ln.filter.static and ln.filter.is_static(topic)
         )
-        plan = Plan(self._local.match(topic), {o: r[2] for o, r in ranks.items()}, counts, static)
+        if hosted is None and len(chosen) > 1:
+            for origin in untangle(chosen, keys, self.links, self._table.alternates):
+                _recount(counts, origin, ranks[origin][2], chosen[origin][0])
+        plan = Plan(self._local.match(topic), {o: c[0] for o, c in chosen.items()}, counts, static)
         if selected:
             plan.cond = conditions(selected, unconditional)
         plan.hosts = hosted
@@ -161,6 +167,7 @@ class Router:
         self._plans.clear()
         self._routes.clear()
         self._planned.clear()
+        self._table.alternates.clear()  # (what the plans consulted: no plan is left)
 
     def evict(self, pattern: str) -> None:
         """Forget the plans and routes of the topics ``pattern`` matches: the best entry
@@ -267,3 +274,13 @@ class Router:
             and not ttl_spent(hops, link.options.ttl)
             and link.filter.allows_topic(topic)
         )
+
+
+def _recount(counts: dict[str, dict[str, int]], origin: str, old: str, new: str) -> None:
+    """An origin moved from link ``old`` to ``new`` (:mod:`.meets`): its matching keys are
+    counted behind ``new`` now (conduit off sends one copy per key)."""
+    n = counts[old].pop(origin, 0)
+    if not counts[old]:
+        del counts[old]
+    per = counts.setdefault(new, {})
+    per[origin] = per.get(origin, 0) + max(n, 1)

@@ -120,6 +120,9 @@ class InterestTable:
         self.best: dict[Key, Best] = {}
         self.links: dict[str, EngineLink] = {}
         self.rejected: dict[str, int] = {}
+        #: patterns of keys a plan consulted beyond their best entry (:mod:`.meets`): a
+        #: change of any entry with such a pattern touches its key
+        self.alternates: set[str] = set()
 
     # -- rule 1: accept ---------------------------------------------------------------------
 
@@ -143,27 +146,19 @@ class InterestTable:
             sticky_in.clear()
             held_in.clear()
             selected_in.clear()
-        me = self.broker_id
-        ttl = link.options.ttl
         best_of = self.best.get
         for pattern, origin, path in ev.entries:
             key = (pattern, origin)
             if path is not None:
-                if path_holds(path, me):
-                    self._reject("own_id_in_path")
-                    path = None
-                elif ttl_spent(len(path), ttl):
-                    self._reject("ttl_spent")
-                    path = None
-                elif not path or path[0] != origin or path[-1] != link.peer:
-                    self._reject("bad_path")
-                    path = None
+                path = self._checked(link, origin, path)
             best = best_of(key)
             if path is None:
                 sticky_in.discard(key)
                 held_in.discard(key)
                 selected_in.pop(key, None)
-                if adj_in.pop(key, None) is not None and (best is None or best[0] == link.id):
+                if adj_in.pop(key, None) is not None and (
+                    best is None or best[0] == link.id or pattern in self.alternates
+                ):
                     touched.add(key)  # withdrawing a non-best entry changes nothing
             else:
                 adj_in[key] = path
@@ -179,9 +174,26 @@ class InterestTable:
                     selected_in[key] = selectors[key]
                 elif selected_in:
                     selected_in.pop(key, None)
-                if best is None or best[0] == link.id or self.beats(link, key, path, best):
+                if (
+                    best is None
+                    or best[0] == link.id
+                    or self.beats(link, key, path, best)
+                    or pattern in self.alternates
+                ):
                     touched.add(key)
         return touched
+
+    def _checked(self, link: EngineLink, origin: str, path: Path) -> Path | None:
+        """``path`` if rule 1 accepts it over ``link``, else None (counted)."""
+        if path_holds(path, self.broker_id):
+            self._reject("own_id_in_path")
+        elif ttl_spent(len(path), link.options.ttl):
+            self._reject("ttl_spent")
+        elif not path or path[0] != origin or path[-1] != link.peer:
+            self._reject("bad_path")
+        else:
+            return path
+        return None
 
     # -- rule 2: select ---------------------------------------------------------------------
 
