@@ -131,3 +131,13 @@ def test_a_tree_is_not_touched() -> None:
     _, sends = e.route("X.1", (), None)
     assert sorted(sends) == [("P-A", ("V",), 1), ("P-B", ("Z",), 1)]
     assert not e._table.alternates  # nothing consulted beyond the best entries
+
+
+def test_a_moved_origin_takes_its_own_link_when_the_copy_may_not_take_the_other() -> None:
+    e = _p_engine()
+    # a copy that came from B may not go back to B: W, moved to B in the plan, goes by
+    # its own best entry's link (Z, whose only way is B, cannot be served from here)
+    _, sends = e.route("X.1", ("B",), ("W", "Z"))
+    assert list(sends) == [("P-A", ("W",), 1)]
+    _, sends = e.route("X.1", (), None)
+    assert [(link, sorted(t or ()), n) for link, t, n in sends] == [("P-B", ["W", "Z"], 1)]

@@ -43,6 +43,7 @@ class Plan:
         "hosts",
         "kept",
         "local",
+        "moved",
         "next_hop",
         "routes",
         "static",
@@ -63,6 +64,9 @@ class Plan:
         self.hosts: dict[str, hosting.HostRoute] | None = None  # a hosted topic (rule 8)
         self.flood = False  # a topic of a flooded branch (flood.py)
         self.kept = False  # a topic of a local branch: never leaves this node (branches.py)
+        #: origins moved off their best entry's link (meets.py) -> that link: where they go
+        #: when a copy's path or ttl keeps it from the link they were moved to
+        self.moved: dict[str, str] | None = None
         # the keys of the cached routes computed from this plan: evicted with it
         self.routes: list[tuple[str, Path, tuple[str, ...] | None]] = []
 
@@ -141,10 +145,14 @@ class Router:
         static = tuple(
             ln.id for ln in self.links.values() if ln.filter.static and ln.filter.is_static(topic)
         )
+        moved = None
         if hosted is None and len(chosen) > 1:
-            for origin in untangle(chosen, keys, self.links, self._table.alternates):
+            moved = untangle(chosen, keys, self.links, self._table.alternates)
+            for origin in moved:
                 _recount(counts, origin, ranks[origin][2], chosen[origin][0])
         plan = Plan(self._local.match(topic), {o: c[0] for o, c in chosen.items()}, counts, static)
+        if moved:
+            plan.moved = {o: ranks[o][2] for o in moved}
         if selected:
             plan.cond = conditions(selected, unconditional)
         plan.hosts = hosted
@@ -240,6 +248,8 @@ class Router:
             if group is None:
                 group = groups[link_id] = []
             group.append(origin)
+        if plan.moved:
+            self._fall_back(plan, groups, topic, path, hops)
         sends: list[Send] = []
         for link_id, origins in groups.items():
             link = links[link_id]
@@ -265,6 +275,19 @@ class Router:
             if cond:  # rule 7: the pipeline picks the sends per message
                 return plan.local, Selective(sends, cond)
         return plan.local, sends
+
+    def _fall_back(
+        self, plan: Plan, groups: dict[str, list[str]], topic: str, path: Path, hops: int
+    ) -> None:
+        """Origins moved to a link this copy may not take (its path holds the peer, or
+        its ttl is spent) go by their own best entry's link instead (:mod:`.meets`)."""
+        assert plan.moved is not None
+        for link_id in list(groups):
+            if self.may_send(self.links[link_id], topic, path, hops):
+                continue
+            for origin in [o for o in groups[link_id] if o in plan.moved]:
+                groups[link_id].remove(origin)
+                groups.setdefault(plan.moved[origin], []).append(origin)
 
     @staticmethod
     def may_send(link: EngineLink, topic: str, path: Path, hops: int) -> bool:
