@@ -141,3 +141,23 @@ def test_a_moved_origin_takes_its_own_link_when_the_copy_may_not_take_the_other(
     assert list(sends) == [("P-A", ("W",), 1)]
     _, sends = e.route("X.1", (), None)
     assert [(link, sorted(t or ()), n) for link, t, n in sends] == [("P-B", ["W", "Z"], 1)]
+
+
+def test_no_origin_is_moved_to_a_longer_way() -> None:
+    # a message's hops count against every link's ttl from its publisher on, which no
+    # entry tells: a longer way could cross a link past its ttl, so only an equally short
+    # entry is taken
+    e = RoutingEngine("P")
+    for link, peer in (("P-A", "A"), ("P-B", "B")):
+        e.handle(LinkUp(link=link, peer=peer, can_send=True, can_receive=True))
+    e.handle(AdvertIn(link="P-A", full=True, entries=[("X.1", "W", ("W", "A"))]))
+    e.handle(
+        AdvertIn(
+            link="P-B",
+            full=True,
+            entries=[("X.1", "W", ("W", "Q", "B")), ("X.>", "Z", ("Z", "Y", "W", "B"))],
+        )
+    )
+    e.flush()
+    _, sends = e.route("X.1", (), None)
+    assert sorted(sends) == [("P-A", ("W",), 1), ("P-B", ("Z",), 1)]

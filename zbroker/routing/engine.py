@@ -32,9 +32,9 @@ Rules (each loop rule is a named function in :mod:`zbroker.routing.loops`):
    node is reached once, by a shortest path. Where neighbours hear different entries (a
    link's ttl below the mesh's diameter), two branches could cross a node and the second
    copy be dropped there with its targets: a plan moves one origin of such a crossing to
-   the other's first hop when that neighbour has an entry of it (:mod:`.meets`). A copy
-   pushed by a ``static`` pattern carries
-   no targets; its receiver computes them from its own table (minus the message's path).
+   the other's first hop when that neighbour has an entry of it as short (:mod:`.meets`).
+   A copy pushed by a ``static`` pattern carries no targets; its receiver computes them
+   from its own table (minus the message's path).
 5. **Never** send to a neighbour on the message's path, over a link that cannot send, past
    a link's ttl, or against its include/exclude filters. Each node drops a message whose ID
    it has seen (:class:`~zbroker.routing.dedupe.DedupeWindow`) before delivering or

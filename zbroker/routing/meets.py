@@ -10,10 +10,13 @@ each naming its own targets; both reach W, whose dedupe keeps the first and drop
 second with the targets only it carried, so Z got nothing.
 
 :func:`untangle` finds such a crossing in a topic's plan and moves one of the two origins
-to the other's first hop, when that neighbour advertised a live entry of it (its entry
-never leads back here: split horizon), the move that lengthens the path least first. The
-two then travel as one copy and the neighbour routes both from its own table (where the
-same check runs again). A crossing no neighbour can take whole is left as it was.
+to the other's first hop, when that neighbour advertised a live entry of it as short as
+the one chosen (its entry never leads back here: split horizon). That is another choice
+among equally short entries, so no path gets longer and no message crosses a link with
+more hops than before (a link's ttl counts a message's hops from its publisher, which no
+entry tells). The two then travel as one copy and the neighbour routes both from its own
+table (where the same check runs again). A crossing no neighbour can take so is left as
+it was.
 
 A plan that moved an origin depends on an entry that is not the best of its key, so the
 patterns of the keys it consulted are recorded (:attr:`InterestTable.alternates`): any
@@ -38,14 +41,14 @@ def untangle(
     chosen: Chosen, keys: Iterable[Key], links: Mapping[str, EngineLink], consulted: set[str]
 ) -> list[str]:
     """Move origins of ``chosen`` until no two branches cross a node (or no move helps);
-    ``keys``: the keys the plan matched. Returns the origins moved; the patterns of the
-    keys consulted for a move are added to ``consulted``."""
+    ``keys``: the keys the plan matched. Returns the origins whose first hop changed;
+    the patterns of the keys consulted for a move are added to ``consulted``."""
     if len({link_id for link_id, _ in chosen.values()}) < 2 or _crossing(chosen) is None:
         return []  # one branch, or a tree: the usual case, nothing to look up
     keys_of: dict[str, list[Key]] = {}
     for key in keys:
         keys_of.setdefault(key[1], []).append(key)
-    moved: list[str] = []
+    first = {origin: link_id for origin, (link_id, _) in chosen.items()}
     for _ in range(len(chosen)):  # each turn moves one origin; bounded even if they swap
         pair = _crossing(chosen)
         if pair is None:
@@ -54,14 +57,13 @@ def untangle(
         for origin, other in (pair, pair[::-1]):
             to = chosen[other][0]
             path = _entry(links[to], keys_of.get(origin, ()), consulted)
-            if path is not None:
+            if path is not None and len(path) <= len(chosen[origin][1]):  # (no longer)
                 options.append((len(path) - len(chosen[origin][1]), origin, to, path))
         if not options:
             break
         _, origin, to, path = min(options)
         chosen[origin] = (to, path)
-        moved.append(origin)
-    return moved
+    return [origin for origin, (link_id, _) in chosen.items() if link_id != first[origin]]
 
 
 def _crossing(chosen: Chosen) -> tuple[str, str] | None:
