@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tests.conftest import wait_until
-from tests.monitor.helpers import FAST_MONITOR, monitor_url, scrape
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import free_port, wait_until
+from tests.monitor.helpers import FAST_MONITOR, get, monitor_url, sample, scrape
 from zbroker import Broker
 from zbroker.config import LinkConfig
 
@@ -45,3 +47,56 @@ def test_a_refused_handshake_is_not_called_a_duplicate_broker_id(
     st = a.status()["counters"]
     assert st["handshakes_refused"] == 1 and "duplicate_broker_id" not in st["dropped"]
     assert _failures(url) == {"duplicate_broker_id": 0, "handshake": 1, "auth": 0}
+
+
+def _series(url: str, name: str) -> list[tuple[tuple[str, str], ...]]:
+    """The label sets of metric ``name``, as many times as /metrics has each."""
+    code, body = get(url + "/metrics")
+    assert code == 200
+    out = []
+    for family in text_string_to_metric_families(body.decode()):
+        out += [tuple(sorted(s.labels.items())) for s in family.samples if s.name == name]
+    return out
+
+
+def test_two_links_of_one_name_to_one_peer_are_two_series(broker_factory: BrokerFactory) -> None:
+    """A and B dial each other, both naming the link "x": A has a link it dialled and
+    one B dialled, both ("x", "B"). Each is its own series (``kind``), not one series
+    twice (which Prometheus drops as duplicates) with one total for both."""
+    pa, pb = free_port(), free_port()
+    a = broker_factory(
+        broker_id="A",
+        port=pa,
+        monitor=FAST_MONITOR,
+        links=(LinkConfig(name="x", uri=f"tcp://127.0.0.1:{pb}", **FAST_LINK),),
+    )
+    broker_factory(
+        broker_id="B",
+        port=pb,
+        links=(LinkConfig(name="x", uri=f"tcp://127.0.0.1:{pa}", **FAST_LINK),),
+    )
+    url = monitor_url(a)
+    assert wait_until(
+        lambda: len([s for s in _series(url, "zbroker_link_up") if ("state", "up") in s]) == 2,
+        WAIT,
+    ), _series(url, "zbroker_link_up")
+    ups = _series(url, "zbroker_link_up")
+    assert sorted(ups) == sorted(set(ups))  # no series twice
+    assert sorted(dict(s)["kind"] for s in ups) == ["accepted", "static"]
+    # the per-link counters too: one series per link, each its own link's total
+    sent = {dict(s)["kind"]: s for s in _series(url, "zbroker_link_bytes_sent_total")}
+    assert set(sent) >= {"accepted", "static"}
+    links = {ln["kind"]: ln for ln in a.status()["links"]}
+
+    def matches() -> bool:
+        # totals only grow; each series is its own link's (read once after the other)
+        samples = scrape(url)
+        now = {ln["kind"]: ln for ln in a.status()["links"]}
+        return all(
+            links[k]["bytes_out"]
+            <= (sample(samples, "zbroker_link_bytes_sent_total", **dict(sent[k])) or 0)
+            <= now[k]["bytes_out"]
+            for k in ("accepted", "static")
+        )
+
+    assert wait_until(matches, WAIT)

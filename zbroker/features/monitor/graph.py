@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from .snapshot import Snapshot
+from .snapshot import Snapshot, link_key
 
 __all__ = ["graph"]
 
@@ -37,7 +37,7 @@ def _build(snap: Snapshot) -> dict[str, Any]:
     for link in status.get("links", []):
         peer = link["peer"] or f"?{link['name']}"  # never connected: its peer is unknown
         node(peer, 1)
-        key = (link["name"], link["peer"] or "")
+        key = link_key(link["name"], link["peer"], link["kind"])
         totals = snap.link_totals.get(key, (0, 0, 0, 0, 0))
         rate_in, rate_out = snap.link_rates.get(key, (0.0, 0.0))
         edge = {
