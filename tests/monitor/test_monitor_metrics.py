@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port, wait_until
 from tests.monitor.helpers import FAST_MONITOR, get, monitor_url, sample, scrape
 from zbroker import Broker
 from zbroker.config import LinkConfig
+from zbroker.features.monitor import Monitor, snapshot
 
 BrokerFactory = Callable[..., Broker]
 WAIT = 20.0
@@ -100,3 +102,70 @@ def test_two_links_of_one_name_to_one_peer_are_two_series(broker_factory: Broker
         )
 
     assert wait_until(matches, WAIT)
+
+
+def _monitor(broker: Broker) -> Monitor:
+    found: Monitor = broker.call(
+        lambda node: next(f for f in node.features if isinstance(f, Monitor))
+    )
+    return found
+
+
+def _churn(a: Broker, broker_factory: BrokerFactory, peers: list[str]) -> None:
+    """Each of ``peers`` dials A (an accepted link on A), then stops (the link goes)."""
+    for peer in peers:
+        b = broker_factory(
+            broker_id=peer, links=(LinkConfig(name="up", uri=a.endpoint, **FAST_LINK),)
+        )
+        assert wait_until(lambda p=peer: _linked(a, p), WAIT)
+        b.stop()
+        assert wait_until(lambda p=peer: not _linked(a, p), WAIT)
+
+
+def _linked(broker: Broker, peer: str) -> bool:
+    return any(ln["peer"] == peer for ln in broker.status()["links"])
+
+
+def test_links_gone_are_not_held_by_a_monitor_nobody_reads(broker_factory: BrokerFactory) -> None:
+    """A node whose monitor nobody reads builds no snapshot: the links that went away
+    must not stay referenced until one (they did, one per accepted link that ever went)."""
+    a = broker_factory(broker_id="A", monitor=FAST_MONITOR)
+    monitor = _monitor(a)
+    _churn(a, broker_factory, ["B1", "B2", "B3"])
+    assert a.call(lambda node: len(monitor._totals._seen)) == 0
+    # what they counted is kept all the same
+    totals = a.call(lambda node: dict(monitor._totals.totals))
+    assert sorted(totals) == [("up", f"B{i}", "accepted") for i in (1, 2, 3)]
+    assert all(t[2] > 0 and t[3] > 0 for t in totals.values())  # handshake and heartbeats
+
+
+def test_series_of_a_link_gone_long_ago_are_forgotten(
+    broker_factory: BrokerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per-link totals outlive a link for FORGET_AFTER, then go: a hub whose peers come
+    back under new broker IDs (a container without a volume) does not export a series
+    for every peer it ever had. A link that is there is never forgotten."""
+    monkeypatch.setattr(snapshot, "FORGET_AFTER", 3.0, raising=False)
+    c = broker_factory(broker_id="C")
+    a = broker_factory(
+        broker_id="A",
+        monitor=FAST_MONITOR,
+        links=(LinkConfig(name="ac", uri=c.endpoint, **FAST_LINK),),
+    )
+    url = monitor_url(a)
+
+    def peers() -> set[str]:
+        return {
+            dict(labels)["peer"]
+            for (name, labels), _ in scrape(url).items()
+            if name == "zbroker_link_bytes_sent_total"
+        }
+
+    assert wait_until(lambda: peers() == {"C"}, WAIT)  # (read: snapshots keep coming)
+    _churn(a, broker_factory, ["B1"])
+    assert wait_until(lambda: "B1" in peers(), WAIT)  # kept a while
+    assert wait_until(lambda: "B1" not in peers(), WAIT), peers()
+    assert peers() == {"C"}
+    assert (
+        sample(scrape(url), "zbroker_link_up", link="ac", peer="C", kind="static", state="up")
+    ) == 1
