@@ -112,3 +112,24 @@ def test_a_client_gone_before_its_answer_is_no_error(
     assert "Traceback" not in capsys.readouterr().err
     monkeypatch.setattr(metrics.MetricsRenderer, "render", render)
     assert get(url + "/metrics")[0] == 200
+
+
+def test_head_answers_as_get_without_the_body(broker_factory: BrokerFactory) -> None:
+    """A health check that asks with HEAD (some load balancers and uptime checkers do)
+    gets GET's status and headers, no body, on a connection that goes on."""
+    a = broker_factory(monitor=FAST_MONITOR)
+    url = monitor_url(a)
+    assert get(url + "/healthz")[0] == 200  # (the node has ticked)
+    conn = _connection(url)
+    try:
+        for path, code in (("/healthz", 200), ("/metrics", 200), ("/api/nothing", 404)):
+            conn.request("HEAD", path)
+            resp = conn.getresponse()
+            assert resp.status == code, (path, resp.status)
+            assert int(resp.getheader("Content-Length", "0")) > 0
+            assert resp.read() == b""
+        conn.request("GET", "/healthz")  # the same connection, after three HEADs
+        resp = conn.getresponse()
+        assert resp.status == 200 and b"healthy" in resp.read()
+    finally:
+        conn.close()

@@ -67,6 +67,10 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         self.connection.settimeout(IDLE_TIMEOUT)  # (read here: a test may shorten it)
 
+    def do_HEAD(self) -> None:
+        """GET's status and headers, without the body (health checks that ask so)."""
+        self.do_GET()
+
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         try:
@@ -104,7 +108,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("monitor: %s " + format, self.address_string(), *args)
