@@ -133,3 +133,29 @@ def test_head_answers_as_get_without_the_body(broker_factory: BrokerFactory) -> 
         assert resp.status == 200 and b"healthy" in resp.read()
     finally:
         conn.close()
+
+
+def test_connections_over_the_cap_are_turned_away(
+    broker_factory: BrokerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each connection holds a thread: past MAX_CONNECTIONS open at once, one more gets
+    503 at once (a flood of idle connections does not fill the node's process with
+    threads); once they close, requests are served again."""
+    monkeypatch.setattr(server, "MAX_CONNECTIONS", 3, raising=False)
+    a = broker_factory(monitor=FAST_MONITOR)
+    url = monitor_url(a)
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    idle = [socket.create_connection((host, int(port)), timeout=WAIT) for _ in range(3)]
+    try:
+        assert wait_until(lambda: len(_handlers()) == 3, WAIT), _handlers()
+        try:
+            answer: object = get(url + "/healthz")[0]
+        except OSError as exc:  # (the 503 may be overtaken by the reset of the close)
+            answer = type(exc).__name__
+        assert answer != 200, answer
+        assert len(_handlers()) == 3
+    finally:
+        for sock in idle:
+            sock.close()
+    assert wait_until(lambda: not _handlers(), WAIT), _handlers()
+    assert get(url + "/healthz")[0] == 200

@@ -145,7 +145,7 @@ def test_series_of_a_link_gone_long_ago_are_forgotten(
     """Per-link totals outlive a link for FORGET_AFTER, then go: a hub whose peers come
     back under new broker IDs (a container without a volume) does not export a series
     for every peer it ever had. A link that is there is never forgotten."""
-    monkeypatch.setattr(snapshot, "FORGET_AFTER", 3.0, raising=False)
+    monkeypatch.setattr(snapshot, "FORGET_AFTER", 4.0, raising=False)
     c = broker_factory(broker_id="C")
     a = broker_factory(
         broker_id="A",

@@ -8,8 +8,9 @@ under ``/api/``: ``status``, ``links``, ``routes``, ``peers``, ``queues``, ``dur
 
 Connections are kept alive between requests (HTTP/1.1), each in a thread of its own: one
 silent for :data:`IDLE_TIMEOUT` is closed (a client that connects and says nothing holds a
-thread only that long), and :meth:`MonitorServer.close` closes every one still open, so
-nothing is served on them once the node has stopped.
+thread only that long), at most :data:`MAX_CONNECTIONS` are open at once (one more is
+answered 503), and :meth:`MonitorServer.close` closes every one still open, so nothing is
+served on them once the node has stopped.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ log = logging.getLogger("zbroker.monitor")
 IDLE_TIMEOUT = 30.0
 #: seconds close() waits for the connections' threads to end
 CLOSE_WAIT = 2.0
+#: connections open at once (a thread each); one more is answered 503 and closed
+MAX_CONNECTIONS = 64
+_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
 def _status_part(key: str) -> Callable[[Snapshot], Any]:
@@ -148,9 +152,15 @@ class _Server(ThreadingHTTPServer):
         )
         with self._lock:
             closing = self._closing
-            if not closing:
+            busy = len(self._open) >= MAX_CONNECTIONS
+            if not (closing or busy):
                 self._open[request] = thread
-        if closing:  # accepted as close() began
+        if busy and not closing:
+            try:  # (a fresh socket's buffer takes it at once)
+                request.sendall(_BUSY)
+            except OSError:
+                pass
+        if closing or busy:  # accepted as close() began, or one too many
             super().shutdown_request(request)
         else:
             thread.start()
