@@ -426,6 +426,56 @@ def test_rate_window_reopens_and_reports_what_was_suppressed(
     assert [m.payload["seq"] for m in seen.snapshot()] == [1, 2, 3]
 
 
+def test_a_suppressed_summary_keeps_its_count_for_the_next(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """NO_SUBSCRIBER and DROPS the rate limit suppressed are not lost: the next one
+    published counts everything since the previous one published."""
+    a = broker_factory(
+        broker_id="a",
+        advisories={"rate_limit": 2, "rate_window": 600.0, "summary_interval": 0.1},
+    )
+    seen = Collector()
+    client_factory(a.endpoint).subscribe("$ZB.ADVISORY.a.>", seen)
+    assert wait_until(lambda: heard(a, "$ZB.ADVISORY.a.DROPS"), WAIT)
+
+    def spend(node: Any) -> None:  # the window's budget, on two other advisories
+        for i in range(2):
+            node.emit(InterestAdded(pattern=f"T{i}", source="clients"))
+
+    a.call(spend)
+    assert seen.wait_for(2)
+    pub = client_factory(a.endpoint)
+    for i in range(5):
+        pub.publish("NOBODY.T", i)
+    _report_gaps(a.endpoint, {"SLOW.>": 4})
+
+    def suppressed() -> dict[str, int]:
+        got: dict[str, int] = a.status()["advisories"]["suppressed"]
+        return got
+
+    assert wait_until(lambda: {"NO_SUBSCRIBER", "DROPS"} <= set(suppressed()), WAIT)
+    for i in range(2):
+        pub.publish("NOBODY.T", i)
+    assert wait_until(lambda: a.status()["counters"]["unrouted"] == 7, WAIT)
+    before = suppressed()["NO_SUBSCRIBER"]
+    assert wait_until(lambda: suppressed()["NO_SUBSCRIBER"] > before, WAIT)  # summarized
+
+    def reopen(node: Any) -> None:  # the window ends (as 600 s later)
+        adv = next(f for f in node.features if type(f).__name__ == "Advisories")
+        adv._limit._start = float("-inf")
+
+    a.call(reopen)
+    assert seen.wait_until(
+        lambda ms: {"NO_SUBSCRIBER", "DROPS"} <= {m.payload["kind"] for m in ms}, WAIT
+    ), kinds(seen)
+    time.sleep(GRACE)  # (a second summary, if any were sent, would come now)
+    (nosub,) = of_kind(seen, "NO_SUBSCRIBER")
+    assert nosub["messages"] == 7 and nosub["topic"] == "NOBODY.T"
+    (drops,) = of_kind(seen, "DROPS")
+    assert drops["reasons"] == {"slow_subscriber": 4} and drops["messages"] == 4
+
+
 # -- the off switch -------------------------------------------------------------------------------
 
 

@@ -137,7 +137,7 @@ def test_api_matches_cli_json(broker_factory: BrokerFactory, client_factory: Cli
     assert [(e["a"], e["b"], e["state"]) for e in graph["edges"]] == [("A", "B", "up")]
     metrics = scrape(url)
     assert sample(metrics, "zbroker_links_up") == 1
-    assert sample(metrics, "zbroker_link_up", link="ba", peer="B", state="up") == 1
+    assert sample(metrics, "zbroker_link_up", link="ba", peer="B", kind="accepted", state="up") == 1
     assert sample(metrics, "zbroker_subscriptions") == 1
     assert sample(metrics, "zbroker_interest_routes") == 2
     assert sample(metrics, "zbroker_forward_queued_total") == 0
@@ -180,7 +180,7 @@ def test_counters_only_grow_through_a_link_flap(
         return b
 
     def link_total(name: str) -> float | None:
-        return sample(scrape(url), name, link="ba", peer="B")
+        return sample(scrape(url), name, link="ba", peer="B", kind="accepted")
 
     b = send_from_b(30, 0)
     assert _wait(lambda: link_total("zbroker_link_messages_received_total") == 30)
@@ -188,7 +188,12 @@ def test_counters_only_grow_through_a_link_flap(
     b.stop()
     assert _wait(lambda: get_json(url + "/api/links") == [])  # the accepted link is gone
     after_down = scrape(url)
-    assert sample(after_down, "zbroker_link_messages_received_total", link="ba", peer="B") == 30
+    assert (
+        sample(
+            after_down, "zbroker_link_messages_received_total", link="ba", peer="B", kind="accepted"
+        )
+        == 30
+    )
     assert sample(after_down, "zbroker_link_downs_total") == 1
     assert sample(after_down, "zbroker_messages_delivered_total") == 30
     send_from_b(20, 30)

@@ -6,6 +6,7 @@ of each moment is saved under the test's temporary directory."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -142,3 +143,50 @@ def test_map_page_draws_the_network_and_a_cut_link(
     browser.save_screenshot(str(tmp_path / "map-back.png"))
     for name in ("map-whole.png", "map-cut.png", "map-back.png"):
         assert (tmp_path / name).stat().st_size > 1000
+
+
+def test_the_links_panel_lists_every_link_to_one_peer(
+    browser: Any,
+    broker_factory: Callable[..., Broker],
+    free_port: Callable[[], int],
+) -> None:
+    """A dials B ("ab") and B dials A ("ba"): A has two links to B. The map draws one
+    line between them, and its Links panel (and /api/graph's ``links``) lists both."""
+    pa, pb = free_port(), free_port()
+    a = broker_factory(
+        broker_id="A",
+        port=pa,
+        monitor=FAST_MONITOR,
+        links=(LinkConfig(name="ab", uri=f"tcp://127.0.0.1:{pb}", **FAST_LINK),),
+    )
+    broker_factory(
+        broker_id="B",
+        port=pb,
+        links=(LinkConfig(name="ba", uri=f"tcp://127.0.0.1:{pa}", **FAST_LINK),),
+    )
+    url = monitor_url(a)
+
+    def rows() -> dict[str, str]:
+        found: dict[str, str] = browser.execute_script(
+            """
+            const rows = {};
+            for (const li of document.querySelectorAll('#links [data-link-row]'))
+                rows[li.dataset.linkRow] = li.dataset.state;
+            return rows;
+            """
+        )
+        return found
+
+    browser.get(url + "/")
+    deadline = time.monotonic() + WAIT
+    while rows() != {"ab": "up", "ba": "up"} and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert rows() == {"ab": "up", "ba": "up"}
+    assert _drawn(browser)["links"] == {"A|B": "up"}
+    code, body = get(url + "/api/graph")
+    graph = json.loads(body)
+    assert code == 200 and [e["b"] for e in graph["edges"]] == ["B"]
+    assert sorted((ln["link"], ln["b"], ln["kind"]) for ln in graph["links"]) == [
+        ("ab", "B", "static"),
+        ("ba", "B", "accepted"),
+    ]

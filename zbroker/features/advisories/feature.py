@@ -9,8 +9,8 @@ the one message path like any message (so it travels links like any topic), but 
 someone subscribes to its topic, here or anywhere (the routing engine's cached answer);
 otherwise it costs one route lookup and is counted as unheard. Each node limits its own
 advisories to ``rate_limit`` per ``rate_window``; those over the limit are counted by
-kind (and the next advisory says how many were suppressed before it). STATS has its own
-cadence and no limit.
+kind (and the next advisory says how many were suppressed before it; a summary suppressed
+is not lost: the next one counts it). STATS has its own cadence and no limit.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 __all__ = ["Advisories"]
 
 log = logging.getLogger("zbroker.advisories")
+
+#: what became of an advisory offered (:meth:`Advisories._offer`)
+SENT, UNHEARD, SUPPRESSED = "sent", "unheard", "suppressed"
 
 
 class Advisories(Feature):
@@ -82,21 +85,25 @@ class Advisories(Feature):
 
     def advise(self, kind: str, fields: dict[str, Any], now: float) -> bool:
         """Publish advisory ``kind`` if anyone listens and the budget allows; True if sent."""
+        return self._offer(kind, fields, now) == SENT
+
+    def _offer(self, kind: str, fields: dict[str, Any], now: float) -> str:
+        """:meth:`advise`, saying what became of it: SENT, UNHEARD or SUPPRESSED."""
         topic = self._topics.get(kind)
         if topic is None:
             topic = self._topics[kind] = advisory_topic(self._me, kind)
         if not self._heard(topic):
             self.unheard += 1
-            return False
+            return UNHEARD
         if not self._limit.allow(now):
             self.suppressed[kind] = self.suppressed.get(kind, 0) + 1
             self._since += 1
-            return False
+            return SUPPRESSED
         self.emitted += 1
         body = payload(kind, self._me, self.emitted, time.time(), self._since, fields)
         self._since = 0
         self._publish(topic, body)
-        return True
+        return SENT
 
     # -- timers -----------------------------------------------------------------------------
 
@@ -109,19 +116,23 @@ class Advisories(Feature):
             self.send_stats(now)
 
     def _summaries(self, now: float) -> None:
-        """NO_SUBSCRIBER and DROPS: what the counters gained since the last summary."""
+        """NO_SUBSCRIBER and DROPS: what the counters gained since the last summary. One
+        the rate limit suppressed leaves its baseline where it was, so the next one
+        published counts what it would have said too (one nobody heard moves it on)."""
         c = self._ctx.counters
         if c.unrouted != self._unrouted:
-            n, self._unrouted = c.unrouted - self._unrouted, c.unrouted
+            n = c.unrouted - self._unrouted
             topic = self._ctx.pipeline.unrouted_topic
-            self.advise("NO_SUBSCRIBER", {"topic": topic, "messages": n}, now)
+            if self._offer("NO_SUBSCRIBER", {"topic": topic, "messages": n}, now) != SUPPRESSED:
+                self._unrouted = c.unrouted
         if c.dropped != self._dropped:
-            last = self._dropped
-            self._dropped = dict(c.dropped)
+            last, dropped = self._dropped, dict(c.dropped)
             reasons = {
-                r: n - last.get(r, 0) for r, n in sorted(self._dropped.items()) if n != last.get(r)
+                r: n - last.get(r, 0) for r, n in sorted(dropped.items()) if n != last.get(r)
             }
-            self.advise("DROPS", {"reasons": reasons, "messages": sum(reasons.values())}, now)
+            fields = {"reasons": reasons, "messages": sum(reasons.values())}
+            if self._offer("DROPS", fields, now) != SUPPRESSED:
+                self._dropped = dropped
 
     def send_stats(self, now: float) -> bool:
         """Publish STATS now (if anyone listens); True if sent."""

@@ -143,8 +143,11 @@ class Monitor(Feature):
         self._server.start()
 
     def link_down(self, link: Link, now: float) -> None:
-        # an accepted or discovered link vanishes now: keep what it counted
-        self._totals.fold(link)
+        # an accepted or discovered link vanishes now (it has left the table already):
+        # keep what it counted, and let it go (a node nobody reads builds no snapshot,
+        # so waiting for one to forget it would hold every link that ever went)
+        gone = all(other is not link for other in self._ctx.links.all())
+        self._totals.fold(link, gone_at=now if gone else None)
 
     def tick(self, now: float) -> None:
         self.hub.beat = now
@@ -158,7 +161,7 @@ class Monitor(Feature):
             "routes": (ctx.ask(wire.ROUTES) or {}).get("routes", []),
             "peers": (ctx.ask(wire.PEERS) or {}).get("peers", []),
         }
-        totals = self._totals.update(ctx.links.all())
+        totals = self._totals.update(ctx.links.all(), now)
         return Snapshot(
             taken=now,
             wall=time.time(),

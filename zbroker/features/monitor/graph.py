@@ -1,8 +1,9 @@
 """The network as this node sees it, for the map page (``/api/graph``).
 
 Nodes: this one, every peer of a link, every peer discovery knows, and every broker on
-the path of a route in the routing table. Edges: each of this node's links (with its
-state, totals and message rates), and each hop of a route's path (state ``route``: a
+the path of a route in the routing table. Links: every link of this node (with its state,
+totals and message rates). Edges, what the map draws: one per peer of a link (of several
+links to one peer, one that is up), and each hop of a route's path (state ``route``: a
 link between two other nodes, known from the advertisements). Built from a snapshot in
 the HTTP thread, once per snapshot.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from .snapshot import Snapshot
+from .snapshot import Snapshot, link_key
 
 __all__ = ["graph"]
 
@@ -29,6 +30,7 @@ def _build(snap: Snapshot) -> dict[str, Any]:
     me = status["broker_id"]
     nodes: dict[str, dict[str, Any]] = {me: {"id": me, "self": True, "hops": 0}}
     edges: dict[tuple[str, str], dict[str, Any]] = {}
+    links: list[dict[str, Any]] = []
 
     def node(name: str, hops: int) -> None:
         n = nodes.setdefault(name, {"id": name, "self": False, "hops": hops})
@@ -37,13 +39,14 @@ def _build(snap: Snapshot) -> dict[str, Any]:
     for link in status.get("links", []):
         peer = link["peer"] or f"?{link['name']}"  # never connected: its peer is unknown
         node(peer, 1)
-        key = (link["name"], link["peer"] or "")
+        key = link_key(link["name"], link["peer"], link["kind"])
         totals = snap.link_totals.get(key, (0, 0, 0, 0, 0))
         rate_in, rate_out = snap.link_rates.get(key, (0.0, 0.0))
         edge = {
             "a": me,
             "b": peer,
             "link": link["name"],
+            "peer": link["peer"] or "",
             "state": link["state"],
             "kind": link["kind"],
             "direction": link["direction"],
@@ -53,8 +56,9 @@ def _build(snap: Snapshot) -> dict[str, Any]:
             "rate_in": rate_in,
             "rate_out": rate_out,
         }
+        links.append(edge)
         pair = (me, peer)
-        # several links to one peer: the one that is up shows
+        # several links to one peer: one line, of the one that is up
         if pair not in edges or edges[pair]["state"] != "up":
             edges[pair] = edge
     for peer in snap.doc("peers"):
@@ -65,6 +69,7 @@ def _build(snap: Snapshot) -> dict[str, Any]:
         "broker_id": me,
         "taken": snap.wall,
         "nodes": sorted(nodes.values(), key=lambda n: (n["hops"], n["id"])),
+        "links": links,
         "edges": list(edges.values()),
     }
 

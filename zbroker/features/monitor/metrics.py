@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .snapshot import Snapshot
+from .snapshot import Snapshot, link_key
 
 __all__ = ["CONTENT_TYPE", "MetricsRenderer"]
 
@@ -83,7 +83,10 @@ def _counters(status: dict[str, Any]) -> Iterator[Metric]:
         "Link handshakes and connections refused, by reason.",
         labels=["reason"],
     )
-    hs.add_metric(["duplicate_broker_id"], c.get("handshakes_refused", 0))
+    # every refusal counts in handshakes_refused; those for a duplicate ID also as a drop
+    duplicate = c.get("dropped", {}).get("duplicate_broker_id", 0)
+    hs.add_metric(["duplicate_broker_id"], duplicate)
+    hs.add_metric(["handshake"], max(0, c.get("handshakes_refused", 0) - duplicate))
     hs.add_metric(["auth"], c.get("auth_failures", 0))
     yield hs
 
@@ -110,19 +113,21 @@ def _forward(status: dict[str, Any]) -> Iterator[Metric]:
 
 def _links(snap: Snapshot, status: dict[str, Any]) -> Iterator[Metric]:
     families = [
-        CounterMetricFamily(name, doc, labels=["link", "peer"]) for name, doc in _LINK_COUNTERS
+        CounterMetricFamily(name, doc, labels=["link", "peer", "kind"])
+        for name, doc in _LINK_COUNTERS
     ]
-    for (link, peer), totals in snap.link_totals.items():
+    for key, totals in snap.link_totals.items():
         for family, value in zip(families, totals, strict=True):
-            family.add_metric([link, peer], value)
+            family.add_metric(list(key), value)
     yield from families
     up = GaugeMetricFamily(
-        "zbroker_link_up", "1 while a link is up, else 0.", labels=["link", "peer", "state"]
+        "zbroker_link_up",
+        "1 while a link is up, else 0.",
+        labels=["link", "peer", "kind", "state"],
     )
     for link in status.get("links", []):
-        up.add_metric(
-            [link["name"], link["peer"] or "", link["state"]], 1 if link["state"] == "up" else 0
-        )
+        key = link_key(link["name"], link["peer"], link["kind"])
+        up.add_metric([*key, link["state"]], 1 if link["state"] == "up" else 0)
     yield up
 
 

@@ -7,7 +7,11 @@ the loop waits on and never reads a structure the loop is changing.
 
 Per-link counters live on :class:`~zbroker.links.state.Link` objects, which vanish with
 an accepted or discovered link; :class:`LinkTotals` folds each link's growth into totals
-per (link name, peer) kept for the life of the node, so exported counters never go down.
+per (link name, peer, kind) kept for the life of the node, so exported counters never go
+down. The kind is in the key because a node may hold two links of one name to one peer:
+the one it dialled and the one the peer dialled under the same name. Totals of a key no
+link has had for :data:`FORGET_AFTER` are dropped (their series go), so a node whose
+peers come and go under new IDs does not export every link it ever had.
 """
 
 from __future__ import annotations
@@ -23,10 +27,31 @@ from ...wire.codec import unpack
 if TYPE_CHECKING:
     from ...links.state import Link
 
-__all__ = ["LINK_FIELDS", "LinkTotals", "Snapshot", "probe_store", "rates", "store_bytes"]
+__all__ = [
+    "LINK_FIELDS",
+    "LinkKey",
+    "LinkTotals",
+    "Snapshot",
+    "link_key",
+    "probe_store",
+    "rates",
+    "store_bytes",
+]
 
 #: the per-link counters folded into totals, in this order
 LINK_FIELDS = ("msgs_in", "msgs_out", "bytes_in", "bytes_out", "drops")
+
+#: seconds the totals of a (link, peer, kind) no link has any more are kept: one back
+#: within them adds to them; after, its series are gone and one back starts at 0 again
+#: (a counter reset, which Prometheus's rate() and increase() take as such)
+FORGET_AFTER = 3600.0
+
+#: a link's series: (name, peer, kind); peer is "" before the link's first handshake
+LinkKey = tuple[str, str, str]
+
+
+def link_key(name: str, peer: str | None, kind: str) -> LinkKey:
+    return (name, peer or "", kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +65,10 @@ class Snapshot:
     taken: float  # time.monotonic() in the loop when built
     wall: float  # time.time() then
     packed: dict[str, bytes]  # "status", "routes", "peers": the replies' bodies, packed
-    #: (link, peer) -> totals in LINK_FIELDS order, for the life of the node
-    link_totals: dict[tuple[str, str], tuple[int, ...]]
-    #: (link, peer) -> (messages in, messages out) per second since the last snapshot
-    link_rates: dict[tuple[str, str], tuple[float, float]]
+    #: (link, peer, kind) -> totals in LINK_FIELDS order, for the life of the node
+    link_totals: dict[LinkKey, tuple[int, ...]]
+    #: (link, peer, kind) -> (messages in, messages out) per second since the last snapshot
+    link_rates: dict[LinkKey, tuple[float, float]]
     store_error: str | None  # why the store is not writable (None: it is)
     store_bytes: int  # the store's files on disk (database, journal, WAL)
     #: decoded replies and derived documents, filled by readers on first use
@@ -61,31 +86,46 @@ class LinkTotals:
     """Cumulative per-link counters that outlive the links (owned by the loop thread)."""
 
     def __init__(self) -> None:
-        self.totals: dict[tuple[str, str], list[int]] = {}
+        self.totals: dict[LinkKey, list[int]] = {}
         # links seen at the last fold (held, so an id is never reused meanwhile) and the
         # values folded then
         self._seen: dict[int, tuple[Link, tuple[int, ...]]] = {}
+        self._gone_at: dict[LinkKey, float] = {}  # keys without a link: since when
 
-    def fold(self, link: Link) -> None:
-        """Add what ``link`` counted since its last fold to its totals."""
+    def fold(self, link: Link, gone_at: float | None = None) -> None:
+        """Add what ``link`` counted since its last fold to its totals; ``gone_at``: it
+        has left the node's links then (folded for the last time, not held any more)."""
         values = (link.msgs_in, link.msgs_out, link.bytes_in, link.bytes_out, link.drops)
         seen = self._seen.get(id(link))
         before = seen[1] if seen is not None else (0,) * len(LINK_FIELDS)
-        total = self.totals.setdefault((link.name, link.peer), [0] * len(LINK_FIELDS))
+        key = link_key(link.name, link.peer, link.kind.value)
+        total = self.totals.setdefault(key, [0] * len(LINK_FIELDS))
         for i, (now, then) in enumerate(zip(values, before, strict=True)):
             if now > then:
                 total[i] += now - then
-        self._seen[id(link)] = (link, values)
+        if gone_at is None:
+            self._seen[id(link)] = (link, values)
+        else:
+            self._seen.pop(id(link), None)
+            self._gone_at[key] = gone_at
 
-    def update(self, links: list[Link]) -> dict[tuple[str, str], tuple[int, ...]]:
+    def update(self, links: list[Link], now: float) -> dict[LinkKey, tuple[int, ...]]:
         """Fold every current link, forget the links that are gone (their growth was
-        folded at their last fold or when they went down), return a copy of the totals."""
-        current = set()
+        folded at their last fold or when they went down) and the totals no link has
+        had for FORGET_AFTER, return a copy of the totals."""
+        current, keys = set(), set()
         for link in links:
             self.fold(link)
             current.add(id(link))
-        for key in [k for k in self._seen if k not in current]:
-            del self._seen[key]
+            keys.add(link_key(link.name, link.peer, link.kind.value))
+        for gone in [k for k in self._seen if k not in current]:
+            del self._seen[gone]
+        for key in self.totals.keys() - keys:
+            since = self._gone_at.setdefault(key, now)
+            if now - since >= FORGET_AFTER:
+                del self.totals[key], self._gone_at[key]
+        for key in keys:
+            self._gone_at.pop(key, None)
         return {key: tuple(v) for key, v in self.totals.items()}
 
 
@@ -120,9 +160,9 @@ def store_bytes(data_dir: Path) -> int:
 
 def rates(
     prev: Snapshot | None,
-    totals: dict[tuple[str, str], tuple[int, ...]],
+    totals: dict[LinkKey, tuple[int, ...]],
     now: float,
-) -> dict[tuple[str, str], tuple[float, float]]:
+) -> dict[LinkKey, tuple[float, float]]:
     """Messages per second in and out of each link since ``prev``."""
     if prev is None or now <= prev.taken:
         return {key: (0.0, 0.0) for key in totals}

@@ -1,0 +1,171 @@
+"""/metrics against what the node counts: refusals under the right reason, one series
+per link (two links of one name to one peer are two series), and per-link totals that
+neither hold on to links gone nor mix two links up."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import free_port, wait_until
+from tests.monitor.helpers import FAST_MONITOR, get, monitor_url, sample, scrape
+from zbroker import Broker
+from zbroker.config import LinkConfig
+from zbroker.features.monitor import Monitor, snapshot
+
+BrokerFactory = Callable[..., Broker]
+WAIT = 20.0
+FAST_LINK: dict[str, Any] = {
+    "heartbeat_interval": 0.2,
+    "heartbeat_timeout": 1.0,
+    "reconnect_initial_delay": 0.1,
+    "reconnect_max_delay": 0.5,
+}
+
+
+def _failures(url: str) -> dict[str, float]:
+    return {
+        dict(labels)["reason"]: value
+        for (name, labels), value in scrape(url).items()
+        if name == "zbroker_handshake_failures_total"
+    }
+
+
+def test_a_refused_handshake_is_not_called_a_duplicate_broker_id(
+    broker_factory: BrokerFactory,
+) -> None:
+    """A link refused because its peer is in another group counts under ``handshake``;
+    ``duplicate_broker_id`` counts only what the node refused for a duplicate ID."""
+    b = broker_factory(broker_id="B", group="other")
+    slow = {**FAST_LINK, "reconnect_initial_delay": 60.0, "reconnect_max_delay": 60.0}
+    a = broker_factory(
+        broker_id="A", monitor=FAST_MONITOR, links=(LinkConfig(name="ab", uri=b.endpoint, **slow),)
+    )
+    url = monitor_url(a)
+    assert wait_until(lambda: _failures(url).get("handshake", 0) >= 1, WAIT), _failures(url)
+    st = a.status()["counters"]
+    assert st["handshakes_refused"] == 1 and "duplicate_broker_id" not in st["dropped"]
+    assert _failures(url) == {"duplicate_broker_id": 0, "handshake": 1, "auth": 0}
+
+
+def _series(url: str, name: str) -> list[tuple[tuple[str, str], ...]]:
+    """The label sets of metric ``name``, as many times as /metrics has each."""
+    code, body = get(url + "/metrics")
+    assert code == 200
+    out = []
+    for family in text_string_to_metric_families(body.decode()):
+        out += [tuple(sorted(s.labels.items())) for s in family.samples if s.name == name]
+    return out
+
+
+def test_two_links_of_one_name_to_one_peer_are_two_series(broker_factory: BrokerFactory) -> None:
+    """A and B dial each other, both naming the link "x": A has a link it dialled and
+    one B dialled, both ("x", "B"). Each is its own series (``kind``), not one series
+    twice (which Prometheus drops as duplicates) with one total for both."""
+    pa, pb = free_port(), free_port()
+    a = broker_factory(
+        broker_id="A",
+        port=pa,
+        monitor=FAST_MONITOR,
+        links=(LinkConfig(name="x", uri=f"tcp://127.0.0.1:{pb}", **FAST_LINK),),
+    )
+    broker_factory(
+        broker_id="B",
+        port=pb,
+        links=(LinkConfig(name="x", uri=f"tcp://127.0.0.1:{pa}", **FAST_LINK),),
+    )
+    url = monitor_url(a)
+    assert wait_until(
+        lambda: len([s for s in _series(url, "zbroker_link_up") if ("state", "up") in s]) == 2,
+        WAIT,
+    ), _series(url, "zbroker_link_up")
+    ups = _series(url, "zbroker_link_up")
+    assert sorted(ups) == sorted(set(ups))  # no series twice
+    assert sorted(dict(s)["kind"] for s in ups) == ["accepted", "static"]
+    # the per-link counters too: one series per link, each its own link's total
+    sent = {dict(s)["kind"]: s for s in _series(url, "zbroker_link_bytes_sent_total")}
+    assert set(sent) >= {"accepted", "static"}
+    links = {ln["kind"]: ln for ln in a.status()["links"]}
+
+    def matches() -> bool:
+        # totals only grow; each series is its own link's (read once after the other)
+        samples = scrape(url)
+        now = {ln["kind"]: ln for ln in a.status()["links"]}
+        return all(
+            links[k]["bytes_out"]
+            <= (sample(samples, "zbroker_link_bytes_sent_total", **dict(sent[k])) or 0)
+            <= now[k]["bytes_out"]
+            for k in ("accepted", "static")
+        )
+
+    assert wait_until(matches, WAIT)
+
+
+def _monitor(broker: Broker) -> Monitor:
+    found: Monitor = broker.call(
+        lambda node: next(f for f in node.features if isinstance(f, Monitor))
+    )
+    return found
+
+
+def _churn(a: Broker, broker_factory: BrokerFactory, peers: list[str]) -> None:
+    """Each of ``peers`` dials A (an accepted link on A), then stops (the link goes)."""
+    for peer in peers:
+        b = broker_factory(
+            broker_id=peer, links=(LinkConfig(name="up", uri=a.endpoint, **FAST_LINK),)
+        )
+        assert wait_until(lambda p=peer: _linked(a, p), WAIT)
+        b.stop()
+        assert wait_until(lambda p=peer: not _linked(a, p), WAIT)
+
+
+def _linked(broker: Broker, peer: str) -> bool:
+    return any(ln["peer"] == peer for ln in broker.status()["links"])
+
+
+def test_links_gone_are_not_held_by_a_monitor_nobody_reads(broker_factory: BrokerFactory) -> None:
+    """A node whose monitor nobody reads builds no snapshot: the links that went away
+    must not stay referenced until one (they did, one per accepted link that ever went)."""
+    a = broker_factory(broker_id="A", monitor=FAST_MONITOR)
+    monitor = _monitor(a)
+    _churn(a, broker_factory, ["B1", "B2", "B3"])
+    assert a.call(lambda node: len(monitor._totals._seen)) == 0
+    # what they counted is kept all the same
+    totals = a.call(lambda node: dict(monitor._totals.totals))
+    assert sorted(totals) == [("up", f"B{i}", "accepted") for i in (1, 2, 3)]
+    assert all(t[2] > 0 and t[3] > 0 for t in totals.values())  # handshake and heartbeats
+
+
+def test_series_of_a_link_gone_long_ago_are_forgotten(
+    broker_factory: BrokerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per-link totals outlive a link for FORGET_AFTER, then go: a hub whose peers come
+    back under new broker IDs (a container without a volume) does not export a series
+    for every peer it ever had. A link that is there is never forgotten."""
+    monkeypatch.setattr(snapshot, "FORGET_AFTER", 4.0, raising=False)
+    c = broker_factory(broker_id="C")
+    a = broker_factory(
+        broker_id="A",
+        monitor=FAST_MONITOR,
+        links=(LinkConfig(name="ac", uri=c.endpoint, **FAST_LINK),),
+    )
+    url = monitor_url(a)
+
+    def peers() -> set[str]:
+        return {
+            dict(labels)["peer"]
+            for (name, labels), _ in scrape(url).items()
+            if name == "zbroker_link_bytes_sent_total"
+        }
+
+    assert wait_until(lambda: peers() == {"C"}, WAIT)  # (read: snapshots keep coming)
+    _churn(a, broker_factory, ["B1"])
+    assert wait_until(lambda: "B1" in peers(), WAIT)  # kept a while
+    assert wait_until(lambda: "B1" not in peers(), WAIT), peers()
+    assert peers() == {"C"}
+    assert (
+        sample(scrape(url), "zbroker_link_up", link="ac", peer="C", kind="static", state="up")
+    ) == 1
