@@ -147,6 +147,13 @@ def test_security_decisions(tmp_path: Path) -> None:
     assert not sec.may_publish("client:mallory", "A.B")
     assert not sec.may_publish("node:x", "A.B")  # nodes are not clients
     assert not sec.may_subscribe("client:alice", "A.>")
+    # a pattern (a state removal's) needs a publish permission covering it
+    assert sec.may_publish("client:alice", "A.*") and sec.may_publish("client:alice", "A.>")
+    narrow = Security(
+        tmp_path, None, {"s": {"key": zmq.curve_keypair()[0].decode(), "publish": ["S.*"]}}
+    )
+    assert narrow.may_publish("client:s", "S.*") and narrow.may_publish("client:s", "S.X")
+    assert not narrow.may_publish("client:s", "S.>")
     assert sec.permissions("client:alice") == {"publish": ["A.>"], "subscribe": []}
     assert sec.permissions("node:x") is None
     msg = sec.refuse("publish to", "client:alice", "B.B")
