@@ -214,3 +214,36 @@ def test_expired_range_fails_or_is_skipped_as_failOnDataLoss_says(
     assert resumed.exception() is None
     seqs = sorted(r.seq for r in spark.read.parquet(str(out)).collect())
     assert seqs == list(range(201, 301)) + list(range(451, 551))
+
+
+def test_a_rule_that_expired_hides_no_row_another_rule_keeps(
+    spark: Any, broker_factory: BrokerFactory, client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """``expired_upto`` is the highest sequence any overlapping rule lost: rows another
+    rule keeps below it are read by ``earliest`` (batch and stream) and by
+    ``failOnDataLoss=false``. (Before, all three started after it: B's rows were lost.)"""
+    broker = broker_factory(retain=(RetainRule("A.>", max_msgs=10), RetainRule("B.>")))
+    client = client_factory(broker.endpoint)
+    publish_stored(client, 5, ("B.X",))  # 1..5, kept
+    publish_stored(client, 50, ("A.X",), start=5)  # 6..55: 6..45 expired, 46..55 kept
+    kept = list(range(1, 6)) + list(range(46, 56))
+
+    assert sorted(r.seq for r in read_df(spark, broker).collect()) == kept
+    with pytest.raises(Exception, match=r"sequences 1\.\.45 .* expired"):
+        read_df(spark, broker, startingOffset=1).collect()  # A's 6..45 are lost
+    lenient = read_df(spark, broker, startingOffset=1, failOnDataLoss="false")
+    assert sorted(r.seq for r in lenient.collect()) == kept
+
+    # a stream from earliest, in micro-batches below and across what had expired
+    query = (
+        stream_df(spark, broker, startingOffset="earliest", maxRowsPerTrigger=20)
+        .writeStream.format("memory")
+        .queryName("kept_below_expired")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    got = spark.sql("SELECT seq FROM kept_below_expired").collect()
+    assert sorted(r.seq for r in got) == kept

@@ -3,9 +3,10 @@
 **Reading** (``spark.read`` / ``spark.readStream``) returns a node's retention log: the
 messages on topics its ``[[retain]]`` rules keep, numbered by the node's sequence (``seq``,
 gap-free over all retained topics). A streaming query's offsets are those sequence numbers
-(``{"seq": N}``, N exclusive), so Spark replays exactly the range of a failed micro-batch:
-exactly-once into Spark's sinks. Partitions read ranges of ``rowsPerPartition`` sequences on
-the executors and hand Spark Arrow record batches.
+(``{"seq": N}``, N exclusive; :class:`.readers.StreamReader` tells of ``floor``), so Spark
+replays exactly the range of a failed micro-batch: exactly-once into Spark's sinks.
+Partitions read ranges of ``rowsPerPartition`` sequences on the executors and hand Spark
+Arrow record batches.
 
 Columns: ``topic string, seq long, origin string, incarnation long, origin_seq long,
 timestamp timestamp, headers map<string,string>, payload binary`` — ``(origin,
@@ -28,7 +29,7 @@ Read options (all strings, names case-insensitive):
 ``rowsPerPartition``   sequences per Spark partition (default 100000)
 ``failOnDataLoss``  ``true`` (default): fail with a clear message when part of the range
                     expired from the node's retention log (its bounds dropped it);
-                    ``false``: skip the expired part, log how many sequences were skipped
+                    ``false``: log the expired sequences and read what is left
 ``timeout``         seconds to wait for the node (default 10)
 ``commitTimeout``   writes: seconds a commit may take to publish its rows (default 600)
 ``keys``            with security on: the client's secret key — a ``NAME.key_secret``
