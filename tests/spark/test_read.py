@@ -115,6 +115,26 @@ def test_payload_columns_decode_from_msgpack_and_json(
         read_df(spark, broker, pattern="M.>", valueFormat="msgpack").collect()
 
 
+def test_read_options_that_cannot_work_are_refused_naming_the_option(
+    spark: Any, broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    """(Before, each of these failed inside Spark: "Schema and number of arrays unequal",
+    "invalid literal for int()", an Arrow buffer error, a timeout of nan seconds.)"""
+    broker = broker_factory(retain=(RetainRule("M.>"),))
+    client_factory(broker.endpoint).publish("M.X", {"price": 1.5}, persistent=True)
+    refused = {
+        "valueSchema needs valueFormat": {"valueSchema": "price double"},
+        "endingOffset: expected latest or a sequence number": {"endingOffset": "earliest"},
+        "column 'topic' is named twice": {"valueFormat": "json", "valueSchema": "TOPIC string"},
+        "timeout: must be a positive number of seconds": {"timeout": "nan"},
+    }
+    for message, options in refused.items():
+        with pytest.raises(Exception, match=message):
+            read_df(spark, broker, pattern="M.>", **options).collect()
+    good = read_df(spark, broker, pattern="M.>", valueFormat="msgpack", valueSchema="price double")
+    assert [r.price for r in good.collect()] == [1.5]
+
+
 def test_stream_sees_every_sequence_once_over_several_micro_batches(
     spark: Any, broker_factory: BrokerFactory, client_factory: ClientFactory, tmp_path: Path
 ) -> None:

@@ -13,7 +13,8 @@ timestamp timestamp, headers map<string,string>, payload binary`` — ``(origin,
 incarnation, origin_seq)`` is the message ID the origin node gave it, ``timestamp`` the
 origin node's receive time. With ``valueFormat`` (``msgpack`` or ``json``) and
 ``valueSchema`` (a DDL list, e.g. ``"price double, qty long"``) the payload is also decoded
-into those columns (missing fields are null).
+into those columns (missing fields are null; their names must differ from the columns
+above, and neither option goes without the other).
 
 Read options (all strings, names case-insensitive):
 
@@ -92,10 +93,10 @@ class ZbrokerDataSource(DataSource):
         return f"{BASE_SCHEMA}, {values}" if values else BASE_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(ReadOptions.parse(self.options, streaming=False), schema)
+        return BatchReader(ReadOptions.parse(self.options, streaming=False, schema=schema), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(ReadOptions.parse(self.options, streaming=True), schema)
+        return StreamReader(ReadOptions.parse(self.options, streaming=True, schema=schema), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         return BatchWriter(WriteOptions.parse(self.options, schema, overwrite))
