@@ -93,7 +93,7 @@ def config_from_mapping(data: dict[str, Any], source: str) -> NodeConfig:
                     f"{source}: unknown key {table}.{key} (known: {', '.join(sorted(keys))})"
                 )
             if name == "data_dir":
-                if not isinstance(item, str):
+                if not isinstance(item, str) or not item:  # ("": the working directory)
                     raise ConfigError(f"{source}: {table}.{key}: {item!r} is not a path string")
                 item = Path(item).expanduser()
             kwargs[name] = item
