@@ -127,6 +127,12 @@ def test_client_permissions(tmp_path: Path) -> None:
         "nokey": ({"publish": []}, "exactly one of key"),
         "badpat": ({"key": key.decode(), "publish": ["A.>.B"]}, "publish"),
         "extra": ({"key": key.decode(), "admin": True}, "unknown key"),
+        "nofile": (
+            {"key_file": str(tmp_path / "gone.key")},
+            r"\[security.clients\]: client 'nofile': key_file: '.*gone.key' is neither",
+        ),
+        "intfile": ({"key_file": 5}, "client 'intfile': key_file must be the path"),
+        "nofilename": ({"key_file": ""}, "client 'nofilename': key_file must be the path"),
     }
     for name, (entry, message) in bad.items():
         with pytest.raises(ConfigError, match=message):

@@ -74,10 +74,15 @@ def load_clients(source: Path | dict[str, Any], base: Path | None = None) -> dic
                 raise ConfigError(f"{w}: key must be a 40-character Z85 public key")
             key = entry["key"].encode()
         else:
-            kf = Path(str(entry["key_file"])).expanduser()
+            if not isinstance(entry["key_file"], str) or not entry["key_file"]:
+                raise ConfigError(f"{w}: key_file must be the path of a public key file")
+            kf = Path(entry["key_file"]).expanduser()
             if not kf.is_absolute() and base is not None:
                 kf = base / kf
-            key = read_public_key(kf)
+            try:
+                key = read_public_key(kf)
+            except ConfigError as exc:  # (it names the file, not whose key it is)
+                raise ConfigError(f"{w}: key_file: {exc}") from exc
         if key in keys:
             raise ConfigError(f"{w}: same key as client {keys[key]!r}")
         keys[key] = name
