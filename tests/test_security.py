@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from cli.main import cli
 from zbroker import Broker, Client, wire
-from zbroker.config import config_from_mapping, peer_link
+from zbroker.config import config_from_mapping, load_config, peer_link
 from zbroker.errors import ConfigError
 from zbroker.security import (
     Security,
@@ -230,6 +230,33 @@ def test_security_config_table(tmp_path: Path) -> None:
     link = peer_link("beta@tcp://10.0.0.2:7100")
     assert (link.peer, link.uri) == ("beta", "tcp://10.0.0.2:7100")
     assert peer_link("tcp://10.0.0.2:7100").peer is None
+
+
+def test_key_files_of_a_clients_table_are_relative_to_the_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As every path of ``[security]``. (Before, a ``[security.clients]`` table's key_file
+    was looked for in the working directory: the node did not start.)"""
+    generate_keys(tmp_path / "node")
+    generate_keys(tmp_path / "keys", "alice")
+    config = tmp_path / "node.toml"
+    config.write_text(
+        f'[node]\nport = 0\ndata_dir = "{tmp_path / "node"}"\n'
+        "[security]\nenabled = true\n"
+        '[security.clients.alice]\nkey_file = "keys/alice.key"\npublish = ["A.>"]\n'
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cfg = load_config(config)
+    assert cfg.clients == {
+        "alice": {"key_file": str(tmp_path / "keys/alice.key"), "publish": ["A.>"]}
+    }
+    with Broker(cfg) as broker:
+        node_key = str(tmp_path / "node" / "node.key")
+        secret = str(tmp_path / "keys" / "alice.key_secret")
+        with Client(broker.endpoint, keys=secret, server_key=node_key, timeout=5) as alice:
+            assert alice.hello["user"] == "client:alice"
 
 
 def test_keygen_command(tmp_path: Path) -> None:
