@@ -255,15 +255,23 @@ def test_a_rule_that_expired_hides_no_row_another_rule_keeps(
     assert sorted(r.seq for r in lenient.collect()) == kept
 
     # a stream from earliest, in micro-batches below and across what had expired
-    query = (
-        stream_df(spark, broker, startingOffset="earliest", maxRowsPerTrigger=20)
-        .writeStream.format("memory")
-        .queryName("kept_below_expired")
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(120)
-    assert query.exception() is None
-    got = spark.sql("SELECT seq FROM kept_below_expired").collect()
-    assert sorted(r.seq for r in got) == kept
+    ckpt = tmp_path / "ckpt"
+
+    def run() -> list[int]:
+        seen: list[int] = []
+        query = (
+            stream_df(spark, broker, startingOffset="earliest", maxRowsPerTrigger=20)
+            .writeStream.foreachBatch(lambda df, _: seen.extend(r.seq for r in df.collect()))
+            .option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+        return sorted(seen)
+
+    assert run() == kept  # batches [1, 21), [21, 41), [41, 56)
+    # the last batch again after a restart, from the offset Spark logged (41, below 45)
+    for done in ("offsets/2", "offsets/.2.crc", "commits/2", "commits/.2.crc"):
+        (ckpt / done).unlink(missing_ok=True)
+    assert run() == list(range(46, 56))
