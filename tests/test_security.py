@@ -3,6 +3,7 @@ permission files, the ``[security]`` config table."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,35 @@ def test_generate_keys_is_idempotent_and_private(tmp_path: Path) -> None:
     assert read_public_key(first[0].decode()) == first[0]
     assert load_key_pair(first[1].decode()) == first  # the Z85 secret key as text
     assert zmq.curve_public(first[1]) == first[0]
+
+
+def test_a_secret_key_is_never_readable_by_others_while_it_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyzmq writes a certificate under the umask; where it writes the secret must be
+    closed to others until the file is private. (Before: 0644 in the key directory, and
+    chmod 0600 only after.)"""
+    written: list[tuple[int, int]] = []  # (file mode, directory mode) as pyzmq left them
+    real = zmq.auth.create_certificates
+
+    def spy(directory: Any, name: str, metadata: Any = None) -> tuple[str, str]:
+        public, secret = real(directory, name, metadata)
+        mode = Path(secret).stat().st_mode & 0o777
+        written.append((mode, Path(secret).parent.stat().st_mode & 0o777))
+        return public, secret
+
+    monkeypatch.setattr(zmq.auth, "create_certificates", spy)
+    old = os.umask(0o022)
+    try:
+        secret, created = generate_keys(tmp_path / "k", "alice")
+    finally:
+        os.umask(old)
+    assert created and len(written) == 1
+    file_mode, dir_mode = written[0]
+    assert not (file_mode & 0o077 and dir_mode & 0o077)
+    assert secret.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in (tmp_path / "k").iterdir()) == ["alice.key", "alice.key_secret"]
+    assert read_public_key(tmp_path / "k" / "alice.key") == load_key_pair(secret)[0]
 
 
 def test_public_file_without_secret_is_not_overwritten(tmp_path: Path) -> None:
