@@ -90,3 +90,53 @@ def test_endpoints_that_cannot_be_dialled_are_ignored_and_said_once(
         "'tcp://*:7100', 'tcp://10.0.0.1', 7",
         "discovered node c announces endpoints that cannot be dialled: 'garbage'",
     ]
+
+
+class FakeZeroconf:
+    """Stands for zeroconf's Zeroconf and ServiceBrowser: joins nothing, counts its makings."""
+
+    made = 0
+
+    def __init__(self, *_: Any, **__: Any) -> None:
+        FakeZeroconf.made += 1
+
+    def close(self) -> None:
+        pass
+
+    def cancel(self) -> None:
+        pass
+
+
+def test_a_broker_id_mdns_cannot_carry_turns_discovery_off_before_joining(
+    monkeypatch: pytest.MonkeyPatch, broker_factory: Callable[..., Broker]
+) -> None:
+    """A broker ID may have 64 characters, an mDNS instance name 63 bytes. (Before, the
+    adapter joined multicast, then zeroconf's BadTypeInNameException crashed the node's
+    loop: the node never served and could not be stopped.)"""
+    import zeroconf
+
+    FakeZeroconf.made = 0
+    monkeypatch.setattr(zeroconf, "Zeroconf", FakeZeroconf)
+    monkeypatch.setattr(zeroconf, "ServiceBrowser", FakeZeroconf)
+    b = broker_factory(broker_id="n" * 64, discovery=True, interfaces=("127.0.0.1",))
+    status = b.status()["discovery"]
+    assert status["enabled"] is False
+    assert "at most 63 bytes: give the node a shorter broker ID" in status["error"]
+    assert FakeZeroconf.made == 0  # nothing joined
+
+
+def test_discovery_that_fails_to_start_leaves_the_node_running(
+    fake_discovery: list[FakeDiscovery],
+    monkeypatch: pytest.MonkeyPatch,
+    broker_factory: Callable[..., Broker],
+) -> None:
+    def fail() -> bool:
+        raise RuntimeError("no mDNS today")
+
+    monkeypatch.setattr(FakeDiscovery, "start", lambda self: fail())
+    b = broker_factory(broker_id="a", discovery=True, interfaces=("127.0.0.1",))
+    status = b.status()["discovery"]
+    assert (
+        status["error"] == "LAN discovery is off: it failed to start: RuntimeError('no mDNS today')"
+    )
+    assert b.status()["counters"]["received"] == 0  # (it serves)

@@ -82,7 +82,11 @@ class LanDiscovery(Feature):
             emit=emit,
             incarnation=self._ctx.incarnation,
         )
-        self._discovery.start()
+        try:
+            self._discovery.start()
+        except Exception as exc:  # zeroconf raises several kinds: none may stop the node
+            self._discovery.error = f"LAN discovery is off: it failed to start: {exc!r}"
+            log.exception("%s", self._discovery.error)
 
     def stop(self) -> None:
         if self._discovery is not None:
