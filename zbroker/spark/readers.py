@@ -132,11 +132,13 @@ def _read_range(
                 if opts.fail_on_data_loss:
                     raise DataLossError(_loss_message(opts, first, min(expired, end - 1)))
                 log.warning(
-                    "zbroker: sequences %d..%d of %r expired before they were read; skipped",
+                    "zbroker: sequences %d..%d of %r expired before they were read; reading "
+                    "what is left",
                     first,
                     min(expired, end - 1),
                     opts.pattern,
                 )
+                floor = expired  # (said once for what is lost now)
             columns = reply["columns"]
             if columns[0]:
                 yield to_batch(columns, arrow, opts.value_format)
