@@ -289,6 +289,12 @@ def test_load_partial_file_keeps_other_defaults(tmp_path: Path) -> None:
         ("[node]\nhost = 1\n", "node.host: 1 is not a host name or address"),
         ("[node]\ndata_dir = 5\n", "node.data_dir: 5 is not a path string"),
         ("[node]\ndata_dir = ['a']\n", "node.data_dir: ['a'] is not a path string"),
+        ("[node]\ndata_dir = ''\n", "node.data_dir: '' is not a path string"),
+        ("[discovery]\ninterfaces = [1]\n", "discovery.interfaces: 1 is not an IPv4 or IPv6"),
+        (
+            "[discovery.link_defaults]\npeer = 'b'\n",
+            "discovery.link_defaults: peer cannot be set",
+        ),
         ("[node]\nlog_level = 'loud'\n", "node.log_level: 'loud' is not one of debug, info"),
         ("[limits]\nhwm = 1.5\n", "limits.hwm: 1.5 is not an integer"),
         ("[limits]\nhwm = 0\n", "limits.hwm: 0 is out of range (1..10000000)"),

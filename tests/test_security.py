@@ -3,6 +3,7 @@ permission files, the ``[security]`` config table."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from click.testing import CliRunner
 
 from cli.main import cli
 from zbroker import Broker, Client, wire
-from zbroker.config import config_from_mapping, peer_link
+from zbroker.config import config_from_mapping, load_config, peer_link
 from zbroker.errors import ConfigError
 from zbroker.security import (
     Security,
@@ -73,6 +74,35 @@ def test_generate_keys_is_idempotent_and_private(tmp_path: Path) -> None:
     assert zmq.curve_public(first[1]) == first[0]
 
 
+def test_a_secret_key_is_never_readable_by_others_while_it_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyzmq writes a certificate under the umask; where it writes the secret must be
+    closed to others until the file is private. (Before: 0644 in the key directory, and
+    chmod 0600 only after.)"""
+    written: list[tuple[int, int]] = []  # (file mode, directory mode) as pyzmq left them
+    real = zmq.auth.create_certificates
+
+    def spy(directory: Any, name: str, metadata: Any = None) -> tuple[str, str]:
+        public, secret = real(directory, name, metadata)
+        mode = Path(secret).stat().st_mode & 0o777
+        written.append((mode, Path(secret).parent.stat().st_mode & 0o777))
+        return public, secret
+
+    monkeypatch.setattr(zmq.auth, "create_certificates", spy)
+    old = os.umask(0o022)
+    try:
+        secret, created = generate_keys(tmp_path / "k", "alice")
+    finally:
+        os.umask(old)
+    assert created and len(written) == 1
+    file_mode, dir_mode = written[0]
+    assert not (file_mode & 0o077 and dir_mode & 0o077)
+    assert secret.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in (tmp_path / "k").iterdir()) == ["alice.key", "alice.key_secret"]
+    assert read_public_key(tmp_path / "k" / "alice.key") == load_key_pair(secret)[0]
+
+
 def test_public_file_without_secret_is_not_overwritten(tmp_path: Path) -> None:
     generate_keys(tmp_path, "x")
     (tmp_path / "x.key_secret").unlink()
@@ -127,6 +157,12 @@ def test_client_permissions(tmp_path: Path) -> None:
         "nokey": ({"publish": []}, "exactly one of key"),
         "badpat": ({"key": key.decode(), "publish": ["A.>.B"]}, "publish"),
         "extra": ({"key": key.decode(), "admin": True}, "unknown key"),
+        "nofile": (
+            {"key_file": str(tmp_path / "gone.key")},
+            r"\[security.clients\]: client 'nofile': key_file: '.*gone.key' is neither",
+        ),
+        "intfile": ({"key_file": 5}, "client 'intfile': key_file must be the path"),
+        "nofilename": ({"key_file": ""}, "client 'nofilename': key_file must be the path"),
     }
     for name, (entry, message) in bad.items():
         with pytest.raises(ConfigError, match=message):
@@ -147,6 +183,13 @@ def test_security_decisions(tmp_path: Path) -> None:
     assert not sec.may_publish("client:mallory", "A.B")
     assert not sec.may_publish("node:x", "A.B")  # nodes are not clients
     assert not sec.may_subscribe("client:alice", "A.>")
+    # a pattern (a state removal's) needs a publish permission covering it
+    assert sec.may_publish("client:alice", "A.*") and sec.may_publish("client:alice", "A.>")
+    narrow = Security(
+        tmp_path, None, {"s": {"key": zmq.curve_keypair()[0].decode(), "publish": ["S.*"]}}
+    )
+    assert narrow.may_publish("client:s", "S.*") and narrow.may_publish("client:s", "S.X")
+    assert not narrow.may_publish("client:s", "S.>")
     assert sec.permissions("client:alice") == {"publish": ["A.>"], "subscribe": []}
     assert sec.permissions("node:x") is None
     msg = sec.refuse("publish to", "client:alice", "B.B")
@@ -217,6 +260,33 @@ def test_security_config_table(tmp_path: Path) -> None:
     link = peer_link("beta@tcp://10.0.0.2:7100")
     assert (link.peer, link.uri) == ("beta", "tcp://10.0.0.2:7100")
     assert peer_link("tcp://10.0.0.2:7100").peer is None
+
+
+def test_key_files_of_a_clients_table_are_relative_to_the_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As every path of ``[security]``. (Before, a ``[security.clients]`` table's key_file
+    was looked for in the working directory: the node did not start.)"""
+    generate_keys(tmp_path / "node")
+    generate_keys(tmp_path / "keys", "alice")
+    config = tmp_path / "node.toml"
+    config.write_text(
+        f'[node]\nport = 0\ndata_dir = "{tmp_path / "node"}"\n'
+        "[security]\nenabled = true\n"
+        '[security.clients.alice]\nkey_file = "keys/alice.key"\npublish = ["A.>"]\n'
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cfg = load_config(config)
+    assert cfg.clients == {
+        "alice": {"key_file": str(tmp_path / "keys/alice.key"), "publish": ["A.>"]}
+    }
+    with Broker(cfg) as broker:
+        node_key = str(tmp_path / "node" / "node.key")
+        secret = str(tmp_path / "keys" / "alice.key_secret")
+        with Client(broker.endpoint, keys=secret, server_key=node_key, timeout=5) as alice:
+            assert alice.hello["user"] == "client:alice"
 
 
 def test_keygen_command(tmp_path: Path) -> None:

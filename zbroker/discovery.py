@@ -36,6 +36,8 @@ __all__ = ["SERVICE_TYPE", "Discovery", "default_interfaces", "parse_txt"]
 log = logging.getLogger("zbroker.discovery")
 
 SERVICE_TYPE = "_zbroker._tcp.local."
+#: bytes of a DNS label: the longest instance name (broker ID) mDNS can announce
+_MAX_LABEL = 63
 #: milliseconds to wait for a discovered service's records.
 _INFO_TIMEOUT_MS = 3000
 
@@ -125,9 +127,21 @@ class Discovery:
 
     def start(self) -> bool:
         """Join multicast and start browsing; announce in the background. Returns False
-        (after one clear log line) when multicast cannot be joined."""
-        from zeroconf import IPVersion, ServiceBrowser, ServiceInfo, Zeroconf
+        (after one clear log line) when the node cannot be announced or multicast cannot
+        be joined."""
+        from zeroconf import Error as ZeroconfError
+        from zeroconf import IPVersion, ServiceBrowser, Zeroconf
 
+        try:
+            # first: a name mDNS cannot carry must not leave multicast joined behind it
+            self._info = self._service_info()
+        except (ZeroconfError, ValueError, IndexError) as exc:
+            hint = (
+                "; an mDNS instance name holds at most 63 bytes: give the node a shorter broker ID"
+                if len(self.broker_id.encode()) > _MAX_LABEL
+                else ""
+            )
+            return self._off(f"cannot announce {self.broker_id!r} by mDNS: {exc!r}{hint}")
         try:
             has_v4 = any(":" not in a for a in self.interfaces)
             has_v6 = any(":" in a for a in self.interfaces)
@@ -140,14 +154,37 @@ class Discovery:
             )
             self._zc = Zeroconf(interfaces=self.interfaces, ip_version=version)
         except (OSError, ValueError) as exc:
-            self.error = (
-                f"LAN discovery is off: cannot join mDNS multicast on "
-                f"{', '.join(self.interfaces) or '(no interface)'}: {exc}. "
-                "The node runs on with its configured links."
+            return self._off(
+                f"cannot join mDNS multicast on "
+                f"{', '.join(self.interfaces) or '(no interface)'}: {exc}"
             )
-            log.error("%s", self.error)
-            return False
-        self._info = ServiceInfo(
+        self._browser = ServiceBrowser(self._zc, SERVICE_TYPE, handlers=[self._on_change])
+        self.running = True
+        if self._announce:
+            self._thread = threading.Thread(
+                target=self._register, name=f"zbroker-discovery-{self.broker_id}", daemon=True
+            )
+            self._thread.start()
+        log.info(
+            "LAN discovery on %s (group %s, service %s)",
+            ", ".join(self.interfaces),
+            self.group,
+            SERVICE_TYPE,
+        )
+        return True
+
+    def _off(self, why: str) -> bool:
+        """Say (once, as :attr:`error`) why discovery is off; the node runs on."""
+        self.error = f"LAN discovery is off: {why}. The node runs on with its configured links."
+        log.error("%s", self.error)
+        return False
+
+    def _service_info(self) -> Any:
+        """This node's mDNS service (raises zeroconf's BadTypeInNameException for a name
+        it cannot carry)."""
+        from zeroconf import ServiceInfo
+
+        return ServiceInfo(
             SERVICE_TYPE,
             f"{self.broker_id}.{SERVICE_TYPE}",
             addresses=[ipaddress.ip_address(a).packed for a in self.interfaces],
@@ -164,20 +201,6 @@ class Discovery:
             },
             server=f"{self.broker_id}.local.",
         )
-        self._browser = ServiceBrowser(self._zc, SERVICE_TYPE, handlers=[self._on_change])
-        self.running = True
-        if self._announce:
-            self._thread = threading.Thread(
-                target=self._register, name=f"zbroker-discovery-{self.broker_id}", daemon=True
-            )
-            self._thread.start()
-        log.info(
-            "LAN discovery on %s (group %s, service %s)",
-            ", ".join(self.interfaces),
-            self.group,
-            SERVICE_TYPE,
-        )
-        return True
 
     def _register(self) -> None:
         try:

@@ -673,3 +673,29 @@ def test_a_publish_batch_with_a_stray_element_is_still_checked(
         assert st["counters"]["dropped"]["bad_input.bad_shape"] == 1
     finally:
         push.close()
+
+
+def test_removing_stateful_topics_needs_publish_permission_for_the_whole_pattern(
+    broker_factory: Callable[..., Broker], client_factory: Callable[..., Client], keys: Keys
+) -> None:
+    """A removal changes every stateful topic its pattern matches: a publish permission
+    that covers the pattern is needed. (Before, the pattern was matched as if it were a
+    topic, so ``S.*`` let bob remove ``S.>``, which takes ``S.X.Y`` he may not publish.)"""
+    rules = {
+        "alice": {"key_file": str(keys.root / "clients" / "alice.key"), "publish": [">"]},
+        "bob": {"key_file": str(keys.root / "clients" / "bob.key"), "publish": ["S.*"]},
+    }
+    for rule in rules.values():
+        rule["subscribe"] = [">"]
+    b = broker_factory(broker_id="b", **keys.options("b", clients=rules))
+    server_key = keys.node_public("b")
+    alice = client_factory(b.endpoint, keys=keys.client("alice"), server_key=server_key)
+    bob = client_factory(b.endpoint, keys=keys.client("bob"), server_key=server_key)
+    alice.set("S.X.Y", b"deep")
+    alice.set("S.X", b"shallow")
+    with pytest.raises(PermissionDenied, match=r"client:bob may not publish to 'S\.>'"):
+        bob.remove("S.>")
+    assert sorted(m.topic for m in alice.fetch("S.>")) == ["S.X", "S.X.Y"]
+    assert b.status()["security"]["refused"] == {"publish": 1}
+    assert bob.remove("S.*") == 1  # within S.*: allowed
+    assert [m.topic for m in alice.fetch("S.>")] == ["S.X.Y"]

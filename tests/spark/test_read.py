@@ -115,6 +115,26 @@ def test_payload_columns_decode_from_msgpack_and_json(
         read_df(spark, broker, pattern="M.>", valueFormat="msgpack").collect()
 
 
+def test_read_options_that_cannot_work_are_refused_naming_the_option(
+    spark: Any, broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    """(Before, each of these failed inside Spark: "Schema and number of arrays unequal",
+    "invalid literal for int()", an Arrow buffer error, a timeout of nan seconds.)"""
+    broker = broker_factory(retain=(RetainRule("M.>"),))
+    client_factory(broker.endpoint).publish("M.X", {"price": 1.5}, persistent=True)
+    refused = {
+        "valueSchema needs valueFormat": {"valueSchema": "price double"},
+        "endingOffset: expected latest or a sequence number": {"endingOffset": "earliest"},
+        "column 'topic' is named twice": {"valueFormat": "json", "valueSchema": "TOPIC string"},
+        "timeout: must be a positive number of seconds": {"timeout": "nan"},
+    }
+    for message, options in refused.items():
+        with pytest.raises(Exception, match=message):
+            read_df(spark, broker, pattern="M.>", **options).collect()
+    good = read_df(spark, broker, pattern="M.>", valueFormat="msgpack", valueSchema="price double")
+    assert [r.price for r in good.collect()] == [1.5]
+
+
 def test_stream_sees_every_sequence_once_over_several_micro_batches(
     spark: Any, broker_factory: BrokerFactory, client_factory: ClientFactory, tmp_path: Path
 ) -> None:
@@ -214,3 +234,44 @@ def test_expired_range_fails_or_is_skipped_as_failOnDataLoss_says(
     assert resumed.exception() is None
     seqs = sorted(r.seq for r in spark.read.parquet(str(out)).collect())
     assert seqs == list(range(201, 301)) + list(range(451, 551))
+
+
+def test_a_rule_that_expired_hides_no_row_another_rule_keeps(
+    spark: Any, broker_factory: BrokerFactory, client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """``expired_upto`` is the highest sequence any overlapping rule lost: rows another
+    rule keeps below it are read by ``earliest`` (batch and stream) and by
+    ``failOnDataLoss=false``. (Before, all three started after it: B's rows were lost.)"""
+    broker = broker_factory(retain=(RetainRule("A.>", max_msgs=10), RetainRule("B.>")))
+    client = client_factory(broker.endpoint)
+    publish_stored(client, 5, ("B.X",))  # 1..5, kept
+    publish_stored(client, 50, ("A.X",), start=5)  # 6..55: 6..45 expired, 46..55 kept
+    kept = list(range(1, 6)) + list(range(46, 56))
+
+    assert sorted(r.seq for r in read_df(spark, broker).collect()) == kept
+    with pytest.raises(Exception, match=r"sequences 1\.\.45 .* expired"):
+        read_df(spark, broker, startingOffset=1).collect()  # A's 6..45 are lost
+    lenient = read_df(spark, broker, startingOffset=1, failOnDataLoss="false")
+    assert sorted(r.seq for r in lenient.collect()) == kept
+
+    # a stream from earliest, in micro-batches below and across what had expired
+    ckpt = tmp_path / "ckpt"
+
+    def run() -> list[int]:
+        seen: list[int] = []
+        query = (
+            stream_df(spark, broker, startingOffset="earliest", maxRowsPerTrigger=20)
+            .writeStream.foreachBatch(lambda df, _: seen.extend(r.seq for r in df.collect()))
+            .option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+        return sorted(seen)
+
+    assert run() == kept  # batches [1, 21), [21, 41), [41, 56)
+    # the last batch again after a restart, from the offset Spark logged (41, below 45)
+    for done in ("offsets/2", "offsets/.2.crc", "commits/2", "commits/.2.crc"):
+        (ckpt / done).unlink(missing_ok=True)
+    assert run() == list(range(46, 56))

@@ -56,7 +56,8 @@ File layout (all keys optional)::
     interval = 1.0                # seconds between the snapshots it serves
 
 Precedence where several sources set a value: command-line flag > environment variable
-(``ZBROKER_<KEY>``) > config file > default. :func:`load_config` reads a file;
+(``ZBROKER_PORT`` and the others of ``zbroker start``'s options, README "Configuration";
+not every key of the file has one) > config file > default. :func:`load_config` reads a file;
 :meth:`NodeConfig.replace` applies overrides with the same validation.
 """
 

@@ -173,6 +173,8 @@ class NodeConfig:
         interfaces = tuple(self.interfaces)
         for addr in interfaces:
             try:
+                if not isinstance(addr, str):  # (ip_address takes an int for an IPv4)
+                    raise TypeError(addr)
                 ipaddress.ip_address(addr)
             except (ValueError, TypeError) as exc:
                 raise ConfigError(
@@ -242,6 +244,12 @@ class NodeConfig:
     def discovered_link(self, name: str, uri: str) -> LinkConfig:
         """A LinkConfig for a link to a discovered peer: the discovery defaults applied."""
         defaults = dict(self.discovery_link_defaults)
+        if "peer" in defaults:
+            # the dialer would expect this one node (and its key) at every discovered one
+            raise ConfigError(
+                f"{self.source}: discovery.link_defaults: peer cannot be set: a discovered "
+                "link's peer is the node discovery found"
+            )
         bad = set(defaults) - (LINK_KEYS - {"name", "uri"})
         if bad:
             raise ConfigError(

@@ -2,7 +2,8 @@
 
 Each table has its reader here; the values themselves are checked by the config objects
 (:class:`~.node.NodeConfig`, :class:`~.link.LinkConfig`), so a file and keywords pass the
-same checks. Paths in ``[security]`` are relative to the config file.
+same checks. Paths in ``[security]`` (the ``key_file`` of a ``[security.clients]`` table
+too) are relative to the config file.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def config_from_mapping(data: dict[str, Any], source: str) -> NodeConfig:
                     f"{source}: unknown key {table}.{key} (known: {', '.join(sorted(keys))})"
                 )
             if name == "data_dir":
-                if not isinstance(item, str):
+                if not isinstance(item, str) or not item:  # ("": the working directory)
                     raise ConfigError(f"{source}: {table}.{key}: {item!r} is not a path string")
                 item = Path(item).expanduser()
             kwargs[name] = item
@@ -187,12 +188,26 @@ def _security_from_toml(value: Any, source: str) -> dict[str, Any]:
         if item is None:
             continue
         if key == "clients" and isinstance(item, dict):
-            out[key] = item
+            out[key] = _clients_table(item, base)
             continue
         if not isinstance(item, str) or not item:
             raise ConfigError(f"{source}: security.{key}: {item!r} is not a path string")
         p = Path(item).expanduser()
         out[key] = p if p.is_absolute() else base / p  # relative to the config file
+    return out
+
+
+def _clients_table(table: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A ``[security.clients]`` table with each relative ``key_file`` made relative to the
+    config file, as the other paths of ``[security]`` are (the rest is checked when the
+    permissions load)."""
+    out: dict[str, Any] = {}
+    for name, entry in table.items():
+        key_file = entry.get("key_file") if isinstance(entry, dict) else None
+        if isinstance(key_file, str) and key_file:
+            path = Path(key_file).expanduser()
+            entry = {**entry, "key_file": str(path if path.is_absolute() else base / path)}
+        out[name] = entry
     return out
 
 

@@ -7,6 +7,9 @@ Z85 text.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import zmq
@@ -34,11 +37,20 @@ def generate_keys(directory: Path, name: str = NODE_KEY_NAME) -> tuple[Path, boo
         raise ConfigError(f"{public} exists without {secret.name}: refusing to overwrite it")
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        _, sec_file = zmq.auth.create_certificates(directory, name)
-        Path(sec_file).chmod(0o600)
+        # written in a directory only we may enter, and moved into place once private:
+        # pyzmq writes the secret under the umask (often 0644) and chmod came after, so
+        # any local user could have opened it in between
+        private = Path(tempfile.mkdtemp(prefix=".keygen-", dir=directory))
+        try:
+            pub_file, sec_file = zmq.auth.create_certificates(private, name)
+            Path(sec_file).chmod(0o600)
+            os.replace(sec_file, secret)
+            os.replace(pub_file, public)
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
     except OSError as exc:
         raise ConfigError(f"cannot write keys in {directory}: {exc}") from exc
-    return Path(sec_file), True
+    return secret, True
 
 
 def load_key_pair(path: str | Path) -> tuple[bytes, bytes]:

@@ -9,8 +9,9 @@ A TOML file (or the ``[security.clients]`` table of the node config)::
 
 A client may publish to a topic that one of its ``publish`` patterns matches, and
 subscribe to a pattern that one of its ``subscribe`` patterns covers (every topic the
-pattern matches, the allowed one matches too). Nodes are not clients: they have no
-permissions here.
+pattern matches, the allowed one matches too). An operation that publishes to (or
+changes) every topic of a pattern, such as removing stateful topics, needs a ``publish``
+pattern that covers it. Nodes are not clients: they have no permissions here.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from ..const import RESERVED_PREFIX
 from ..errors import ConfigError, InvalidTopic
 from ..names import validate_broker_id
-from ..topics import match, validate_pattern
+from ..topics import is_pattern, match, validate_pattern
 from .keys import is_z85, read_public_key
 from .logs import CACHE_MAX
 
@@ -73,10 +74,15 @@ def load_clients(source: Path | dict[str, Any], base: Path | None = None) -> dic
                 raise ConfigError(f"{w}: key must be a 40-character Z85 public key")
             key = entry["key"].encode()
         else:
-            kf = Path(str(entry["key_file"])).expanduser()
+            if not isinstance(entry["key_file"], str) or not entry["key_file"]:
+                raise ConfigError(f"{w}: key_file must be the path of a public key file")
+            kf = Path(entry["key_file"]).expanduser()
             if not kf.is_absolute() and base is not None:
                 kf = base / kf
-            key = read_public_key(kf)
+            try:
+                key = read_public_key(kf)
+            except ConfigError as exc:  # (it names the file, not whose key it is)
+                raise ConfigError(f"{w}: key_file: {exc}") from exc
         if key in keys:
             raise ConfigError(f"{w}: same key as client {keys[key]!r}")
         keys[key] = name
@@ -130,11 +136,16 @@ class ClientPermissions:
         return {"publish": list(rule.publish), "subscribe": list(rule.subscribe)}
 
     def may_publish(self, user: str, topic: str) -> bool:
+        """May ``user`` publish to ``topic``, or, given a pattern (a request that changes
+        every topic it matches, e.g. a state removal), to every topic of it? A pattern
+        is judged by :func:`covers`: :func:`match` would take its ``>`` and ``*`` for
+        literal segments (``S.*`` would allow ``S.>``)."""
         k = (user, topic)
         ok = self._pub_ok.get(k)
         if ok is None:
             rule = self._rules.get(user)
-            ok = rule is not None and any(match(p, topic) for p in rule.publish)
+            judge = covers if is_pattern(topic) else match
+            ok = rule is not None and any(judge(p, topic) for p in rule.publish)
             if len(self._pub_ok) >= CACHE_MAX:
                 self._pub_ok.clear()
             self._pub_ok[k] = ok

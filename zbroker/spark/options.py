@@ -7,6 +7,7 @@ What each option means is documented in :mod:`zbroker.spark.source`.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,8 @@ from ..topics import validate_pattern, validate_publish_topic
 __all__ = ["DEFAULT_ROWS_PER_PARTITION", "Conn", "ReadOptions", "WriteOptions", "writer_id"]
 
 DEFAULT_ROWS_PER_PARTITION = 100_000
+#: the zbroker columns of a read, before the valueSchema ones (:data:`.arrow.BASE_SCHEMA`)
+_BASE_COLUMNS = 8
 _VALUE_FORMATS = ("msgpack", "json")
 
 
@@ -44,15 +47,16 @@ def _int(options: Any, name: str, default: int | None, low: int = 0) -> int | No
     return value
 
 
-def _offset(options: Any, name: str, default: str) -> str | int:
+def _offset(options: Any, name: str, default: str, words: tuple[str, ...]) -> str | int:
+    """A sequence number, or one of ``words`` (earliest, latest)."""
     text = str(options.get(name, default)).strip().lower()
-    if text in ("earliest", "latest"):
+    if text in words:
         return text
     try:
         value = int(text)
     except ValueError:
         raise ValueError(
-            f"option {name}: expected earliest, latest or a sequence number, got {text!r}"
+            f"option {name}: expected {', '.join(words)} or a sequence number, got {text!r}"
         ) from None
     if value < 1:
         raise ValueError(f"option {name}: sequence numbers start at 1, got {value}")
@@ -80,8 +84,11 @@ class Conn:
                 seconds.append(float(options.get(name, default)))
             except ValueError:
                 raise ValueError(f"option {name}: not a number: {options.get(name)!r}") from None
-            if seconds[-1] <= 0:
-                raise ValueError(f"option {name}: must be positive")
+            if not (seconds[-1] > 0 and math.isfinite(seconds[-1])):
+                raise ValueError(
+                    f"option {name}: must be a positive number of seconds, got "
+                    f"{options.get(name)!r}"
+                )
         keys, server_key = options.get("keys"), options.get("serverKey")
         if (keys is None) != (server_key is None):
             raise ValueError(
@@ -113,7 +120,9 @@ class ReadOptions:
     value_format: str | None
 
     @classmethod
-    def parse(cls, options: Any, streaming: bool) -> ReadOptions:
+    def parse(cls, options: Any, streaming: bool, schema: StructType | None = None) -> ReadOptions:
+        """The read options, checked (with ``schema``, the table's: its valueSchema
+        columns too)."""
         pattern = str(options.get("pattern", ">")).strip()
         validate_pattern(pattern)
         value_format = options.get("valueFormat")
@@ -125,17 +134,43 @@ class ReadOptions:
                 )
             if not options.get("valueSchema"):
                 raise ValueError("option valueFormat needs valueSchema (e.g. 'price double')")
+        elif options.get("valueSchema"):
+            # its columns would be in the table with nothing to fill them
+            raise ValueError(
+                "option valueSchema needs valueFormat (msgpack or json): how to decode the "
+                "payload into its columns"
+            )
+        if schema is not None:
+            _check_value_columns(schema)
         return cls(
             conn=Conn.parse(options),
             pattern=pattern,
-            starting=_offset(options, "startingOffset", "latest" if streaming else "earliest"),
-            ending=_offset(options, "endingOffset", "latest"),
+            starting=_offset(
+                options,
+                "startingOffset",
+                "latest" if streaming else "earliest",
+                ("earliest", "latest"),
+            ),
+            ending=_offset(options, "endingOffset", "latest", ("latest",)),
             max_rows_per_trigger=_int(options, "maxRowsPerTrigger", None, 1),
             rows_per_partition=_int(options, "rowsPerPartition", DEFAULT_ROWS_PER_PARTITION, 1)
             or DEFAULT_ROWS_PER_PARTITION,
             fail_on_data_loss=_flag(options, "failOnDataLoss", True),
             value_format=value_format,
         )
+
+
+def _check_value_columns(schema: StructType) -> None:
+    """No valueSchema column may take the name of a zbroker column (Spark compares
+    names without case)."""
+    names = [f.name.lower() for f in schema.fields]
+    base = names[:_BASE_COLUMNS]
+    for name in names[_BASE_COLUMNS:]:
+        if name in base or names.count(name) > 1:
+            raise ValueError(
+                f"option valueSchema: column {name!r} is named twice in the table (its "
+                f"columns come after {', '.join(base)}): rename it"
+            )
 
 
 @dataclass(frozen=True)

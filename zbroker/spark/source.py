@@ -3,16 +3,18 @@
 **Reading** (``spark.read`` / ``spark.readStream``) returns a node's retention log: the
 messages on topics its ``[[retain]]`` rules keep, numbered by the node's sequence (``seq``,
 gap-free over all retained topics). A streaming query's offsets are those sequence numbers
-(``{"seq": N}``, N exclusive), so Spark replays exactly the range of a failed micro-batch:
-exactly-once into Spark's sinks. Partitions read ranges of ``rowsPerPartition`` sequences on
-the executors and hand Spark Arrow record batches.
+(``{"seq": N}``, N exclusive; :class:`.readers.StreamReader` tells of ``floor``), so Spark
+replays exactly the range of a failed micro-batch: exactly-once into Spark's sinks.
+Partitions read ranges of ``rowsPerPartition`` sequences on the executors and hand Spark
+Arrow record batches.
 
 Columns: ``topic string, seq long, origin string, incarnation long, origin_seq long,
 timestamp timestamp, headers map<string,string>, payload binary`` — ``(origin,
 incarnation, origin_seq)`` is the message ID the origin node gave it, ``timestamp`` the
 origin node's receive time. With ``valueFormat`` (``msgpack`` or ``json``) and
 ``valueSchema`` (a DDL list, e.g. ``"price double, qty long"``) the payload is also decoded
-into those columns (missing fields are null).
+into those columns (missing fields are null; their names must differ from the columns
+above, and neither option goes without the other).
 
 Read options (all strings, names case-insensitive):
 
@@ -28,7 +30,7 @@ Read options (all strings, names case-insensitive):
 ``rowsPerPartition``   sequences per Spark partition (default 100000)
 ``failOnDataLoss``  ``true`` (default): fail with a clear message when part of the range
                     expired from the node's retention log (its bounds dropped it);
-                    ``false``: skip the expired part, log how many sequences were skipped
+                    ``false``: log the expired sequences and read what is left
 ``timeout``         seconds to wait for the node (default 10)
 ``commitTimeout``   writes: seconds a commit may take to publish its rows (default 600)
 ``keys``            with security on: the client's secret key — a ``NAME.key_secret``
@@ -91,10 +93,10 @@ class ZbrokerDataSource(DataSource):
         return f"{BASE_SCHEMA}, {values}" if values else BASE_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(ReadOptions.parse(self.options, streaming=False), schema)
+        return BatchReader(ReadOptions.parse(self.options, streaming=False, schema=schema), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(ReadOptions.parse(self.options, streaming=True), schema)
+        return StreamReader(ReadOptions.parse(self.options, streaming=True, schema=schema), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         return BatchWriter(WriteOptions.parse(self.options, schema, overwrite))

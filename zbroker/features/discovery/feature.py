@@ -21,6 +21,7 @@ import msgpack
 import zmq
 
 from ... import wire
+from ...config.checks import is_tcp_host_port
 from ...const import PROTOCOL_VERSION
 from ...discovery import Discovery, default_interfaces
 from ...errors import ConfigError
@@ -43,6 +44,7 @@ class LanDiscovery(Feature):
         self._discovered: dict[str, dict[str, Any]] = {}  # peer id -> mDNS record
         self._discovery: Discovery | None = None
         self._endpoint = f"inproc://zbroker-disc-{uuid.uuid4().hex}"
+        self._said: set[tuple[str, tuple[str, ...]]] = set()  # (peer, bad endpoints) logged
 
     def attach(self, ctx: Context) -> None:
         self._ctx = ctx
@@ -80,7 +82,11 @@ class LanDiscovery(Feature):
             emit=emit,
             incarnation=self._ctx.incarnation,
         )
-        self._discovery.start()
+        try:
+            self._discovery.start()
+        except Exception as exc:  # zeroconf raises several kinds: none may stop the node
+            self._discovery.error = f"LAN discovery is off: it failed to start: {exc!r}"
+            log.exception("%s", self._discovery.error)
 
     def stop(self) -> None:
         if self._discovery is not None:
@@ -131,13 +137,35 @@ class LanDiscovery(Feature):
         if event.get("version") != PROTOCOL_VERSION:
             log.warning("ignoring node %s: protocol version %r", peer, event.get("version"))
             return
-        endpoints = [e for e in event.get("endpoints", []) if isinstance(e, str)]
+        announced = event.get("endpoints")
+        if not isinstance(announced, list):
+            announced = []
+        # what a link can dial: a malformed endpoint (another program under our service
+        # name, a bad TXT record) would be refused by LinkConfig in the loop each time
+        endpoints = [e for e in announced if isinstance(e, str) and is_tcp_host_port(e)]
+        if len(endpoints) < len(announced):
+            self._bad_endpoints(peer, announced)
         if not endpoints:
             return
         if peer not in self._discovered:
             self._ctx.emit(PeerFound(peer=peer, endpoint=endpoints[0]))
         self._discovered[peer] = {"endpoints": endpoints, "since": time.time()}
         self._consider(peer, endpoints, now)
+
+    def _bad_endpoints(self, peer: str, announced: list[Any]) -> None:
+        """Say once per peer and set of endpoints which of them cannot be dialled."""
+        bad = sorted(repr(e) for e in announced if not (isinstance(e, str) and is_tcp_host_port(e)))
+        said = (peer, tuple(bad))
+        if said in self._said:
+            return
+        if len(self._said) >= 1000:
+            self._said.clear()
+        self._said.add(said)
+        log.warning(
+            "discovered node %s announces endpoints that cannot be dialled: %s",
+            peer,
+            ", ".join(bad),
+        )
 
     def _consider(self, peer: str, endpoints: list[str], now: float) -> None:
         """Link to a discovered peer unless it dials us, or a link to it exists already."""
