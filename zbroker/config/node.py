@@ -250,6 +250,13 @@ class NodeConfig:
                 f"{self.source}: discovery.link_defaults: peer cannot be set: a discovered "
                 "link's peer is the node discovery found"
             )
+        if defaults.get("replicate"):
+            # every discovered link would replicate the same branches: a branch has one
+            # source (overlapping branches on two links are refused for configured links)
+            raise ConfigError(
+                f"{self.source}: discovery.link_defaults: replicate cannot be set: a branch "
+                "is replicated over one link, and every discovered link would take it"
+            )
         bad = set(defaults) - (LINK_KEYS - {"name", "uri"})
         if bad:
             raise ConfigError(
