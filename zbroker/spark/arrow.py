@@ -27,10 +27,11 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def _headers(h: Any) -> list[tuple[str, str]] | None:
+def _headers(h: Any) -> list[tuple[str, str | None]] | None:
     if not h:
         return None if h is None else []
-    return [(str(k), v if isinstance(v, str) else str(v)) for k, v in h.items()]
+    # (a header of no value reads as a null, not the text "None")
+    return [(str(k), v if v is None or isinstance(v, str) else str(v)) for k, v in h.items()]
 
 
 def _decode_values(

@@ -11,7 +11,8 @@ Arrow record batches.
 Columns: ``topic string, seq long, origin string, incarnation long, origin_seq long,
 timestamp timestamp, headers map<string,string>, payload binary`` — ``(origin,
 incarnation, origin_seq)`` is the message ID the origin node gave it, ``timestamp`` the
-origin node's receive time. With ``valueFormat`` (``msgpack`` or ``json``) and
+origin node's receive time; a header's value reads as its text (``str``), a header of
+no value (None) as null. With ``valueFormat`` (``msgpack`` or ``json``) and
 ``valueSchema`` (a DDL list, e.g. ``"price double, qty long"``) the payload is also decoded
 into those columns (missing fields are null; their names must differ from the columns
 above, and neither option goes without the other).
