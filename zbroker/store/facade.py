@@ -152,8 +152,10 @@ class Store:
         return self.durable_queues.delete(name)
 
     def close(self) -> None:
-        self.commit()
-        self.db.close()
+        try:
+            self.commit()
+        finally:  # (a write that fails, a full disk, still releases the file)
+            self.db.close()
 
     def stats(self) -> dict[str, Any]:
         log = self.retention
