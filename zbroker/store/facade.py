@@ -9,6 +9,7 @@ method would add a Python call to each. What spans parts is written here: the co
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,11 @@ from .retention import RetainRule, RetentionLog
 from .seen import SeenJournal
 from .staged import StagedCommits
 
-__all__ = ["Store"]
+__all__ = ["AGE_SWEEP", "Store"]
+
+#: seconds between two applications of ``max_age`` to rules and durables that took
+#: nothing new (what takes a message has its bounds applied in that commit)
+AGE_SWEEP = 1.0
 
 _SCHEMAS = (
     retention.SCHEMA,
@@ -93,6 +98,7 @@ class Store:
         self.staged = StagedCommits(self.db)
         #: the persistent-message dedupe's state (store-and-forward)
         self.seen = SeenJournal(self.db)
+        self._next_sweep = 0.0  # (monotonic) the next max_age sweep
 
     @property
     def last_seq(self) -> int:
@@ -114,11 +120,17 @@ class Store:
         self.durable_queues.trim_hold = names
 
     def commit(self) -> int:
-        """Write everything queued in one transaction, then apply the bounds. Returns the
-        number of retained rows written, or, when there are none, of durable and link
-        queue entries."""
+        """Write everything queued in one transaction, then apply the bounds (``max_age``
+        also every :data:`AGE_SWEEP` seconds without new rows). Returns the number of
+        retained rows written, or, when there are none, of durable and link queue
+        entries."""
+        now = time.monotonic()
+        sweep = now >= self._next_sweep
+        if sweep:
+            self._next_sweep = now + AGE_SWEEP
         if not (
-            self.retention.dirty()
+            sweep
+            or self.retention.dirty()
             or self.durable_queues.dirty()
             or self.durable_moves.dirty()
             or self.link_queues.dirty()
@@ -140,6 +152,10 @@ class Store:
             self.seen.write()
             queued += self.link_queues.write()
             retained = self.retention.write()
+            if sweep:
+                wall = time.time()
+                self.retention.expire_aged(wall)
+                self.durable_queues.expire_aged(wall)
             self.drops.write(self.db)
         if not retained:
             return queued

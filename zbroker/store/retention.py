@@ -212,6 +212,20 @@ class RetentionLog:
                 if cut is not None:
                     count("max_bytes", self._delete(rule_pattern, "seq <= ?", (cut,)))
 
+    def expire_aged(self, now: float) -> None:
+        """Apply ``max_age`` to every rule that has one, also to a rule no message came
+        to lately (its bounds otherwise apply when it takes one). Cheap when nothing is
+        due: a look at the rule's oldest row."""
+        for rule in self.rules.values():
+            if not rule.max_age:
+                continue
+            cutoff = now - rule.max_age
+            oldest = self._db.execute(
+                "SELECT ts FROM retained WHERE rule=? ORDER BY seq LIMIT 1", (rule.pattern,)
+            ).fetchone()
+            if oldest is not None and oldest[0] < cutoff:
+                self._drops.add("max_age", self._delete(rule.pattern, "ts < ?", (cutoff,)))
+
     def _delete(self, rule_pattern: str, where: str, args: tuple[Any, ...]) -> int:
         """Delete retained rows of a rule, keeping the held counters and the rule's expired
         watermark exact."""
