@@ -172,6 +172,31 @@ def test_batch_record_survives_a_node_restart_and_staged_rows_do_not(
     assert [m.payload for m in client.read("OUT.>")] == [b"1", b"2"]
 
 
+@pytest.mark.parametrize("key", [{"writer": "w", "batch": 3}, {}], ids=["batch", "tokens"])
+def test_the_same_commit_sent_again_after_a_restart_is_a_duplicate(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, tmp_path: Path, key: Any
+) -> None:
+    # the commit was applied, then the node restarted before its reply reached the
+    # writer, which sends the very same commit again: it was applied, not refused
+    data = tmp_path / "node"
+    broker = broker_factory(data_dir=data, retain=(RetainRule("OUT.>"),))
+    port = broker.ports["control"]
+    client = client_factory(broker.endpoint)
+    token = staged(client, [b"1", b"2", b"3"])
+    assert commit_staged(client, [token], **key) == {"applied": 3, "duplicate": False}
+    client.close()
+    broker.stop()
+
+    broker = broker_factory(data_dir=data, port=port, retain=(RetainRule("OUT.>"),))
+    client = client_factory(broker.endpoint)
+    assert commit_staged(client, [token], **key) == {"applied": 0, "duplicate": True}
+    assert [m.payload for m in client.read("OUT.>")] == [b"1", b"2", b"3"]
+    # a token never committed is still refused, saying why
+    other = {**key, "batch": 4} if key else {}
+    with pytest.raises(RequestError, match="is not staged here"):
+        commit_staged(client, [("never-staged", 1)], **other)
+
+
 def test_a_writer_that_staged_nothing_commits_cleanly(
     broker_factory: BrokerFactory, client_factory: ClientFactory
 ) -> None:

@@ -57,6 +57,8 @@ class StagedWrites(Feature):
     def attach(self, ctx: Context) -> None:
         self._ctx = ctx
         assert ctx.store is not None
+        # commits applied before a restart: the same commit sent again is recognised
+        self.staging.remember(ctx.store.staged.applied_tokens())
         for c in ctx.store.staged.load():
             # a commit this node stored and was killed while publishing: the rest goes out
             # first, and a commit re-sent meanwhile is recognized (key, tokens)
@@ -121,15 +123,17 @@ class StagedWrites(Feature):
             staging.duplicate_commits += 1
             self._ctx.reply(req, wire.STAGE_COMMIT, {"applied": 0, "duplicate": True})
             return
-        names = staging.check_commit(tokens)
+        names = staging.commit_names(tokens)
         if key is not None and (
             store.batch_applied(*key) or any(a.key == key for a in self._applying)
         ):
-            # a batch replayed after a restart: its rows are out already
+            # a batch replayed (after a restart, with its rows staged anew or the same
+            # commit sent again): its rows are out already
             staging.discard(names)
             staging.duplicate_commits += 1
             self._ctx.confirm(req, wire.STAGE_COMMIT, {"applied": 0, "duplicate": True})
             return
+        staging.check_commit(tokens)
         if not names and key is None:
             self._ctx.reply(req, wire.STAGE_COMMIT, {"applied": 0, "duplicate": False})
             return
@@ -146,6 +150,7 @@ class StagedWrites(Feature):
             raise StagingError(refusal.message)
         names, rows = staging.take(tokens)
         if not rows:  # only empty tokens: nothing to publish, the batch is applied
+            store.staged.applied(names)
             if key is not None:
                 store.record_batch(*key, 0)
             self._ctx.confirm(req, wire.STAGE_COMMIT, {"applied": 0, "duplicate": False})
