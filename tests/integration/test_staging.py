@@ -214,6 +214,37 @@ def test_a_writer_that_staged_nothing_commits_cleanly(
     assert inbox.wait_count(1)
 
 
+def test_publishes_cannot_take_the_room_of_a_commit_being_published(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    # a commit admitted against a reject-new rule goes out in slices over many passes;
+    # persistent publishes meanwhile must not take the room of its later slices (they
+    # were confirmed, and the commit's rows were then refused by the full rule)
+    n = 20_000  # ten slices
+    broker = broker_factory(retain=(RetainRule("OUT.>", max_msgs=n + 5, overflow="reject-new"),))
+    writer = client_factory(broker.endpoint, timeout=60.0)
+    w = StagedWriter(writer)
+    for _ in range(n):
+        w.add_raw("OUT.A", b"r", 0, None)
+    token = w.finish()
+    publisher = client_factory(broker.endpoint)
+    confirmed, refused = [], []
+    committing = threading.Thread(target=lambda: confirmed.append(commit_staged(writer, [token])))
+    committing.start()
+    while committing.is_alive():  # publishing all along the commit
+        try:
+            publisher.publish("OUT.B", b"p", persistent=True, confirm=True)
+            confirmed.append("OUT.B")
+        except RequestError as exc:
+            assert "reject-new" in str(exc)
+            refused.append(exc)
+    committing.join()
+    assert {"applied": n, "duplicate": False} in confirmed
+    assert broker.status()["store"]["dropped"].get("reject_new", 0) == 0
+    assert len(writer.read("OUT.A", limit=n + 10)) == n
+    assert len(writer.read("OUT.B")) == confirmed.count("OUT.B") <= 5
+
+
 def test_a_large_commit_is_published_in_slices_while_the_node_serves_others(
     broker_factory: BrokerFactory, client_factory: ClientFactory
 ) -> None:

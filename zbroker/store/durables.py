@@ -173,6 +173,10 @@ class DurableQueues:
 
     # -- messages -----------------------------------------------------------------------------
 
+    def any_reject_new(self) -> bool:
+        """Does some durable refuse what does not fit (``reject-new``)?"""
+        return bool(self._reject)
+
     def rejects(self, name: str, n: int = 1, size: int = 0) -> bool:
         """Would ``n`` more messages of ``size`` bytes overflow durable ``name`` under its
         ``reject-new`` policy?"""

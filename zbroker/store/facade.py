@@ -110,6 +110,13 @@ class Store:
         """Rows this process wrote to the retention log (committed)."""
         return self.retention.retained
 
+    def refuses_new(self) -> bool:
+        """Does a retention rule or a durable here refuse what does not fit
+        (``reject-new``)? Only then can admission refuse for them."""
+        return self.durable_queues.any_reject_new() or any(
+            r.overflow == "reject-new" for r in self.rules.values()
+        )
+
     @property
     def trim_hold(self) -> set[str]:
         """Durables the node will pump this pass: their trims wait for the pump's commit."""
