@@ -68,7 +68,8 @@ class LinkQueues:
     def queue(
         self, qkey: str, engine_id: str, peer: str, epoch: int, next_lseq: int, meta: bytes | None
     ) -> None:
-        self._drop.discard(qkey)
+        # (a queue dropped this pass stays in _drop: the write deletes the old rows
+        # first, then writes this one and its new entries)
         self._queues[qkey] = (engine_id, peer, epoch, next_lseq, meta)
 
     def put(self, qkey: str, lseq: int, entry: bytes) -> None:
