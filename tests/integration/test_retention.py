@@ -164,6 +164,21 @@ def test_read_pattern_filter(log40: Client) -> None:
     assert all(m.pattern == "RD.B.>" for m in log40.read("RD.B.>"))
 
 
+def test_read_of_every_topic_leaves_out_retained_advisories(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    # ">" matches no $ZB topic (MQTT's rule for $SYS): a reader allowed ">" must not get
+    # the advisories a rule keeps, as a subscriber of ">" does not
+    broker = retaining(broker_factory, RetainRule("T.>"), RetainRule("$ZB.ADVISORY.>"))
+    client = client_factory(broker.endpoint)
+    client.subscribe("X.1", lambda m: None)  # interest added: an advisory
+    assert wait_until(lambda: len(client.read("$ZB.ADVISORY.>")) > 0, WAIT, 0.05)
+    client.publish("T.A", 1, confirm=True)
+    advisories = client.read("$ZB.ADVISORY.>")
+    assert advisories and all(m.topic.startswith("$ZB.ADVISORY.") for m in advisories)
+    assert [m.topic for m in client.read(">")] == ["T.A"]
+
+
 def test_read_in_columns_holds_the_same_fields_as_rows(log40: Client) -> None:
     """``columns: true`` (the Spark reader's form): one array per field, same values."""
     body = {"pattern": "RD.A", "start": 5, "end": 20, "limit": 4}

@@ -16,6 +16,7 @@ from typing import Any
 import msgpack
 
 from .. import wire
+from ..const import RESERVED_PREFIX
 from ..errors import InvalidTopic
 from ..node import Feature, Op, Refusal, Request
 from ..node.context import Context
@@ -108,9 +109,16 @@ class Retention(Feature):
 
         # bounded by bytes too: a page of large payloads stays a frame of sane size; and by
         # rows examined: a sparse pattern over a long log must not hold the loop (links
-        # and clients wait while it scans), so a page may end with few or no rows
+        # and clients wait while it scans), so a page may end with few or no rows. ``>``
+        # matches every topic but those under $ZB (a rule may retain advisories), which a
+        # reader allowed ``>`` may not see: one prefix test a row
         rows, resume_at = store.read_page(
-            start, end, limit, READ_PAGE_BYTES, None if pattern == ">" else wanted, READ_SCAN_ROWS
+            start,
+            end,
+            limit,
+            READ_PAGE_BYTES,
+            _not_reserved if pattern == ">" else wanted,
+            READ_SCAN_ROWS,
         )
         upper = end if end is not None else store.last_seq + 1
         if resume_at is not None:
@@ -123,6 +131,14 @@ class Retention(Feature):
             next=upper,
         )
         ctx.reply(req, wire.READ, reply)
+
+
+_RESERVED = RESERVED_PREFIX + "."
+
+
+def _not_reserved(topic: str) -> bool:
+    """Does ``>`` match ``topic``? (Every topic but those under $ZB: :func:`match`.)"""
+    return not topic.startswith(_RESERVED)
 
 
 def _read_subjects(body: dict[str, Any]) -> Iterable[tuple[str, str]]:
