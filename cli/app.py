@@ -54,7 +54,7 @@ def connection_options() -> Callable[[F], F]:
         "--timeout",
         default=5.0,
         show_default=True,
-        type=float,
+        type=click.FloatRange(min=0, min_open=True),
         help="Seconds to wait for the node.",
     )
     interface = click.option(

@@ -231,9 +231,25 @@ def test_unreachable_broker_sub_subprocess(procs: Any, free_port: Callable[[], i
     assert_one_line_stderr(err, address)
 
 
-def test_bad_broker_address_is_one_line_error() -> None:
-    result = invoke("status", "--broker", "http://127.0.0.1:7100/x", "--timeout", "0.5")
-    assert_one_line_error(result, "http://127.0.0.1:7100/x")
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "address",
+    ["http://127.0.0.1:7100/x", "tcp://[::1:7100", "foo bar"],
+    ids=["not-tcp", "ipv6-bracket", "space-in-host"],
+)
+def test_bad_broker_address_is_one_line_error(address: str) -> None:
+    # (an unclosed IPv6 bracket printed a ValueError's traceback; a host ZeroMQ refuses
+    # hung the command for ever)
+    result = invoke("status", "--broker", address, "--timeout", "0.5")
+    assert_one_line_error(result, address)
+
+
+@pytest.mark.parametrize("value", ["-1", "0"])
+def test_timeout_must_be_positive(value: str) -> None:
+    # (a negative one reached ZeroMQ as a socket option: a ZMQError's traceback)
+    result = invoke("pub", "A.B", "m", "--broker", endpoint(1), "--timeout", value)
+    assert result.exit_code == 2, result.output
+    assert "--timeout" in result.stderr and "Traceback" not in result.output
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ from zbroker import (
     BrokerUnreachable,
     Client,
     ClientClosed,
+    ConfigError,
     DataDirError,
     InvalidTopic,
     Message,
@@ -681,6 +682,45 @@ def test_client_to_port_without_node_fails_within_its_timeout(
         Client(f"tcp://{HOST}:{port}", timeout=0.5)
     elapsed = time.monotonic() - t0
     assert elapsed < 0.5 + 0.4, f"BrokerUnreachable after {elapsed:.2f} s for timeout=0.5"
+
+
+@pytest.mark.parametrize("address", ["foo bar", "tcp://-x:7100", "tcp://[::1:7100"])
+def test_client_to_a_bad_address_raises_config_error_at_once(address: str) -> None:
+    """A host ZeroMQ refuses hung the constructor for ever (its thread died with a
+    socket open, and Context.term waited for it); an unclosed IPv6 bracket raised a bare
+    ValueError. (In a thread of its own, so that a hang fails the test instead.)"""
+    raised: list[BaseException] = []
+
+    def construct() -> None:
+        try:
+            Client(address, timeout=0.5).close()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=construct, daemon=True)
+    thread.start()
+    thread.join(10.0)
+    assert not thread.is_alive(), f"Client({address!r}) hung"
+    assert len(raised) == 1 and isinstance(raised[0], ConfigError), raised
+    assert address in str(raised[0])
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"timeout": -1.0},
+        {"timeout": float("nan")},
+        {"publish_timeout": -1.0},
+        {"heartbeat_interval": 0},
+        {"hwm": -1},
+    ],
+    ids=["negative-timeout", "nan-timeout", "negative-publish-timeout", "zero-heartbeat", "hwm"],
+)
+def test_client_options_out_of_range_raise_config_error(option: dict[str, Any]) -> None:
+    # a negative publish_timeout reached ZeroMQ as a LINGER it refuses: a bare ZMQError
+    name = next(iter(option))
+    with pytest.raises(ConfigError, match=name):
+        Client("tcp://127.0.0.1:1", **option)
 
 
 @pytest.mark.parametrize("busy", [1, 2], ids=["publish-port-taken", "deliver-port-taken"])
