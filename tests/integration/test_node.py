@@ -249,6 +249,41 @@ def test_closed_client_refuses_work(broker: Broker) -> None:
         client.subscribe("A.>", Collector())
 
 
+def test_calls_waiting_when_the_client_closes_fail_at_once_with_client_closed(
+    broker: Broker,
+) -> None:
+    """A call waiting for a node that is gone, when another thread closes the client,
+    raised BrokerUnreachable ("the node did not answer") only once its whole timeout
+    had passed."""
+    client = Client(broker.endpoint, timeout=60.0, publish_timeout=60.0)
+    broker.stop()  # nothing answers from now on
+    calls: dict[str, Callable[[], Any]] = {
+        "request": client.status,
+        "subscribe": lambda: client.subscribe("W.>", Collector(), initial=False),
+        "snapshot subscribe": lambda: client.subscribe("S.>", Collector()),
+        "durable": lambda: client.subscribe("D.>", Collector(), durable="d1"),
+        "persistent": lambda: client.publish("P.X", b"x", confirm=True),
+    }
+    raised: dict[str, BaseException] = {}
+
+    def call(name: str) -> None:
+        try:
+            calls[name]()
+        except BaseException as exc:
+            raised[name] = exc
+
+    threads = [threading.Thread(target=call, args=(name,), daemon=True) for name in calls]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)  # (they are waiting by now; one that is not yet fails the same way)
+    t0 = time.monotonic()
+    client.close()
+    for thread in threads:
+        thread.join(20.0)
+    assert time.monotonic() - t0 < 20.0
+    assert {name: type(exc) for name, exc in raised.items()} == dict.fromkeys(calls, ClientClosed)
+
+
 # -- topic rules -------------------------------------------------------------------------------
 
 

@@ -327,7 +327,9 @@ class Client(StateMethods, LogMethods):
         return result
 
     def close(self) -> None:
-        """Stop the client thread and close every socket (bounded wait)."""
+        """Stop the client thread and close every socket (bounded wait). A call still
+        waiting for the node in another thread (a request, a subscribe, a confirmed
+        publish) raises ClientClosed at once."""
         if self._closed:
             return
         self._durables.leave()

@@ -287,5 +287,13 @@ class Subscriber:
         self.missed += missed
         self._gaps[pattern] = self._gaps.get(pattern, 0) + missed
 
+    def fail(self, why: str) -> None:
+        """The client thread stops: every subscribe() still waiting for the node fails
+        with ClientClosed."""
+        syncs, self._syncs = self._syncs, {}
+        for fut in syncs.values():
+            if not fut.done():
+                fut.set_exception(ClientClosed(f"{why} before the node confirmed the subscription"))
+
     def close(self) -> None:
         self.sock.close()

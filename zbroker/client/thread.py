@@ -23,7 +23,7 @@ from typing import Any
 import zmq
 
 from .. import wire
-from ..errors import BrokerUnreachable
+from ..errors import BrokerUnreachable, ClientClosed
 from .channel import Channel
 from .credentials import Credentials
 from .durable_session import DurableHomes
@@ -109,11 +109,26 @@ class ClientThread:
             else:
                 log.exception("client thread crashed")
         finally:
-            self._persistent.stopped(self._channel.commands)
+            self._answer_waiting()
             self._sessions.close()
             self._homes.close()
             cmd.close()
             self.subscriber.close()
+
+    def _answer_waiting(self) -> None:
+        """The thread stops taking commands: every caller still waiting for an answer
+        gets ClientClosed now (a request, a subscribe, a durable's request, a persistent
+        publish), instead of waiting out its timeout for a BrokerUnreachable."""
+        crashed = self._running  # (close() and a failed start stop the loop first)
+        why = "the client's thread has stopped (see the log)" if crashed else "client closed"
+        left = self._channel.shut()
+        self._persistent.stopped(lambda: left)
+        for _, _, fut in left:
+            if fut is not None and not fut.done():
+                fut.set_exception(ClientClosed(f"{why} before the node answered"))
+        self._requests.fail(why)
+        self._homes.fail(why)
+        self.subscriber.fail(why)
 
     def _loop(self, cmd: zmq.Socket[bytes]) -> None:
         next_tick = 0.0
