@@ -284,6 +284,43 @@ def test_calls_waiting_when_the_client_closes_fail_at_once_with_client_closed(
     assert {name: type(exc) for name, exc in raised.items()} == dict.fromkeys(calls, ClientClosed)
 
 
+def test_close_from_a_callback_stops_the_client_and_delivers_nothing_more(
+    broker: Broker,
+    client_factory: ClientFactory,
+    wait_until: WaitUntil,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """close() from a callback (the client thread) raised RuntimeError ("cannot join
+    current thread"), left the context and the user end of its channel open, and the
+    rest of the frame's messages still reached the callbacks."""
+    client = Client(broker.endpoint, timeout=10.0)
+    calls: list[Message] = []
+    errors: list[BaseException] = []
+
+    def close_on_first(msg: Message) -> None:
+        calls.append(msg)
+        try:
+            client.close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    client.subscribe("CB.>", close_on_first, initial=False)
+    other = Collector()  # (the same pattern: it gets the message being delivered, only)
+    client.subscribe("CB.>", other, initial=False)
+    publisher = client_factory(broker.endpoint)
+    for i in range(50):  # a burst: batches of several messages per delivery frame
+        publisher.publish("CB.X", str(i).encode())
+    # the client's connection is gone: the node no longer has its interest
+    assert wait_until(lambda: "CB.>" not in patterns_of(broker), WAIT)
+    assert errors == []
+    assert [m.payload for m in calls] == [b"0"]
+    assert other.payloads() == [b"0"]
+    assert "raised" not in caplog.text
+    with pytest.raises(ClientClosed):
+        client.publish("CB.X", b"after")
+    client.close()  # (idempotent)
+
+
 # -- topic rules -------------------------------------------------------------------------------
 
 

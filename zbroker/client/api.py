@@ -329,16 +329,26 @@ class Client(StateMethods, LogMethods):
     def close(self) -> None:
         """Stop the client thread and close every socket (bounded wait). A call still
         waiting for the node in another thread (a request, a subscribe, a confirmed
-        publish) raises ClientClosed at once."""
+        publish) raises ClientClosed at once. Callbacks get no message after the one
+        being delivered when it began. From a callback (the client thread) it returns at
+        once: the thread stops and closes the rest when that callback returns."""
         if self._closed:
             return
+        self._subscriptions.close()
         self._durables.leave()
         self._queues.leave()
         self._publisher.drain()  # what is batched goes to the socket (its linger sends it)
         self._closed = True
         self._publisher.close()
         self._channel.stop()
+        if self._thread.is_current():  # (a thread cannot join itself)
+            self._thread.after_stop(self._release)
+            return
         self._thread.join(5.0)
+        self._release()
+
+    def _release(self) -> None:
+        """The client thread has stopped: close what is left (user threads' sockets)."""
         self._channel.close()
         self._locator.close()
         self._ctx.term()

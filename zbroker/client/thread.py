@@ -85,6 +85,7 @@ class ClientThread:
         self._homes = DurableHomes(ctx, locator, credentials, settings, self._poller, durables)
         self._ready_deadline = 0.0
         self._running = True
+        self._release: Callable[[], None] | None = None  # see after_stop
         self._thread = threading.Thread(target=self._run, name="zbroker-client", daemon=True)
 
     def start(self) -> None:
@@ -96,6 +97,15 @@ class ClientThread:
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
+
+    def is_current(self) -> bool:
+        """Is the caller this thread (a callback)?"""
+        return threading.current_thread() is self._thread
+
+    def after_stop(self, release: Callable[[], None]) -> None:
+        """Run ``release`` on this thread once it has stopped and closed its sockets
+        (``Client.close()`` called from a callback, which cannot join its own thread)."""
+        self._release = release
 
     def _run(self) -> None:
         cmd = self._channel.bind()
@@ -114,6 +124,8 @@ class ClientThread:
             self._homes.close()
             cmd.close()
             self.subscriber.close()
+            if self._release is not None:
+                self._release()
 
     def _answer_waiting(self) -> None:
         """The thread stops taking commands: every caller still waiting for an answer
