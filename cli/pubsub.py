@@ -17,7 +17,7 @@ import click
 
 from zbroker.const import DEFAULT_CREDIT
 
-from .app import broker_option, cli, connect, connection_options
+from .app import broker_option, cli, connect, connect_or_stop, connection_options
 from .format import format_message_json, format_message_text
 from .signals import SignalStop
 from .state import SnapshotMarks
@@ -247,7 +247,10 @@ def sub(
     # only sleeps and looks at flags here, and the signal only records itself
     signals = SignalStop(signal.SIGTERM, signal.SIGINT)
 
-    with connect(**conn) as client:
+    connected = connect_or_stop(signals, **conn)
+    if connected is None:
+        return  # stopped while the node had not answered yet
+    with connected as client:
         for p in patterns:
             handle = client.subscribe(
                 p, on_message, durable=durable, selector=selector, queue=queue, shared=shared,

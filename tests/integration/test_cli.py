@@ -378,6 +378,29 @@ def test_sub_streams_lines_and_stops_on_signal(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("command", [("sub", "WAIT.>"), ("events",)], ids=["sub", "events"])
+def test_a_signal_while_the_node_has_not_answered_stops_at_once(
+    procs: Any, command: tuple[str, ...]
+) -> None:
+    """Ctrl-C waited for the connection's --timeout: the constructor held the main
+    thread. The "node" is a TCP listener that never answers, so the command is
+    certainly connecting (signal handlers on) once it has accepted the connection."""
+    with socket.socket() as listener:
+        listener.bind((HOST, 0))
+        listener.listen()
+        listener.settimeout(WAIT)
+        address = endpoint(listener.getsockname()[1])
+        proc = procs.zbroker(*command, "--broker", address, "--timeout", "60")
+        conn, _ = listener.accept()  # the client is connecting
+        conn.close()
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(WAIT) == 0, proc.stderr_text()
+    assert time.monotonic() - t0 < 10.0  # (it waited out the 60 s)
+    assert "Traceback" not in proc.stderr_text()
+
+
+@pytest.mark.slow
 def test_pub_subprocess_reads_stdin(
     broker: Broker, procs: Any, client_factory: ClientFactory
 ) -> None:
