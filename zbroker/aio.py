@@ -75,14 +75,18 @@ class AsyncClient:
     ) -> Subscription:
         """Call ``handler(msg)`` in the event loop for each message; ``handler`` may be a
         coroutine function (each call becomes a task). ``selector``: as
-        :meth:`Client.subscribe`'s. Cancelled, it calls ``handler`` for nothing and ends
-        the subscription once the executor has made it."""
+        :meth:`Client.subscribe`'s. Once ``unsubscribe()`` (or :meth:`close`) returned
+        the handler is called no more. Cancelled, it calls ``handler`` for nothing and
+        ends the subscription once the executor has made it."""
         loop = self._loop
         is_async = inspect.iscoroutinefunction(handler)
         cancelled = False
+        made: list[Subscription] = []  # the handle, once subscribe() returned
 
         def run(msg: Message) -> None:
-            if cancelled:
+            # (deliveries handed to the loop before an unsubscribe() run after it: not
+            # the handler)
+            if cancelled or (made and not made[0].active):
                 return
             if is_async:
                 task = loop.create_task(handler(msg))  # type: ignore[arg-type]
@@ -97,14 +101,16 @@ class AsyncClient:
             except RuntimeError:  # the loop is closed: nothing can run the handler
                 pass
 
-        made = loop.run_in_executor(
+        call = loop.run_in_executor(
             None, functools.partial(self._client.subscribe, pattern, from_thread, selector=selector)
         )
         try:
-            return await _undone_if_cancelled(loop, made, Subscription.unsubscribe)
+            sub = await _undone_if_cancelled(loop, call, Subscription.unsubscribe)
         except asyncio.CancelledError:
             cancelled = True
             raise
+        made.append(sub)
+        return sub
 
     async def messages(self, pattern: str, timeout: float | None = None) -> AsyncIterator[Message]:
         """Async iterator over messages matching ``pattern``; ends after ``timeout`` seconds

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zbroker import AsyncClient, Broker, Client, Message
+from zbroker import AsyncClient, Broker, Client, Message, Subscription
 from zbroker.client.state import MissingTopic
 
 HOST = "127.0.0.1"
@@ -136,5 +136,42 @@ def test_a_cancelled_connect_leaves_no_client_behind(
                 None, wait_until, lambda: _client_threads() <= before, WAIT
             )
             assert gone
+
+    asyncio.run(main())
+
+
+def test_no_handler_call_once_unsubscribe_returned(
+    broker: Broker, client_factory: Callable[..., Client]
+) -> None:
+    """Deliveries already handed to the loop when the subscription ended still ran the
+    handler: hundreds of calls after ``unsubscribe()`` returned, in a burst."""
+    publisher = client_factory(broker.endpoint)
+    n = 500
+
+    async def main() -> None:
+        async with await AsyncClient.connect(broker.endpoint) as client:
+            handle: list[Subscription] = []
+            calls: list[Message] = []
+
+            def first_only(msg: Message) -> None:
+                calls.append(msg)
+                handle[0].unsubscribe()
+
+            handle.append(await client.subscribe("U.>", first_only))
+            # a second subscription of the pattern: each of its deliveries reaches the
+            # loop after the first one's of the same message
+            seen: list[Message] = []
+            all_in = asyncio.Event()
+
+            def count(msg: Message) -> None:
+                seen.append(msg)
+                if len(seen) == n:
+                    all_in.set()
+
+            await client.subscribe("U.>", count)
+            for i in range(n):
+                publisher.publish("U.X", str(i).encode())
+            await asyncio.wait_for(all_in.wait(), WAIT)
+            assert [m.payload for m in calls] == [b"0"]
 
     asyncio.run(main())
