@@ -10,6 +10,7 @@ arrived too.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import socket
@@ -954,6 +955,44 @@ def test_publish_batches_lose_nothing_at_close_or_at_the_end_of_a_burst(
     assert got.payloads("PB.TAIL") == [b"%d" % i for i in range(1_003)]
     assert got.payloads("PB.CLOSE") == [b"%d" % i for i in range(2_005)]
     assert len(got) == 1_003 + 2_005 + 1
+
+
+def _flood_until_closed(client: Client, start: threading.Barrier, taken: list[int], k: int) -> None:
+    """Publish until the client is closed; count in ``taken[k]`` what publish() took."""
+    start.wait()
+    with contextlib.suppress(ClientClosed):
+        while True:
+            client.publish("RACE.X", b"x")
+            taken[k] += 1
+
+
+def test_every_publish_that_returned_while_another_thread_closes_is_delivered(
+    broker: Broker, client_factory: ClientFactory
+) -> None:
+    """Publishes racing close() from another thread: one that joined a batch after
+    close() had handed the batch to the socket, and before the socket closed, returned
+    as taken and was lost with the socket (a few trials in ten lost some). Now each one
+    either reaches the node or raises ClientClosed."""
+    got = Collector()
+    client_factory(broker.endpoint).subscribe("RACE.>", got, initial=False)
+    for trial in range(30):
+        got.clear()
+        closing = Client(broker.endpoint)
+        taken = [0, 0, 0]
+        start = threading.Barrier(len(taken) + 1)
+        threads = [
+            threading.Thread(target=_flood_until_closed, args=(closing, start, taken, k))
+            for k in range(len(taken))
+        ]
+        for thread in threads:
+            thread.start()
+        start.wait()
+        time.sleep(0.02)  # (a flood is under way: batches form)
+        closing.close()
+        for thread in threads:
+            thread.join(WAIT)
+        assert got.wait_for(sum(taken), WAIT), (trial, sum(taken), len(got))
+        assert len(got) == sum(taken)
 
 
 def test_a_catch_up_publish_left_in_a_batch_wakes_the_client_thread(
