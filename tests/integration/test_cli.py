@@ -176,6 +176,20 @@ def test_pub_reads_stdin_lines(broker: Broker, client_factory: ClientFactory) ->
     assert received(broker) == 4
 
 
+def test_pub_count_limits_the_lines_of_stdin(broker: Broker, client_factory: ClientFactory) -> None:
+    # (--count was ignored with '-': every line went, and an endless input never ended)
+    client = client_factory(broker.endpoint)
+    got = Collector()
+    client.subscribe("STDIN.>", got)
+    lines = "".join(f"l{i}\n" for i in range(10))
+    result = invoke("pub", "STDIN.N", "-", "--count", "3", "--broker", broker.endpoint, input=lines)
+    assert result.exit_code == 0, result.output
+    assert "published 3 message(s) to STDIN.N" in result.stderr
+    assert got.wait_for(3)
+    assert [m.payload for m in got.messages] == [b"l0", b"l1", b"l2"]
+    assert received(broker) == 3
+
+
 def test_pub_rejects_malformed_header(broker: Broker) -> None:
     result = invoke("pub", "HDR.X", "m", "--broker", broker.endpoint, "-H", "no-equals-sign")
     assert result.exit_code == 2
