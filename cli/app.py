@@ -6,12 +6,15 @@ Every command module registers its commands on :data:`cli`; :mod:`.main` imports
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
 from zbroker import Client, ZBrokerError
+
+from .signals import SignalStop
 
 DEFAULT_BROKER = "tcp://127.0.0.1:7100"
 
@@ -54,7 +57,7 @@ def connection_options() -> Callable[[F], F]:
         "--timeout",
         default=5.0,
         show_default=True,
-        type=float,
+        type=click.FloatRange(min=0, min_open=True),
         help="Seconds to wait for the node.",
     )
     interface = click.option(
@@ -101,3 +104,27 @@ def connect(
         server_key=server_key,
         **kw,
     )
+
+
+def connect_or_stop(signals: SignalStop, **conn: Any) -> Client | None:
+    """:func:`connect` for a foreground command (``sub``, ``events``): None if a signal
+    asks it to stop first. The constructor waits up to ``--timeout`` for a node that does
+    not answer, and Ctrl-C waited with it; so it runs on a thread of its own while this
+    one watches ``signals`` (a signal only records itself: see :class:`SignalStop`)."""
+    made: list[Client | BaseException] = []
+
+    def run() -> None:
+        try:
+            made.append(connect(**conn))
+        except BaseException as exc:
+            made.append(exc)
+
+    threading.Thread(target=run, name="zbroker-connect", daemon=True).start()
+    while not made:
+        if signals.wait(0.05):
+            if made and isinstance(made[0], Client):
+                made[0].close()  # (it answered just then)
+            return None  # (a constructor still waiting dies with the process)
+    if isinstance(made[0], BaseException):
+        raise made[0]
+    return made[0]

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from .app import broker_option, cli, connect, connection_options
+from .app import broker_option, cli, connect_or_stop, connection_options
 from .format import _jsonable
 from .signals import SignalStop
 
@@ -97,7 +97,10 @@ def events(kinds: tuple[str, ...], as_json: bool, count: int | None, **conn: Any
                 done.set()
 
     signals = SignalStop(signal.SIGTERM, signal.SIGINT)
-    with connect(**conn) as client:
+    connected = connect_or_stop(signals, **conn)
+    if connected is None:
+        return  # stopped while the node had not answered yet
+    with connected as client:
         for p in patterns:
             client.subscribe(p, on_message)
         click.echo(f"following {', '.join(patterns)} on {client.broker_id}", err=True)

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from zbroker.const import DEFAULT_CREDIT
 
-from .app import broker_option, cli, connect, connection_options
+from .app import broker_option, cli, connect, connect_or_stop, connection_options
 from .format import format_message_json, format_message_text
 from .signals import SignalStop
 from .state import SnapshotMarks
@@ -43,7 +44,7 @@ def _parse_headers(values: tuple[str, ...]) -> dict[str, Any] | None:
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="How many times to publish MESSAGE.",
+    help="How many times to publish MESSAGE (MESSAGE '-': at most this many lines).",
 )
 @click.option(
     "--rate",
@@ -81,21 +82,12 @@ def pub(
 
     validate_publish_topic(topic)
 
-    def payloads() -> Iterator[bytes]:
-        if message == "-":
-            for line in sys.stdin:
-                yield line.rstrip("\n").encode()
-        else:
-            data = message.encode()
-            for _ in range(count):
-                yield data
-
     sent = 0
     confirmed = 0
     futures = []
     with connect(broker, timeout, interfaces, keys, server_key, publish_timeout=timeout) as client:
         start_t = time.monotonic()
-        for payload in payloads():
+        for payload in _payloads(message, count):
             if rate:
                 delay = start_t + sent / rate - time.monotonic()
                 if delay > 0:
@@ -116,6 +108,23 @@ def pub(
             confirmed += 1
     note = f", {confirmed} confirmed stored" if futures else ""
     click.echo(f"published {sent} message(s) to {topic}{note}", err=True)
+
+
+def _payloads(message: str, count: int) -> Iterator[bytes]:
+    """What ``pub`` publishes: MESSAGE ``count`` times, or each line of stdin (MESSAGE
+    '-'), at most ``count`` if --count was given (it was ignored: ``yes | zbroker pub T -
+    --count 10`` never ended; the default of 1 is no limit there)."""
+    if message != "-":
+        data = message.encode()
+        for _ in range(count):
+            yield data
+        return
+    given = click.get_current_context().get_parameter_source("count")
+    limit = count if given in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT) else None
+    for n, line in enumerate(sys.stdin):
+        if limit is not None and n >= limit:
+            return
+        yield line.rstrip("\n").encode()
 
 
 def _print_gap(lock: threading.Lock, as_json: bool, pattern: str, gap: Any) -> None:
@@ -247,7 +256,10 @@ def sub(
     # only sleeps and looks at flags here, and the signal only records itself
     signals = SignalStop(signal.SIGTERM, signal.SIGINT)
 
-    with connect(**conn) as client:
+    connected = connect_or_stop(signals, **conn)
+    if connected is None:
+        return  # stopped while the node had not answered yet
+    with connected as client:
         for p in patterns:
             handle = client.subscribe(
                 p, on_message, durable=durable, selector=selector, queue=queue, shared=shared,

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from zbroker import wire
 from zbroker.client import Message, parse_address
+from zbroker.client.credentials import Credentials
 from zbroker.client.locators import StaticLocator, make_locator
 from zbroker.client.messages import (
     encode_payload,
@@ -29,6 +30,7 @@ from zbroker.client.messages import (
     messages_from_runs,
 )
 from zbroker.client.requests import Requests
+from zbroker.client.sessions import SessionEvents, Sessions, Settings
 from zbroker.client.subscriber import Subscriber, Subscriptions
 from zbroker.errors import (
     BrokerUnreachable,
@@ -271,10 +273,42 @@ def test_parse_address(address: str, expected: tuple[str, int]) -> None:
     assert parse_address(address) == expected
 
 
-@pytest.mark.parametrize("address", ["udp://h:1", "tcp://h:x", "tcp://h:1/path"])
+@pytest.mark.parametrize(
+    "address",
+    [
+        "udp://h:1",
+        "tcp://h:x",
+        "tcp://h:1/path",
+        # hosts ZeroMQ refuses (the client hung on them) and an unclosed IPv6 bracket
+        # (a ValueError with a traceback from the CLI)
+        "foo bar",
+        "tcp://-x:1",
+        "tcp://\u00e9:1",
+        "tcp://[::1:1",
+        "tcp://[1.2.3.4]:1",
+    ],
+)
 def test_parse_address_refuses(address: str) -> None:
     with pytest.raises(ConfigError):
         parse_address(address)
+
+
+def test_a_candidate_zeromq_refuses_fails_with_backoff_and_leaves_no_socket() -> None:
+    """A candidate endpoint ZeroMQ will not connect to (one found by discovery is not
+    parsed) is a failed node: it raised out of the client thread, which died leaving the
+    socket open, and the constructor then hung in Context.term."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    settings = Settings("x", 1.0, 0.5, 1.5, (0.1, 1.0, 2.0), False, 1)
+    events = cast(SessionEvents, object())
+    sessions = Sessions(
+        ctx, StaticLocator(["tcp://foo bar:1"]), Credentials("tcp://h:1", None, None),
+        settings, zmq.Poller(), events,
+    )  # fmt: skip
+    sessions.tick(time.monotonic())  # raised ZMQError
+    sessions.tick(time.monotonic())  # (waits out its backoff: not tried again at once)
+    assert sessions.primary is None and sessions.up() == []
+    sessions.close()
+    ctx.term()  # returns: no socket was left open
 
 
 def test_a_static_locator_lists_its_addresses_in_order() -> None:

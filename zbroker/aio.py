@@ -5,7 +5,8 @@ still owns the sockets, and deliveries cross into the event loop with
 ``loop.call_soon_threadsafe``. Calls that wait for the node (connect, subscribe, status,
 routes) run in the default executor so the loop never blocks; ``publish`` is a plain
 non-blocking send in the common case and only falls back to the executor when the send
-queue is full.
+queue is full. An executor call cannot be interrupted: a ``connect`` or ``subscribe``
+cancelled while it runs goes on there, and what it makes is closed once it is made.
 
     async with await AsyncClient.connect("tcp://127.0.0.1:7100") as client:
         await client.subscribe("PRICE.>", handler)      # handler may be async
@@ -21,7 +22,7 @@ import functools
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from .client import Client, Message, Subscription
 from .const import DEFAULT_BROKER
@@ -29,6 +30,7 @@ from .const import DEFAULT_BROKER
 __all__ = ["AsyncClient"]
 
 Handler = Callable[[Message], Any] | Callable[[Message], Awaitable[Any]]
+T = TypeVar("T")
 
 
 class AsyncClient:
@@ -41,9 +43,11 @@ class AsyncClient:
 
     @classmethod
     async def connect(cls, broker: str = DEFAULT_BROKER, **options: Any) -> AsyncClient:
-        """Connect (HELLO) without blocking the loop; options are Client's."""
+        """Connect (HELLO) without blocking the loop; options are Client's. Cancelled
+        (``asyncio.wait_for``), it closes the client once the executor has made it."""
         loop = asyncio.get_running_loop()
-        client = await loop.run_in_executor(None, functools.partial(Client, broker, **options))
+        made = loop.run_in_executor(None, functools.partial(Client, broker, **options))
+        client = await _undone_if_cancelled(loop, made, Client.close)
         return cls(client, loop)
 
     @property
@@ -71,11 +75,19 @@ class AsyncClient:
     ) -> Subscription:
         """Call ``handler(msg)`` in the event loop for each message; ``handler`` may be a
         coroutine function (each call becomes a task). ``selector``: as
-        :meth:`Client.subscribe`'s."""
+        :meth:`Client.subscribe`'s. Once ``unsubscribe()`` (or :meth:`close`) returned
+        the handler is called no more. Cancelled, it calls ``handler`` for nothing and
+        ends the subscription once the executor has made it."""
         loop = self._loop
         is_async = inspect.iscoroutinefunction(handler)
+        cancelled = False
+        made: list[Subscription] = []  # the handle, once subscribe() returned
 
         def run(msg: Message) -> None:
+            # (deliveries handed to the loop before an unsubscribe() run after it: not
+            # the handler)
+            if cancelled or (made and not made[0].active):
+                return
             if is_async:
                 task = loop.create_task(handler(msg))  # type: ignore[arg-type]
                 self._tasks.add(task)
@@ -84,11 +96,21 @@ class AsyncClient:
                 handler(msg)
 
         def from_thread(msg: Message) -> None:
-            loop.call_soon_threadsafe(run, msg)
+            try:
+                loop.call_soon_threadsafe(run, msg)
+            except RuntimeError:  # the loop is closed: nothing can run the handler
+                pass
 
-        return await loop.run_in_executor(
+        call = loop.run_in_executor(
             None, functools.partial(self._client.subscribe, pattern, from_thread, selector=selector)
         )
+        try:
+            sub = await _undone_if_cancelled(loop, call, Subscription.unsubscribe)
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
+        made.append(sub)
+        return sub
 
     async def messages(self, pattern: str, timeout: float | None = None) -> AsyncIterator[Message]:
         """Async iterator over messages matching ``pattern``; ends after ``timeout`` seconds
@@ -125,3 +147,22 @@ class AsyncClient:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+async def _undone_if_cancelled(
+    loop: asyncio.AbstractEventLoop, made: asyncio.Future[T], undo: Callable[[T], Any]
+) -> T:
+    """What the executor call ``made`` returns. A thread cannot be interrupted: if the
+    caller is cancelled meanwhile, the call goes on, and ``undo`` (run in the executor)
+    closes what it made once it is made: a cancelled connect or subscribe left a client
+    thread, or a subscription calling its handler, that nothing referred to."""
+    try:
+        return await asyncio.shield(made)
+    except asyncio.CancelledError:
+
+        def undone(f: asyncio.Future[T]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                loop.run_in_executor(None, undo, f.result())
+
+        made.add_done_callback(undone)
+        raise

@@ -176,6 +176,20 @@ def test_pub_reads_stdin_lines(broker: Broker, client_factory: ClientFactory) ->
     assert received(broker) == 4
 
 
+def test_pub_count_limits_the_lines_of_stdin(broker: Broker, client_factory: ClientFactory) -> None:
+    # (--count was ignored with '-': every line went, and an endless input never ended)
+    client = client_factory(broker.endpoint)
+    got = Collector()
+    client.subscribe("STDIN.>", got)
+    lines = "".join(f"l{i}\n" for i in range(10))
+    result = invoke("pub", "STDIN.N", "-", "--count", "3", "--broker", broker.endpoint, input=lines)
+    assert result.exit_code == 0, result.output
+    assert "published 3 message(s) to STDIN.N" in result.stderr
+    assert got.wait_for(3)
+    assert [m.payload for m in got.messages] == [b"l0", b"l1", b"l2"]
+    assert received(broker) == 3
+
+
 def test_pub_rejects_malformed_header(broker: Broker) -> None:
     result = invoke("pub", "HDR.X", "m", "--broker", broker.endpoint, "-H", "no-equals-sign")
     assert result.exit_code == 2
@@ -231,9 +245,25 @@ def test_unreachable_broker_sub_subprocess(procs: Any, free_port: Callable[[], i
     assert_one_line_stderr(err, address)
 
 
-def test_bad_broker_address_is_one_line_error() -> None:
-    result = invoke("status", "--broker", "http://127.0.0.1:7100/x", "--timeout", "0.5")
-    assert_one_line_error(result, "http://127.0.0.1:7100/x")
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "address",
+    ["http://127.0.0.1:7100/x", "tcp://[::1:7100", "foo bar"],
+    ids=["not-tcp", "ipv6-bracket", "space-in-host"],
+)
+def test_bad_broker_address_is_one_line_error(address: str) -> None:
+    # (an unclosed IPv6 bracket printed a ValueError's traceback; a host ZeroMQ refuses
+    # hung the command for ever)
+    result = invoke("status", "--broker", address, "--timeout", "0.5")
+    assert_one_line_error(result, address)
+
+
+@pytest.mark.parametrize("value", ["-1", "0"])
+def test_timeout_must_be_positive(value: str) -> None:
+    # (a negative one reached ZeroMQ as a socket option: a ZMQError's traceback)
+    result = invoke("pub", "A.B", "m", "--broker", endpoint(1), "--timeout", value)
+    assert result.exit_code == 2, result.output
+    assert "--timeout" in result.stderr and "Traceback" not in result.output
 
 
 @pytest.mark.parametrize(
@@ -359,6 +389,29 @@ def test_sub_streams_lines_and_stops_on_signal(
     assert time.monotonic() - t0 < 5.0
     assert "Traceback" not in sub.stderr_text()
     assert wait_until(lambda: "STREAM.>" not in patterns_of(broker), WAIT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [("sub", "WAIT.>"), ("events",)], ids=["sub", "events"])
+def test_a_signal_while_the_node_has_not_answered_stops_at_once(
+    procs: Any, command: tuple[str, ...]
+) -> None:
+    """Ctrl-C waited for the connection's --timeout: the constructor held the main
+    thread. The "node" is a TCP listener that never answers, so the command is
+    certainly connecting (signal handlers on) once it has accepted the connection."""
+    with socket.socket() as listener:
+        listener.bind((HOST, 0))
+        listener.listen()
+        listener.settimeout(WAIT)
+        address = endpoint(listener.getsockname()[1])
+        proc = procs.zbroker(*command, "--broker", address, "--timeout", "60")
+        conn, _ = listener.accept()  # the client is connecting
+        conn.close()
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(WAIT) == 0, proc.stderr_text()
+    assert time.monotonic() - t0 < 10.0  # (it waited out the 60 s)
+    assert "Traceback" not in proc.stderr_text()
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ arrived too.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import socket
@@ -31,6 +32,7 @@ from zbroker import (
     BrokerUnreachable,
     Client,
     ClientClosed,
+    ConfigError,
     DataDirError,
     InvalidTopic,
     Message,
@@ -246,6 +248,78 @@ def test_closed_client_refuses_work(broker: Broker) -> None:
         client.publish("A.B", b"x")
     with pytest.raises(ClientClosed):
         client.subscribe("A.>", Collector())
+
+
+def test_calls_waiting_when_the_client_closes_fail_at_once_with_client_closed(
+    broker: Broker,
+) -> None:
+    """A call waiting for a node that is gone, when another thread closes the client,
+    raised BrokerUnreachable ("the node did not answer") only once its whole timeout
+    had passed."""
+    client = Client(broker.endpoint, timeout=60.0, publish_timeout=60.0)
+    broker.stop()  # nothing answers from now on
+    calls: dict[str, Callable[[], Any]] = {
+        "request": client.status,
+        "subscribe": lambda: client.subscribe("W.>", Collector(), initial=False),
+        "snapshot subscribe": lambda: client.subscribe("S.>", Collector()),
+        "durable": lambda: client.subscribe("D.>", Collector(), durable="d1"),
+        "persistent": lambda: client.publish("P.X", b"x", confirm=True),
+    }
+    raised: dict[str, BaseException] = {}
+
+    def call(name: str) -> None:
+        try:
+            calls[name]()
+        except BaseException as exc:
+            raised[name] = exc
+
+    threads = [threading.Thread(target=call, args=(name,), daemon=True) for name in calls]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)  # (they are waiting by now; one that is not yet fails the same way)
+    t0 = time.monotonic()
+    client.close()
+    for thread in threads:
+        thread.join(20.0)
+    assert time.monotonic() - t0 < 20.0
+    assert {name: type(exc) for name, exc in raised.items()} == dict.fromkeys(calls, ClientClosed)
+
+
+def test_close_from_a_callback_stops_the_client_and_delivers_nothing_more(
+    broker: Broker,
+    client_factory: ClientFactory,
+    wait_until: WaitUntil,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """close() from a callback (the client thread) raised RuntimeError ("cannot join
+    current thread"), left the context and the user end of its channel open, and the
+    rest of the frame's messages still reached the callbacks."""
+    client = Client(broker.endpoint, timeout=10.0)
+    calls: list[Message] = []
+    errors: list[BaseException] = []
+
+    def close_on_first(msg: Message) -> None:
+        calls.append(msg)
+        try:
+            client.close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    client.subscribe("CB.>", close_on_first, initial=False)
+    other = Collector()  # (the same pattern: it gets the message being delivered, only)
+    client.subscribe("CB.>", other, initial=False)
+    publisher = client_factory(broker.endpoint)
+    for i in range(50):  # a burst: batches of several messages per delivery frame
+        publisher.publish("CB.X", str(i).encode())
+    # the client's connection is gone: the node no longer has its interest
+    assert wait_until(lambda: "CB.>" not in patterns_of(broker), WAIT)
+    assert errors == []
+    assert [m.payload for m in calls] == [b"0"]
+    assert other.payloads() == [b"0"]
+    assert "raised" not in caplog.text
+    with pytest.raises(ClientClosed):
+        client.publish("CB.X", b"after")
+    client.close()  # (idempotent)
 
 
 # -- topic rules -------------------------------------------------------------------------------
@@ -683,6 +757,45 @@ def test_client_to_port_without_node_fails_within_its_timeout(
     assert elapsed < 0.5 + 0.4, f"BrokerUnreachable after {elapsed:.2f} s for timeout=0.5"
 
 
+@pytest.mark.parametrize("address", ["foo bar", "tcp://-x:7100", "tcp://[::1:7100"])
+def test_client_to_a_bad_address_raises_config_error_at_once(address: str) -> None:
+    """A host ZeroMQ refuses hung the constructor for ever (its thread died with a
+    socket open, and Context.term waited for it); an unclosed IPv6 bracket raised a bare
+    ValueError. (In a thread of its own, so that a hang fails the test instead.)"""
+    raised: list[BaseException] = []
+
+    def construct() -> None:
+        try:
+            Client(address, timeout=0.5).close()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=construct, daemon=True)
+    thread.start()
+    thread.join(10.0)
+    assert not thread.is_alive(), f"Client({address!r}) hung"
+    assert len(raised) == 1 and isinstance(raised[0], ConfigError), raised
+    assert address in str(raised[0])
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"timeout": -1.0},
+        {"timeout": float("nan")},
+        {"publish_timeout": -1.0},
+        {"heartbeat_interval": 0},
+        {"hwm": -1},
+    ],
+    ids=["negative-timeout", "nan-timeout", "negative-publish-timeout", "zero-heartbeat", "hwm"],
+)
+def test_client_options_out_of_range_raise_config_error(option: dict[str, Any]) -> None:
+    # a negative publish_timeout reached ZeroMQ as a LINGER it refuses: a bare ZMQError
+    name = next(iter(option))
+    with pytest.raises(ConfigError, match=name):
+        Client("tcp://127.0.0.1:1", **option)
+
+
 @pytest.mark.parametrize("busy", [1, 2], ids=["publish-port-taken", "deliver-port-taken"])
 def test_port_zero_retries_when_a_neighbour_port_is_taken(
     tmp_path: Path, free_port: Callable[[], int], monkeypatch: pytest.MonkeyPatch, busy: int
@@ -842,6 +955,44 @@ def test_publish_batches_lose_nothing_at_close_or_at_the_end_of_a_burst(
     assert got.payloads("PB.TAIL") == [b"%d" % i for i in range(1_003)]
     assert got.payloads("PB.CLOSE") == [b"%d" % i for i in range(2_005)]
     assert len(got) == 1_003 + 2_005 + 1
+
+
+def _flood_until_closed(client: Client, start: threading.Barrier, taken: list[int], k: int) -> None:
+    """Publish until the client is closed; count in ``taken[k]`` what publish() took."""
+    start.wait()
+    with contextlib.suppress(ClientClosed):
+        while True:
+            client.publish("RACE.X", b"x")
+            taken[k] += 1
+
+
+def test_every_publish_that_returned_while_another_thread_closes_is_delivered(
+    broker: Broker, client_factory: ClientFactory
+) -> None:
+    """Publishes racing close() from another thread: one that joined a batch after
+    close() had handed the batch to the socket, and before the socket closed, returned
+    as taken and was lost with the socket (a few trials in ten lost some). Now each one
+    either reaches the node or raises ClientClosed."""
+    got = Collector()
+    client_factory(broker.endpoint).subscribe("RACE.>", got, initial=False)
+    for trial in range(30):
+        got.clear()
+        closing = Client(broker.endpoint)
+        taken = [0, 0, 0]
+        start = threading.Barrier(len(taken) + 1)
+        threads = [
+            threading.Thread(target=_flood_until_closed, args=(closing, start, taken, k))
+            for k in range(len(taken))
+        ]
+        for thread in threads:
+            thread.start()
+        start.wait()
+        time.sleep(0.02)  # (a flood is under way: batches form)
+        closing.close()
+        for thread in threads:
+            thread.join(WAIT)
+        assert got.wait_for(sum(taken), WAIT), (trial, sum(taken), len(got))
+        assert len(got) == sum(taken)
 
 
 def test_a_catch_up_publish_left_in_a_batch_wakes_the_client_thread(

@@ -19,7 +19,7 @@ import pytest
 from tests.helpers import Collector
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig, QueueRule
-from zbroker.errors import ConfigError, RequestError
+from zbroker.errors import BrokerUnreachable, ConfigError, RequestError
 
 WAIT = 20.0
 GRACE = 0.5
@@ -154,6 +154,37 @@ def test_member_leaves_the_rest_take_over(
         ca.publish("jobs.x", i)
     wait_total(wait_until, [near, far], N)
     assert len(near) == 0
+
+
+def test_a_join_that_timed_out_leaves_no_member_behind(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, wait_until: WaitUntil
+) -> None:
+    """A join the node answered after the client's timeout made a member at the node
+    that the client did not know: it took its share of the group's messages (half of
+    them, with one other member) and never processed nor acknowledged them."""
+    a = broker_factory(broker_id="A")
+    slow = client_factory(a.endpoint, timeout=0.3, heartbeat_timeout=10.0)
+    busy = threading.Event()
+
+    def hold(node: Any) -> None:
+        busy.set()
+        time.sleep(1.5)  # the node's loop answers nothing meanwhile
+
+    holder = threading.Thread(target=a.call, args=(hold,))
+    holder.start()
+    try:
+        assert busy.wait(WAIT)
+        with pytest.raises(BrokerUnreachable):
+            slow.subscribe("jobs.>", Collector(), queue="workers")
+    finally:
+        holder.join()
+    worker = Collector()
+    client_factory(a.endpoint).subscribe("jobs.>", worker, queue="workers")
+    assert wait_until(lambda: members_seen(a, "workers") == {"A": 1}, WAIT)
+    publisher = client_factory(a.endpoint)
+    for i in range(N):
+        publisher.publish("jobs.x", i)
+    wait_total(wait_until, [worker], N)
 
 
 def test_no_member_anywhere_nothing_is_sent(

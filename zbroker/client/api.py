@@ -10,7 +10,7 @@ thread only through the :class:`~.channel.Channel`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -42,8 +42,8 @@ from .locators import Locator, make_locator
 from .messages import Message, Subscription
 from .publisher import Publisher
 from .queues import QueueMembers, check_consumer_options
-from .reads import iterate, log_range, read_log
-from .sessions import Settings
+from .reads import LogMethods
+from .sessions import Settings, check_options
 from .state import StateMethods
 from .subscriber import Subscriptions
 from .thread import ClientThread
@@ -51,7 +51,7 @@ from .thread import ClientThread
 __all__ = ["Client"]
 
 
-class Client(StateMethods):
+class Client(StateMethods, LogMethods):
     """A connection to one node. Thread-safe; callbacks run on the client's own thread."""
 
     def __init__(
@@ -90,6 +90,15 @@ class Client(StateMethods):
         CURVE; the node tells the client what it may publish and subscribe to, and
         publish/subscribe outside that raise :class:`~zbroker.errors.PermissionDenied`.
         """
+        check_options(
+            hwm,
+            timeout=timeout,
+            publish_timeout=publish_timeout,
+            heartbeat_interval=heartbeat_interval,
+            heartbeat_timeout=heartbeat_timeout,
+            reconnect_initial_delay=reconnect_initial_delay,
+            reconnect_max_delay=reconnect_max_delay,
+        )
         self.address = broker
         self.timeout = timeout
         self.publish_timeout = publish_timeout
@@ -221,21 +230,6 @@ class Client(StateMethods):
             topic, payload, headers, persistent=persistent, confirm=confirm
         )
 
-    def read(
-        self, pattern: str = ">", start_seq: int = 1, end_seq: int | None = None, limit: int = 1000
-    ) -> list[Message]:
-        """Messages of the node's retention log with ``start_seq <= seq < end_seq`` (None:
-        up to the newest) whose topic matches ``pattern``, oldest first, at most ``limit``.
-        Each has ``log_seq``. Sequences that expired from the log are simply absent: compare
-        ``start_seq`` with :meth:`log_range` to detect it."""
-        validate_pattern(pattern)
-        self._check("subscribe", pattern)
-        return read_log(self.request, pattern, start_seq, end_seq, limit)
-
-    def log_range(self) -> tuple[int, int]:
-        """(first, last) sequence of the node's retention log; first > last when empty."""
-        return log_range(self.request)
-
     def subscribe(
         self,
         pattern: str,
@@ -303,11 +297,6 @@ class Client(StateMethods):
         """Delete durable ``name`` and its stored messages here; return how many went."""
         return self._durables.delete(name)
 
-    def messages(self, pattern: str, timeout: float | None = None) -> Iterator[Message]:
-        """Iterate over messages matching ``pattern``; stop after ``timeout`` seconds without
-        one (``None``: never). The subscription ends when the iterator is closed."""
-        return iterate(self.subscribe, pattern, timeout)
-
     def status(self) -> dict[str, Any]:
         """The node's status (see :meth:`zbroker.Broker.status`)."""
         return self.request(wire.STATUS)
@@ -338,16 +327,28 @@ class Client(StateMethods):
         return result
 
     def close(self) -> None:
-        """Stop the client thread and close every socket (bounded wait)."""
+        """Stop the client thread and close every socket (bounded wait). A call still
+        waiting for the node in another thread (a request, a subscribe, a confirmed
+        publish) raises ClientClosed at once. Callbacks get no message after the one
+        being delivered when it began. From a callback (the client thread) it returns at
+        once: the thread stops and closes the rest when that callback returns."""
         if self._closed:
             return
+        self._subscriptions.close()
         self._durables.leave()
         self._queues.leave()
         self._publisher.drain()  # what is batched goes to the socket (its linger sends it)
         self._closed = True
         self._publisher.close()
         self._channel.stop()
+        if self._thread.is_current():  # (a thread cannot join itself)
+            self._thread.after_stop(self._release)
+            return
         self._thread.join(5.0)
+        self._release()
+
+    def _release(self) -> None:
+        """The client thread has stopped: close what is left (user threads' sockets)."""
         self._channel.close()
         self._locator.close()
         self._ctx.term()
@@ -391,4 +392,7 @@ class Client(StateMethods):
         self._thread.join(5.0)
         self._publisher.close(linger=0)
         self._locator.close()
-        self._ctx.term()
+        if self._thread.is_alive():
+            return  # (stuck: its context is left behind rather than the caller hung in term)
+        # whatever socket a failed start left open is closed here: term() waits for them
+        self._ctx.destroy(linger=0)

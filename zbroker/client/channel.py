@@ -17,6 +17,8 @@ from typing import Any
 
 import zmq
 
+from ..errors import ClientClosed
+
 __all__ = ["Channel", "Command"]
 
 #: (name, argument, future or None): "stop", "sub", "unsub", "send", "req" or "persistent"
@@ -34,6 +36,7 @@ class Channel:
         self._lock = threading.Lock()
         self._sock: zmq.Socket[bytes] | None = None  # user end, once the thread has bound
         self._bound: zmq.Socket[bytes] | None = None
+        self._shut = False  # the client thread has stopped taking commands
 
     # -- the client thread's end ---------------------------------------------------------
 
@@ -48,6 +51,13 @@ class Channel:
     def pending(self) -> bool:
         """Commands wait (whose wake-up byte could not be sent)."""
         return not self._queue.empty()
+
+    def shut(self) -> list[Command]:
+        """The client thread stops: no command is taken any more (``post`` raises
+        ClientClosed); returns those it never took, whose callers it must answer."""
+        with self._lock:
+            self._shut = True
+        return list(self.commands())
 
     def commands(self) -> Iterator[Command]:
         """Swallow the wake-up bytes, then yield every queued command."""
@@ -76,6 +86,8 @@ class Channel:
 
     def post(self, command: Command) -> None:
         with self._lock:
+            if self._shut:  # (nobody would ever answer it)
+                raise ClientClosed("the client is closed (its thread has stopped)")
             self._queue.put(command)
             self._send_wake()
 
@@ -94,7 +106,10 @@ class Channel:
     def stop(self) -> None:
         """Ask the client thread to stop, also when the user end was never connected (a
         constructor that gave up waiting): then wake it through a socket of its own."""
-        self.post(("stop", None, None))
+        try:
+            self.post(("stop", None, None))
+        except ClientClosed:
+            return  # stopped already
         if self._sock is not None:
             return
         try:

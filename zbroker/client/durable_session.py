@@ -29,7 +29,7 @@ from typing import Any
 import zmq
 
 from .. import wire
-from ..errors import BrokerUnreachable, RequestError
+from ..errors import BrokerUnreachable, ClientClosed, RequestError
 from .credentials import Credentials
 from .durables import Durables
 from .locators import Locator, StaticLocator
@@ -136,6 +136,15 @@ class DurableHomes:
                         w[5] or BrokerUnreachable(f"durable {w[0]!r}: its node did not answer")
                     )
         self._requests.expire(now)
+
+    def fail(self, why: str) -> None:
+        """The client thread stops: every durable request still waiting (sent, or for a
+        node) fails with ClientClosed."""
+        self._requests.fail(why)  # (their callbacks answer the callers' futures)
+        waiting, self._waiting = self._waiting, {}
+        for w in (w for ws in waiting.values() for w in ws):
+            if not w[3].done():
+                w[3].set_exception(ClientClosed(f"{why} before the node answered"))
 
     def close(self) -> None:
         for sessions in self._homes.values():

@@ -8,7 +8,9 @@ membership can change under a running client. :func:`make_locator` picks one fro
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import re
 import threading
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -29,19 +31,42 @@ __all__ = [
 log = logging.getLogger("zbroker.client")
 
 
+#: a host name ZeroMQ can connect to (it refuses others at once, which left the client
+#: thread dead with a socket open and the constructor hanging in ``Context.term``)
+_HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
 def parse_address(address: str) -> tuple[str, int]:
-    """``tcp://host:port``, ``host:port`` or ``host`` → (host, port). IPv6 in brackets."""
+    """``tcp://host:port``, ``host:port`` or ``host`` → (host, port). IPv6 in brackets.
+    Raises ConfigError for anything else (a host that is neither an IP address nor a
+    name of letters, digits, ``-``, ``_`` and ``.``)."""
     text = address.strip()
     if "://" not in text:
         text = "tcp://" + text
-    parts = urlsplit(text)
-    if parts.scheme != "tcp" or not parts.hostname or parts.path not in ("", "/"):
+    try:
+        parts = urlsplit(text)
+        host = parts.hostname
+    except ValueError as exc:  # (an unclosed IPv6 bracket)
+        raise ConfigError(f"broker address {address!r}: {exc}") from exc
+    if parts.scheme != "tcp" or not host or parts.path not in ("", "/"):
         raise ConfigError(f"broker address {address!r} is not of the form tcp://HOST:PORT")
     try:
         port = parts.port or DEFAULT_PORT
     except ValueError as exc:
         raise ConfigError(f"broker address {address!r} has a bad port") from exc
-    return parts.hostname, port
+    if not _valid_host(host):
+        raise ConfigError(f"broker address {address!r} has a bad host {host!r}")
+    return host, port
+
+
+def _valid_host(host: str) -> bool:
+    if ":" in host:  # IPv6 (urlsplit took it out of its brackets)
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return False
+        return True
+    return _HOST_NAME.fullmatch(host) is not None
 
 
 def endpoint(host: str, port: int) -> str:

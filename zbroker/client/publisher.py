@@ -362,11 +362,11 @@ class Publisher:
     # -- closing -------------------------------------------------------------------------
 
     def drain(self) -> None:
-        """Hand what is still batched to the socket (its linger then sends it), waiting up
-        to publish_timeout for room."""
+        """Closing: no more publishes, and the batch goes to the socket (its linger)."""
         deadline = _monotonic() + self._timeout
         while True:
             with self._lock:
+                self._closed = True  # (a publish batched after this was lost with the socket)
                 if not self._batch or self._flush_batch(_monotonic()):
                     return
             if _monotonic() >= deadline:

@@ -81,7 +81,11 @@ class QueueMembers:
         try:
             self._request(wire.QUEUE_JOIN, _join_body(member, pattern, group, credit))
         except BaseException:
-            self._open.pop(member, None)
+            # a join that timed out may still reach the node (a node slow to answer):
+            # a member nobody knows of here would hold its share of the group's messages
+            # unprocessed, so it leaves too (after the join, on the same connection; a
+            # node that never had it ignores the leave)
+            self._end(member)
             raise
         return sub
 

@@ -1,4 +1,6 @@
-"""Reading the node's retention log: paging through READ replies into Messages."""
+"""Reading the node's retention log: paging through READ replies into Messages; and the
+iterator form of a subscription. :class:`LogMethods` are these methods of
+:class:`~.api.Client` (mixed in)."""
 
 from __future__ import annotations
 
@@ -7,9 +9,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import wire
+from ..topics import validate_pattern
 from .messages import Message, message_from_fields
 
-__all__ = ["iterate", "log_range", "read_log"]
+__all__ = ["LogMethods", "iterate", "log_range", "read_log"]
 
 Request = Callable[[int, dict[str, Any]], dict[str, Any]]
 
@@ -61,3 +64,31 @@ def iterate(
                 return
     finally:
         sub.unsubscribe()
+
+
+class LogMethods:
+    """The retention-log methods of :class:`~.api.Client`, and its iterator form."""
+
+    request: Callable[..., dict[str, Any]]
+    subscribe: Callable[..., Any]
+    _check: Callable[[str, str], None]
+
+    def read(
+        self, pattern: str = ">", start_seq: int = 1, end_seq: int | None = None, limit: int = 1000
+    ) -> list[Message]:
+        """Messages of the node's retention log with ``start_seq <= seq < end_seq`` (None:
+        up to the newest) whose topic matches ``pattern``, oldest first, at most ``limit``.
+        Each has ``log_seq``. Sequences that expired from the log are simply absent: compare
+        ``start_seq`` with :meth:`log_range` to detect it."""
+        validate_pattern(pattern)
+        self._check("subscribe", pattern)
+        return read_log(self.request, pattern, start_seq, end_seq, limit)
+
+    def log_range(self) -> tuple[int, int]:
+        """(first, last) sequence of the node's retention log; first > last when empty."""
+        return log_range(self.request)
+
+    def messages(self, pattern: str, timeout: float | None = None) -> Iterator[Message]:
+        """Iterate over messages matching ``pattern``; stop after ``timeout`` seconds without
+        one (``None``: never). The subscription ends when the iterator is closed."""
+        return iterate(self.subscribe, pattern, timeout)

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import (
     BrokerUnreachable,
+    ClientClosed,
     PayloadError,
     PermissionDenied,
     RequestError,
@@ -107,6 +108,14 @@ class Requests:
                 self._waiting = [w for w in self._waiting if w[0] != req_id]
                 if not fut.done():
                     fut.set_exception(BrokerUnreachable("the node did not answer in time"))
+
+    def fail(self, why: str) -> None:
+        """The client thread stops: every request still waiting fails with ClientClosed
+        (``why`` says how it stopped)."""
+        pending, self._pending, self._waiting = self._pending, {}, []
+        for fut, _ in pending.values():
+            if not fut.done():
+                fut.set_exception(ClientClosed(f"{why} before the node answered"))
 
 
 def _error(body: dict[str, Any]) -> RequestError:

@@ -16,6 +16,7 @@ its own (replies, durable deliveries).
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -26,11 +27,11 @@ import zmq
 
 from .. import wire
 from ..const import CLIENT_PROTOCOL
-from ..errors import ProtocolError
+from ..errors import ConfigError, ProtocolError
 from .credentials import Credentials
 from .locators import Locator, endpoint
 
-__all__ = ["Session", "SessionEvents", "Sessions", "Settings"]
+__all__ = ["Session", "SessionEvents", "Sessions", "Settings", "check_options"]
 
 log = logging.getLogger("zbroker.client")
 
@@ -46,6 +47,19 @@ class Settings:
     backoff: tuple[float, float, float]  # reconnect: initial delay, max delay, multiplier
     fanout: bool
     min_brokers: int
+
+
+def check_options(hwm: int, **seconds: float) -> None:
+    """Raise ConfigError for a client option out of range. Durations are positive numbers
+    of seconds: a negative one reached ZeroMQ as a socket option it refuses (a ZMQError
+    from the constructor), and a NaN never expires."""
+    for name, value in seconds.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{name} must be a number of seconds, not {value!r}")
+        if not math.isfinite(value) or value <= 0:
+            raise ConfigError(f"{name} must be a positive number of seconds, not {value!r}")
+    if type(hwm) is not int or hwm < 0:
+        raise ConfigError(f"hwm must be an integer >= 0 (0: no limit), not {hwm!r}")
 
 
 class Session:
@@ -184,8 +198,17 @@ class Sessions:
         # requests are bounded by the caller (windows, credit): never refuse one locally
         dealer.setsockopt(zmq.SNDHWM, 0)
         dealer.setsockopt(zmq.IPV6, 1)
-        self._credentials.secure(dealer, endpoint)
-        dealer.connect(endpoint)
+        try:
+            self._credentials.secure(dealer, endpoint)
+            dealer.connect(endpoint)
+        except zmq.ZMQError as exc:
+            # an endpoint ZeroMQ refuses (a candidate found by discovery, or one that
+            # passed parse_address): a failure with backoff, never a dead client thread
+            # leaving its socket open (Context.term would wait for it forever)
+            dealer.close(linger=0)
+            log.warning("cannot connect to %s: %s", endpoint, exc)
+            self._backoff(endpoint, now)
+            return
         session = Session(endpoint, dealer, now + self._settings.timeout)
         self._sessions[endpoint] = session
         self._by_socket[dealer] = session
@@ -201,9 +224,7 @@ class Sessions:
     def _fail(self, session: Session, now: float, why: str) -> None:
         was_up = session.state == "up"
         self._close(session)
-        count = self._failures.get(session.endpoint, (0, 0.0))[0] + 1
-        initial, cap, mult = self._settings.backoff
-        self._failures[session.endpoint] = (count, now + min(initial * mult ** (count - 1), cap))
+        self._backoff(session.endpoint, now)
         if was_up:
             log.warning(
                 "lost node %s at %s: %s", session.hello.get("broker_id"), session.endpoint, why
@@ -214,6 +235,12 @@ class Sessions:
             others = self.up()
             if others:
                 self._make_primary(others[0])
+
+    def _backoff(self, endpoint: str, now: float) -> None:
+        """``endpoint`` failed: try it again after an exponentially growing delay."""
+        count = self._failures.get(endpoint, (0, 0.0))[0] + 1
+        initial, cap, mult = self._settings.backoff
+        self._failures[endpoint] = (count, now + min(initial * mult ** (count - 1), cap))
 
     def _make_primary(self, session: Session) -> None:
         self.primary = session

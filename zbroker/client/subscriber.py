@@ -55,6 +55,7 @@ class Subscriptions:
         self._command = command  # to the client thread: "sub"/"unsub" a pattern
         self._lock = threading.Lock()
         self.by_pattern: Callbacks = {}
+        self._closed = False
 
     def add(
         self, pattern: str, callback: Callable[[Message], Any], selector: str | None = None
@@ -77,10 +78,22 @@ class Subscriptions:
                 self.by_pattern[name] = left
             else:
                 self.by_pattern.pop(name, None)
+            if self._closed:
+                return  # (the node drops them with the client's connection)
         try:
             self._command("unsub", name)
         except (ClientClosed, zmq.ZMQError):
             pass  # closed: nothing to tell the node
+
+    def close(self) -> None:
+        """The client closes: every subscription ends (no callback runs after this; the
+        client thread reads the registry per message)."""
+        with self._lock:
+            self._closed = True
+            ended = [s for subs in self.by_pattern.values() for s in subs]
+            self.by_pattern.clear()
+        for sub in ended:
+            sub.unsubscribe()  # (inactive; nothing is sent)
 
 
 def _name(sub: Subscription) -> str:
@@ -286,6 +299,14 @@ class Subscriber:
         """The node's queue toward us overflowed: count, and tell the node (next tick)."""
         self.missed += missed
         self._gaps[pattern] = self._gaps.get(pattern, 0) + missed
+
+    def fail(self, why: str) -> None:
+        """The client thread stops: every subscribe() still waiting for the node fails
+        with ClientClosed."""
+        syncs, self._syncs = self._syncs, {}
+        for fut in syncs.values():
+            if not fut.done():
+                fut.set_exception(ClientClosed(f"{why} before the node confirmed the subscription"))
 
     def close(self) -> None:
         self.sock.close()

@@ -23,7 +23,7 @@ from typing import Any
 import zmq
 
 from .. import wire
-from ..errors import BrokerUnreachable
+from ..errors import BrokerUnreachable, ClientClosed
 from .channel import Channel
 from .credentials import Credentials
 from .durable_session import DurableHomes
@@ -85,6 +85,7 @@ class ClientThread:
         self._homes = DurableHomes(ctx, locator, credentials, settings, self._poller, durables)
         self._ready_deadline = 0.0
         self._running = True
+        self._release: Callable[[], None] | None = None  # see after_stop
         self._thread = threading.Thread(target=self._run, name="zbroker-client", daemon=True)
 
     def start(self) -> None:
@@ -96,6 +97,15 @@ class ClientThread:
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
+
+    def is_current(self) -> bool:
+        """Is the caller this thread (a callback)?"""
+        return threading.current_thread() is self._thread
+
+    def after_stop(self, release: Callable[[], None]) -> None:
+        """Run ``release`` on this thread once it has stopped and closed its sockets
+        (``Client.close()`` called from a callback, which cannot join its own thread)."""
+        self._release = release
 
     def _run(self) -> None:
         cmd = self._channel.bind()
@@ -109,11 +119,28 @@ class ClientThread:
             else:
                 log.exception("client thread crashed")
         finally:
-            self._persistent.stopped(self._channel.commands)
+            self._answer_waiting()
             self._sessions.close()
             self._homes.close()
             cmd.close()
             self.subscriber.close()
+            if self._release is not None:
+                self._release()
+
+    def _answer_waiting(self) -> None:
+        """The thread stops taking commands: every caller still waiting for an answer
+        gets ClientClosed now (a request, a subscribe, a durable's request, a persistent
+        publish), instead of waiting out its timeout for a BrokerUnreachable."""
+        crashed = self._running  # (close() and a failed start stop the loop first)
+        why = "the client's thread has stopped (see the log)" if crashed else "client closed"
+        left = self._channel.shut()
+        self._persistent.stopped(lambda: left)
+        for _, _, fut in left:
+            if fut is not None and not fut.done():
+                fut.set_exception(ClientClosed(f"{why} before the node answered"))
+        self._requests.fail(why)
+        self._homes.fail(why)
+        self.subscriber.fail(why)
 
     def _loop(self, cmd: zmq.Socket[bytes]) -> None:
         next_tick = 0.0
