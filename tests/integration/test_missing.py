@@ -160,3 +160,23 @@ def test_a_link_dropping_mid_flight_proceeds_counted(
     stuck.client.close()
     assert result == [[]]
     assert missing(s)["link_lost"] == 1
+
+
+def test_closing_a_client_ends_its_missing_topic_handlers_threads(
+    broker: Broker, client_factory: ClientFactory
+) -> None:
+    handler = Handler(client_factory(broker.endpoint))
+    owner = client_factory(broker.endpoint)
+    owner.on_missing_topic("PRICE.>", handler)
+    client_factory(broker.endpoint).subscribe("PRICE.USD", Collector())
+    assert len(handler.notices) == 1  # the pool ran it
+
+    def pool_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("zbroker-missing")]
+
+    assert pool_threads()
+    owner.close()
+    deadline = time.monotonic() + 10
+    while pool_threads() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert pool_threads() == []

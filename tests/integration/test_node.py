@@ -1425,3 +1425,17 @@ def test_a_publish_over_the_nodes_frame_limit_is_refused_by_the_client(
     assert [len(p) for p in got.payloads("LIM.X")] == [4084, 3000]
     c = counters(b)
     assert c["bad_input"] == 0 and c["received"] == 3, c
+
+
+@pytest.mark.parametrize("callback", [None, "handler", 5])
+def test_subscribe_with_a_callback_that_cannot_be_called_is_a_type_error(
+    broker: Broker, client_factory: ClientFactory, callback: Any
+) -> None:
+    client = client_factory(broker.endpoint)
+    with pytest.raises(TypeError, match="callback must be callable"):
+        client.subscribe("T.>", callback)
+    inbox = Collector()  # nothing of the refused one is left behind
+    client.subscribe("T.>", inbox)
+    client.publish("T.1", 1)
+    assert inbox.wait_for(1)
+    assert inbox.payloads() == [1]

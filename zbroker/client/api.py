@@ -275,7 +275,7 @@ class Client(StateMethods, LogMethods):
         """
         validate_subscription(pattern)  # (not an internal branch of $ZB: ReservedTopic)
         self._check("subscribe", pattern)
-        check_consumer_options(queue, durable, shared)
+        check_consumer_options(callback, queue, durable, shared)
         if queue is not None:
             return self._queues.subscribe(pattern, callback, queue, credit)
         if durable is not None:
@@ -341,6 +341,7 @@ class Client(StateMethods, LogMethods):
         self._closed = True
         self._publisher.close()
         self._channel.stop()
+        self._stop_missing()
         if self._thread.is_current():  # (a thread cannot join itself)
             self._thread.after_stop(self._release)
             return

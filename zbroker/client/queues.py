@@ -36,8 +36,13 @@ __all__ = ["QueueMembers", "check_consumer_options"]
 log = logging.getLogger("zbroker.client")
 
 
-def check_consumer_options(queue: str | None, durable: str | None, shared: bool = False) -> None:
-    """The combinations ``subscribe()`` refuses, with a clear error."""
+def check_consumer_options(
+    callback: Any, queue: str | None, durable: str | None, shared: bool = False
+) -> None:
+    """What ``subscribe()`` refuses, with a clear error: a callback that cannot be called
+    (every delivery would log the error it raises), and combinations of options."""
+    if not callable(callback):
+        raise TypeError(f"subscribe: callback must be callable, not {callback!r}")
     if shared and durable is None:
         raise ConfigError(
             "shared=True shares a durable subscription among consumers: it needs durable="

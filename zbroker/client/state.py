@@ -151,6 +151,12 @@ class StateMethods:
         self._missing[branch] = handler
         self.request(frames.STATE_HANDLER, {"branch": branch})
 
+    def _stop_missing(self) -> None:
+        """(closing) End the handlers' pool: its threads go (a handler running ends on
+        its own; one not started is cancelled)."""
+        if self._missing_pool is not None:
+            self._missing_pool.shutdown(wait=False, cancel_futures=True)
+
     def _missing_notice(self, body: dict[str, Any]) -> None:
         """(client thread) A notice: run its handler on the pool, send the verdict."""
         handler = (self._missing or {}).get(str(body.get("branch")))
