@@ -184,8 +184,8 @@ def start(
     if monitor:
         click.echo(f"zbroker monitor at {monitor['url']}", err=True)
     try:
-        while True:
-            if not signals.wait(3600.0):
+        while broker.running:  # (its loop ends by itself only when it fails)
+            if not signals.wait(1.0):
                 continue
             if signals.received != [signal.SIGHUP]:
                 break
@@ -194,6 +194,9 @@ def start(
     finally:
         broker.stop()
         click.echo("zbroker node stopped", err=True)
+    if broker.failure is not None:
+        # a process that stays up with a dead node would look served to its supervisor
+        raise click.ClickException(f"the node's loop failed: {broker.failure}")
 
 
 def _reload(broker: Broker, read_config: Callable[[], NodeConfig]) -> None:

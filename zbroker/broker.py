@@ -90,6 +90,9 @@ class Broker:
         self._tmpdir: str | None = None
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
+        #: what ended the node's loop when it was not asked to stop (its store could not
+        #: write: a full disk; or a bug), else None; ``running`` is False then
+        self.failure: BaseException | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -99,6 +102,7 @@ class Broker:
             raise ZBrokerError("broker already started")
         self._ready.clear()
         self._start_error = None
+        self.failure = None
         cfg = self.config
         if cfg.data_dir is not None:
             data_dir = cfg.data_dir
@@ -144,7 +148,8 @@ class Broker:
         self._ready.set()
         try:
             node.run()
-        except Exception:  # a bug, not bad input: log it loudly, never hang the embedder
+        except Exception as exc:  # not bad input: log it loudly, never hang the embedder
+            self.failure = exc
             log.exception("node loop crashed")
         finally:
             node.close()

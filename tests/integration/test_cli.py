@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ from zbroker.cli.main import cli
 
 from tests.helpers import Collector
 from zbroker import Broker, Client
+from zbroker.errors import ZBrokerError
 
 HOST = "127.0.0.1"
 WAIT = 20.0  # seconds: upper bound of any condition wait
@@ -431,6 +433,45 @@ def test_pub_subprocess_reads_stdin(
 
 
 # -- start (a real subprocess) ------------------------------------------------------------------
+
+
+#: runs argv[2:] with files limited to argv[1] bytes: a write past it fails (EFBIG) as on
+#: a full disk (Python ignores SIGXFSZ, and the exec keeps it ignored)
+_FILE_LIMIT = (
+    "import os, resource, sys; n = int(sys.argv[1]); "
+    "resource.setrlimit(resource.RLIMIT_FSIZE, (n, n)); os.execvp(sys.argv[2], sys.argv[2:])"
+)
+
+
+@pytest.mark.slow
+def test_start_exits_with_an_error_when_its_store_cannot_write(
+    procs: Any,
+    free_port: Callable[[], int],
+    wait_ready: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    # the node's loop dies when its store cannot commit (nothing unconfirmed was
+    # confirmed); the process must not stay up as if it served
+    port = free_port()
+    config = tmp_path / "node.toml"
+    config.write_text('[[retain]]\npattern = "LOG.>"\n')
+    script = str(Path(sys.executable).parent / "zbroker")
+    args = ["start", "--config", str(config), "--port", str(port), "--data-dir", "data"]
+    node = procs.start([sys.executable, "-c", _FILE_LIMIT, "2000000", script, *args])
+    wait_ready(endpoint(port), WAIT, node)
+    confirmed = 0
+    with Client(endpoint(port), timeout=5.0, publish_timeout=5.0) as client:
+        for _ in range(200):  # 200 x 60 KB: far past the 2 MB any file may have
+            try:
+                client.publish("LOG.A", b"x" * 60_000, persistent=True, confirm=True)
+            except ZBrokerError:
+                break
+            confirmed += 1
+    assert 0 < confirmed < 200
+    rc = node.wait(WAIT)
+    assert rc == 1, node.stderr_text()
+    assert "Error: the node's loop failed:" in node.stderr_text()
+    assert "zbroker node stopped" in node.stderr_text()
 
 
 @pytest.mark.slow
