@@ -15,8 +15,10 @@ import logging
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -45,6 +47,8 @@ from .node.reload import reload_security
 __all__ = ["Broker", "node_features"]
 
 log = logging.getLogger("zbroker.broker")
+#: seconds between a waiting call()'s looks at whether the node still runs
+CALL_POLL = 0.1
 
 
 def node_features(config: NodeConfig) -> list[Feature]:
@@ -170,9 +174,10 @@ class Broker:
         self._teardown()
 
     def _teardown(self) -> None:
-        if self._cmd is not None:
-            self._cmd.close(linger=0)
-            self._cmd = None
+        with self._cmd_lock:  # (a call() in another thread may be sending)
+            if self._cmd is not None:
+                self._cmd.close(linger=0)
+                self._cmd = None
         if self._ctx is not None and (self._thread is None or not self._thread.is_alive()):
             self._ctx.term()
         self._ctx = None
@@ -235,12 +240,20 @@ class Broker:
     def call(self, fn: Callable[[Node], Any], timeout: float = STOP_TIMEOUT) -> Any:
         """Run ``fn(node)`` inside the node thread and return its result."""
         node = self._require_node()
-        if self._cmd is None or not self.running:
-            raise ZBrokerError("broker not running")
         fut = node.submit(fn)
-        with self._cmd_lock:
+        with self._cmd_lock:  # (stop() closes the socket under the same lock)
+            if self._cmd is None or not self.running:
+                raise ZBrokerError("broker not running")
             self._cmd.send(CALL)
-        return fut.result(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return fut.result(min(CALL_POLL, max(0.0, deadline - time.monotonic())))
+            except FutureTimeout:
+                if not self.running:  # stopped before it ran: it never will
+                    raise ZBrokerError("broker stopped before the call ran") from None
+                if time.monotonic() >= deadline:
+                    raise
 
     def reload_security(self, config: NodeConfig | None = None) -> dict[str, Any]:
         """Reload the allowlist and client permissions without a restart (``zbroker

@@ -725,6 +725,45 @@ def test_stop_is_bounded_and_idempotent(
     assert again.ports["control"] == port
 
 
+def test_calls_racing_stop_return_or_say_the_broker_stopped(
+    broker_factory: BrokerFactory,
+) -> None:
+    # status() from a monitoring thread while the program stops the broker: each call
+    # answers, or raises ZBrokerError at once; none waits out its timeout or fails on a
+    # socket closed under it
+    for _ in range(5):
+        b = broker_factory()
+        outcomes: list[str] = []
+        started = threading.Event()
+
+        def poll(
+            b: Broker = b, outcomes: list[str] = outcomes, started: threading.Event = started
+        ) -> None:
+            while True:
+                t0 = time.monotonic()
+                try:
+                    b.status()
+                    outcomes.append("answered")
+                except ZBrokerError:
+                    outcomes.append(f"stopped {time.monotonic() - t0:.1f}")
+                    return
+                except Exception as exc:  # what the race must not give
+                    outcomes.append(f"{type(exc).__name__}: {exc}")
+                    return
+                finally:
+                    started.set()
+
+        t = threading.Thread(target=poll, daemon=True)
+        t.start()
+        assert started.wait(10)
+        b.stop()
+        t.join(10)
+        assert not t.is_alive()
+        last = outcomes[-1]
+        assert last.startswith("stopped") and float(last.split()[1]) < 1.0, outcomes
+        assert set(outcomes[:-1]) <= {"answered"}, outcomes
+
+
 def test_context_manager_starts_and_stops(tmp_path: Path) -> None:
     with Broker(host=HOST, port=0, data_dir=tmp_path / "cm") as b:
         assert b.running
