@@ -69,6 +69,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from zbroker import Broker, Client, Message, PublishTimeout, wire
+from zbroker import selectors as selectors_module
 from zbroker.config import validate_broker_id
 from zbroker.const import LINK_FRAME_SLACK, PROTOCOL_VERSION
 from zbroker.errors import ConfigError, InvalidTopic, ProtocolError
@@ -1883,3 +1884,35 @@ def test_the_handshake_states_each_sides_frame_limit(raw: RawPeer) -> None:
     assert {x["name"]: x["peer_max_frame_bytes"] for x in raw.b.status()["links"]} == {
         "older": LIMIT
     }
+
+
+def test_an_advert_with_a_selector_that_does_not_compile_keeps_its_other_entries(
+    raw: RawPeer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: the whole ADVERT was refused (bad_advert). A valid selector's canonical text,
+    which nodes advertise, may be longer than a selector the parser takes (250 times
+    ``a=1 AND b=2`` joined by OR: 3,746 characters, canonical 6,248): the node that got
+    it lost every entry of the frame, and messages for them were never sent."""
+    monkeypatch.setattr(selectors_module, "_cache", {})  # the peer is another process
+    canonical = "(" + " OR ".join(["((a = 1) AND (b = 2))"] * 250) + ")"
+    b = raw.b
+    raw.handshake()
+    entries = [
+        ["SEL.>", LINK_PEER, [LINK_PEER], False, [canonical]],
+        ["PLAIN.x", LINK_PEER, [LINK_PEER]],
+    ]
+    raw.link.send(wire.encode_link(wire.ADVERT, True, entries))
+    assert raw.ping(raw.link)
+    assert counters(b)["bad_input"] == 0
+    with Client(b.endpoint, timeout=WAIT) as client:
+        client.publish("PLAIN.x", b"plain")
+        client.publish("SEL.y", b"widened", headers={"a": 0})  # sent on: the entry widened
+    got: list[str] = []
+
+    def msgr(v: list[Any]) -> bool:
+        if v[0] == wire.MSGR:
+            got.extend(run[0] for run in v[1] for _ in run[5])
+        return len(got) >= 2
+
+    assert raw.expect(raw.link, msgr) is not None, got
+    assert got == ["PLAIN.x", "SEL.y"]

@@ -251,7 +251,7 @@ it came over is down, so persistent messages are still routed toward it and wait
 link queue (see :mod:`zbroker.forward`). A fifth element lists the *selectors* behind the
 entry (canonical texts, :mod:`zbroker.selectors`): its origin wants only the messages of
 the pattern that one of them accepts, so no node sends it others; an entry without one
-wants every message. A selector that does not parse makes the frame ``bad_advert``.
+wants every message. An entry whose selector does not parse here is taken without it.
 
 ``MSGS`` batches every message one drain pass found for the link into one frame (a ROUTER
 adds an identity frame per send: amortize it), cut by count and by bytes so that no frame
