@@ -1871,6 +1871,21 @@ def test_a_hello_with_a_bad_max_frame_bytes_is_refused(raw: RawPeer, bad: Any) -
     assert counters(raw.b)["bad_input"] == 0
 
 
+@pytest.mark.parametrize(("interval", "timeout"), [(1.0, 0.2), (0.5, 0.5)])
+def test_a_hello_whose_timeout_is_not_above_its_interval_is_refused(
+    raw: RawPeer, interval: float, timeout: float
+) -> None:
+    """Was: accepted (a LinkConfig refuses it), and the node declared the link silent
+    between two of the peer's heartbeats, again after every handshake."""
+    hello = {**link_hello(), "heartbeat_interval": interval, "heartbeat_timeout": timeout}
+    raw.link.send(wire.encode_link(wire.LINK_HELLO, hello))
+    value = raw.expect(raw.link, lambda v: v[0] in (wire.LINK_WELCOME, wire.LINK_REFUSE))
+    assert value is not None and value[0] == wire.LINK_REFUSE, value
+    assert "heartbeat_timeout must exceed" in value[1]["reason"] and value[1]["retry"] is False
+    assert raw.b.status()["links"] == []
+    assert counters(raw.b)["links_up"] == 0 and counters(raw.b)["handshakes_refused"] == 1
+
+
 def test_the_handshake_states_each_sides_frame_limit(raw: RawPeer) -> None:
     """WELCOME states the node's max_frame_bytes; the link keeps the peer's (or, from a
     peer that states none, a node older than the field, the node's own)."""
