@@ -144,23 +144,23 @@ def publish_outcome(frame: bytes) -> tuple[Counter[str], int]:
 
 def _publish_runs_outcome(runs: list[Any]) -> tuple[Counter[str], int]:
     """A batch of runs, ``[[topic, [[payload, fmt, headers], ...]], ...]``: a run not of
-    that shape counts once as bad_shape; a run whose topic is bad counts every entry (at
-    least one) by the topic's fault; each entry is judged as the publish frame it stands
-    for, except that an entry not of 3 elements is bad_shape."""
+    that shape (or without entries) counts once as bad_shape; a run whose topic is bad
+    counts every entry by the topic's fault; each entry is judged as the publish frame it
+    stands for, except that an entry not of 3 elements is bad_shape."""
     bad: Counter[str] = Counter()
     accepted = 0
     for run in runs:
-        if type(run) is not list or len(run) != 2 or type(run[1]) is not list:
+        if type(run) is not list or len(run) != 2 or type(run[1]) is not list or not run[1]:
             bad["bad_shape"] += 1
             continue
         topic, entries = run
         if type(topic) is not str:
-            bad["bad_type"] += len(entries) or 1
+            bad["bad_type"] += len(entries)
             continue
         try:
             validate_publish_topic(topic)
         except InvalidTopic:
-            bad["bad_topic"] += len(entries) or 1
+            bad["bad_topic"] += len(entries)
             continue
         for e in entries:
             reason = (
