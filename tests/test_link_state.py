@@ -133,7 +133,15 @@ def test_hello_round_trip_and_refusals() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("ttl", 0), ("ttl", "1"), ("conduit", 1), ("include", "X"), ("heartbeat_timeout", 0)],
+    [
+        ("ttl", 0),
+        ("ttl", "1"),
+        ("conduit", 1),
+        ("include", "X"),
+        ("heartbeat_timeout", 0),
+        ("heartbeat_timeout", 1.0),  # not above the interval (1.0): silent between beats
+        ("heartbeat_interval", 5.0),
+    ],
 )
 def test_a_malformed_hello_names_its_field(field: str, value: Any) -> None:
     body = hello_body(Me("B", 1, "m", "g", 4096), "ab", LinkConfig(name="ab", uri="tcp://x:1"))

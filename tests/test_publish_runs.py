@@ -74,11 +74,13 @@ GOOD = [b"ok", 0, None]
         (["R.a", [GOOD], 3], 1, None, ["bad_shape"]),
         (["R.a", b"entries"], 1, None, ["bad_shape"]),
         ([5, [GOOD, GOOD]], 2, None, ["bad_type", "bad_type"]),
-        ([5, []], 0, None, ["bad_type"]),  # a bad run is counted even when it holds none
+        ([5, []], 1, None, ["bad_shape"]),  # a run without entries is malformed
         (["R..a", [GOOD, GOOD, GOOD]], 3, None, ["bad_topic"] * 3),
         (["$ZB.x", [GOOD]], 1, None, ["bad_topic"]),  # not publishable by a client
         (["R.*", [GOOD]], 1, None, ["bad_topic"]),
-        (["R.a", []], 0, ["R.a", []], []),  # nothing in it: nothing to take or count
+        # was: nothing to take or count, and a frame of them cost the sender one message
+        # of the drain's budget however many topics the node checked (MSGR's rule now)
+        (["R.a", []], 1, None, ["bad_shape"]),
         (["R.a", [GOOD, [b"x"], GOOD]], 3, ["R.a", [GOOD, GOOD]], ["bad_shape"]),
         (["R.a", [GOOD, "entry"]], 2, ["R.a", [GOOD]], ["bad_shape"]),
         (["R.a", [[b"x", 0, None, 1], GOOD]], 2, ["R.a", [GOOD]], ["bad_shape"]),

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zbroker import wire
+from zbroker import selectors, wire
 from zbroker.errors import ProtocolError
 from zbroker.links.flush import with_selectors
 from zbroker.links.outbox import advert_chunks
@@ -46,19 +46,47 @@ def test_selectors_round_trip(
 
 @pytest.mark.parametrize(
     ("selectors", "reason"),
-    [
-        ("(a = 1)", "bad_type"),
-        ([1], "bad_type"),
-        ([], "bad_advert"),
-        (["a ="], "bad_advert"),
-        (["a = 1e999"], "bad_advert"),
-    ],
+    [("(a = 1)", "bad_type"), ([1], "bad_type"), ([], "bad_advert")],
 )
 def test_malformed_selectors_are_protocol_errors(selectors: Any, reason: str) -> None:
     value = [wire.ADVERT, False, [["A", "N1", ["N1"], False, selectors]]]
     with pytest.raises(ProtocolError) as info:
         wire.decode_advert_entries(value)
     assert info.value.reason == reason
+
+
+#: a valid selector (under MAX_SELECTOR characters) whose canonical text, what nodes
+#: advertise, is longer than MAX_SELECTOR: 250 times "a=1 AND b=2", joined by OR
+LONG_SOURCE = " OR ".join(["a=1 AND b=2"] * 250)
+LONG_CANONICAL = "(" + " OR ".join(["((a = 1) AND (b = 2))"] * 250) + ")"
+
+
+@pytest.mark.parametrize("text", ["a =", "a = 1e999", LONG_CANONICAL], ids=["bad", "inf", "long"])
+def test_an_entry_whose_selector_does_not_compile_is_taken_without_it(
+    monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    """Was: the whole ADVERT was refused (bad_advert), and with it every other entry of
+    the frame, for good (a node does not advertise again what it said). A valid
+    selector's canonical text may not parse at the next node (longer than MAX_SELECTOR):
+    the entry widens (its origin is sent more), the frame's other entries stand."""
+    monkeypatch.setattr(selectors, "_cache", {})  # the next node: nothing of ours cached
+    value = [
+        wire.ADVERT,
+        True,
+        [["A.>", "N1", ["N1"], True, [text]], ["B.x", "N1", ["N1"]], ["C", "N1", ["N1"], False]],
+    ]
+    full, entries, sticky, selected, held = wire.decode_advert_held(value)
+    assert full is True and selected == {}
+    assert entries == (("A.>", "N1", ("N1",)), ("B.x", "N1", ("N1",)), ("C", "N1", ("N1",)))
+    assert sticky == {("A.>", "N1")} and held == frozenset()
+
+
+def test_the_long_selector_is_one_a_client_may_subscribe_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(selectors, "_cache", {})
+    assert len(LONG_SOURCE) <= selectors.MAX_SELECTOR < len(LONG_CANONICAL)
+    assert selectors.selector(LONG_SOURCE).text == LONG_CANONICAL
 
 
 def test_a_withdrawal_ignores_selectors_and_layout_is_canonicalized() -> None:

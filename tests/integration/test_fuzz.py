@@ -69,6 +69,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from zbroker import Broker, Client, Message, PublishTimeout, wire
+from zbroker import selectors as selectors_module
 from zbroker.config import validate_broker_id
 from zbroker.const import LINK_FRAME_SLACK, PROTOCOL_VERSION
 from zbroker.errors import ConfigError, InvalidTopic, ProtocolError
@@ -143,23 +144,23 @@ def publish_outcome(frame: bytes) -> tuple[Counter[str], int]:
 
 def _publish_runs_outcome(runs: list[Any]) -> tuple[Counter[str], int]:
     """A batch of runs, ``[[topic, [[payload, fmt, headers], ...]], ...]``: a run not of
-    that shape counts once as bad_shape; a run whose topic is bad counts every entry (at
-    least one) by the topic's fault; each entry is judged as the publish frame it stands
-    for, except that an entry not of 3 elements is bad_shape."""
+    that shape (or without entries) counts once as bad_shape; a run whose topic is bad
+    counts every entry by the topic's fault; each entry is judged as the publish frame it
+    stands for, except that an entry not of 3 elements is bad_shape."""
     bad: Counter[str] = Counter()
     accepted = 0
     for run in runs:
-        if type(run) is not list or len(run) != 2 or type(run[1]) is not list:
+        if type(run) is not list or len(run) != 2 or type(run[1]) is not list or not run[1]:
             bad["bad_shape"] += 1
             continue
         topic, entries = run
         if type(topic) is not str:
-            bad["bad_type"] += len(entries) or 1
+            bad["bad_type"] += len(entries)
             continue
         try:
             validate_publish_topic(topic)
         except InvalidTopic:
-            bad["bad_topic"] += len(entries) or 1
+            bad["bad_topic"] += len(entries)
             continue
         for e in entries:
             reason = (
@@ -1870,6 +1871,21 @@ def test_a_hello_with_a_bad_max_frame_bytes_is_refused(raw: RawPeer, bad: Any) -
     assert counters(raw.b)["bad_input"] == 0
 
 
+@pytest.mark.parametrize(("interval", "timeout"), [(1.0, 0.2), (0.5, 0.5)])
+def test_a_hello_whose_timeout_is_not_above_its_interval_is_refused(
+    raw: RawPeer, interval: float, timeout: float
+) -> None:
+    """Was: accepted (a LinkConfig refuses it), and the node declared the link silent
+    between two of the peer's heartbeats, again after every handshake."""
+    hello = {**link_hello(), "heartbeat_interval": interval, "heartbeat_timeout": timeout}
+    raw.link.send(wire.encode_link(wire.LINK_HELLO, hello))
+    value = raw.expect(raw.link, lambda v: v[0] in (wire.LINK_WELCOME, wire.LINK_REFUSE))
+    assert value is not None and value[0] == wire.LINK_REFUSE, value
+    assert "heartbeat_timeout must exceed" in value[1]["reason"] and value[1]["retry"] is False
+    assert raw.b.status()["links"] == []
+    assert counters(raw.b)["links_up"] == 0 and counters(raw.b)["handshakes_refused"] == 1
+
+
 def test_the_handshake_states_each_sides_frame_limit(raw: RawPeer) -> None:
     """WELCOME states the node's max_frame_bytes; the link keeps the peer's (or, from a
     peer that states none, a node older than the field, the node's own)."""
@@ -1883,3 +1899,35 @@ def test_the_handshake_states_each_sides_frame_limit(raw: RawPeer) -> None:
     assert {x["name"]: x["peer_max_frame_bytes"] for x in raw.b.status()["links"]} == {
         "older": LIMIT
     }
+
+
+def test_an_advert_with_a_selector_that_does_not_compile_keeps_its_other_entries(
+    raw: RawPeer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: the whole ADVERT was refused (bad_advert). A valid selector's canonical text,
+    which nodes advertise, may be longer than a selector the parser takes (250 times
+    ``a=1 AND b=2`` joined by OR: 3,746 characters, canonical 6,248): the node that got
+    it lost every entry of the frame, and messages for them were never sent."""
+    monkeypatch.setattr(selectors_module, "_cache", {})  # the peer is another process
+    canonical = "(" + " OR ".join(["((a = 1) AND (b = 2))"] * 250) + ")"
+    b = raw.b
+    raw.handshake()
+    entries = [
+        ["SEL.>", LINK_PEER, [LINK_PEER], False, [canonical]],
+        ["PLAIN.x", LINK_PEER, [LINK_PEER]],
+    ]
+    raw.link.send(wire.encode_link(wire.ADVERT, True, entries))
+    assert raw.ping(raw.link)
+    assert counters(b)["bad_input"] == 0
+    with Client(b.endpoint, timeout=WAIT) as client:
+        client.publish("PLAIN.x", b"plain")
+        client.publish("SEL.y", b"widened", headers={"a": 0})  # sent on: the entry widened
+    got: list[str] = []
+
+    def msgr(v: list[Any]) -> bool:
+        if v[0] == wire.MSGR:
+            got.extend(run[0] for run in v[1] for _ in run[5])
+        return len(got) >= 2
+
+    assert raw.expect(raw.link, msgr) is not None, got
+    assert got == ["PLAIN.x", "SEL.y"]

@@ -31,7 +31,7 @@ def test_a_batch_of_runs_is_taken_as_the_publishes_it_holds(
         "junk",  # bad_shape
         ["PR.b", [[b"3", 0, None], [b"x"], [b"4", 7, None], [msgpack.packb(5), 1, None]]],
         ["PR..c", [ok, ok]],  # bad_topic, twice
-        [5, []],  # bad_type (a bad run with no entries still counts once)
+        [5, []],  # bad_shape (a run without entries: its topic is not looked at)
         ["PR.a", [[b"6", 0, None]]],
     ]
     ctx = zmq.Context.instance()
@@ -58,7 +58,7 @@ def test_a_batch_of_runs_is_taken_as_the_publishes_it_holds(
     assert c["received"] == 6
     assert c["bad_input"] == 6
     bad = {k: v for k, v in c["dropped"].items() if k.startswith("bad_input.")}
-    assert bad == {"bad_input.bad_shape": 2, "bad_input.bad_type": 2, "bad_input.bad_topic": 2}
+    assert bad == {"bad_input.bad_shape": 3, "bad_input.bad_type": 1, "bad_input.bad_topic": 2}
 
 
 def test_a_client_publishes_runs_to_a_node_that_reads_them(

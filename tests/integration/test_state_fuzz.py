@@ -4,8 +4,10 @@ answered with an error), never a crash; the checks raise only ProtocolError."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -60,6 +62,20 @@ def test_a_value_with_any_field_wrong_is_refused_or_valid(i: int, junk: Any) -> 
         pass
 
 
+@pytest.mark.parametrize(
+    ("i", "bad"),
+    [(2, True), (2, 1.0), (6, math.nan), (6, math.inf), (6, 2**70)],
+    ids=["fmt-true", "fmt-float", "updated-nan", "updated-inf", "updated-huge"],
+)
+def test_a_value_whose_fmt_or_time_is_not_one_is_refused(i: int, bad: Any) -> None:
+    """Was: taken (True and 1.0 are "in" (0, 1)): a replica stored and published a
+    message with fmt 1.0, which the next node refuses as bad_type."""
+    v = list(VALUE)
+    v[i] = bad
+    with pytest.raises(ProtocolError):
+        wstate.check_value(v)
+
+
 def test_valid_frames_pass() -> None:
     q = ("q1", "snapshot", "T.>", "N")
     assert wstate.check_query([55, *q]) == (*q, None)  # (no budget: the relay timeout)
@@ -81,6 +97,7 @@ BAD_LINK_FRAMES = [
     [wire.STATE_ANSWER, "q", [["T.a"]], [], 0, True],
     [wire.STATE_ANSWER, "q", [], [], -1, True],
     [wire.STATE_ANSWER, "q", [[*VALUE[:7], 3]], [], 0, True],
+    [wire.STATE_ANSWER, "q", [[*VALUE[:2], 1.0, *VALUE[3:]]], [], 0, True],
     [wire.STATE_ANSWER, "q", [], [], 0, True, 1],
     [frames.MISSING_ASK, "m", "T.>"],
     [frames.MISSING_ASK, "m", ">.T", "N"],

@@ -134,14 +134,18 @@ def parse_hello(info: dict[str, Any], own_max: int) -> Hello:
         exclude=_patterns(info, "exclude"),
         static=_patterns(info, "static"),
     )
+    interval, timeout = _num(info, "heartbeat_interval"), _num(info, "heartbeat_timeout")
+    if timeout <= interval:
+        # (a LinkConfig refuses it too) the link would go silent between two heartbeats
+        raise ProtocolError("bad_value", "heartbeat_timeout must exceed heartbeat_interval")
     return Hello(
         peer=peer,
         name=name,
         incarnation=inc,
         options=options,
         duplex=_bool(info, "duplex"),
-        heartbeat_interval=_num(info, "heartbeat_interval"),
-        heartbeat_timeout=_num(info, "heartbeat_timeout"),
+        heartbeat_interval=interval,
+        heartbeat_timeout=timeout,
         peer_max_frame=peer_frame_max(info, own_max),
         instance=instance_of(info),
         starts=starts_of(info, inc),

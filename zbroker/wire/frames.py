@@ -32,9 +32,9 @@ sent as one run::
     [[topic: str, [[payload: bytes, fmt: int, headers: map | nil], ...]], ...]
 
 An array whose first element is an array is a batch of runs. The rules are a publish
-frame's: a run that is not a 2-element array with an array of entries second is counted
-once as ``bad_shape``; a run whose topic is not a publishable name counts every entry it
-holds (once if none) as ``bad_type`` (not a string) or ``bad_topic``; an entry that is not
+frame's: a run that is not a 2-element array with a non-empty array of entries second is
+counted once as ``bad_shape``; a run whose topic is not a publishable name counts every
+entry it holds as ``bad_type`` (not a string) or ``bad_topic``; an entry that is not
 a 3-element array counts as ``bad_shape``, one with a wrong type as ``bad_type``, and the
 rest of its run is taken. The node decodes the frame once, checks and routes a run's topic once, and
 gives each message its sequence in order, so a batch of runs delivers exactly what the same
@@ -251,7 +251,7 @@ it came over is down, so persistent messages are still routed toward it and wait
 link queue (see :mod:`zbroker.forward`). A fifth element lists the *selectors* behind the
 entry (canonical texts, :mod:`zbroker.selectors`): its origin wants only the messages of
 the pattern that one of them accepts, so no node sends it others; an entry without one
-wants every message. A selector that does not parse makes the frame ``bad_advert``.
+wants every message. An entry whose selector does not parse here is taken without it.
 
 ``MSGS`` batches every message one drain pass found for the link into one frame (a ROUTER
 adds an identity frame per send: amortize it), cut by count and by bytes so that no frame

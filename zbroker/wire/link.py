@@ -74,7 +74,7 @@ def decode_advert_entries(value: list[Any]) -> tuple[
     dict[tuple[str, str], frozenset[str]],
 ]:  # fmt: skip
     """Like :func:`decode_advert_sticky`, plus the selectors of the keys that carry them
-    (each a valid selector, else the frame is ``bad_advert``)."""
+    (canonical; an entry whose selectors do not compile here is taken without them)."""
     full, entries, sticky, selectors, _ = decode_advert_held(value)
     return full, entries, sticky, selectors
 
@@ -109,7 +109,9 @@ def decode_advert_held(value: list[Any]) -> tuple[
             if e[3] and path is not None:
                 sticky.add((e[0], e[1]))
         if len(e) >= 5 and path is not None and e[4] is not None:
-            selectors[(e[0], e[1])] = _selectors(e[4])
+            texts = _selectors(e[4])
+            if texts is not None:
+                selectors[(e[0], e[1])] = texts
         if len(e) == 6:
             if type(e[5]) is not bool:
                 raise ProtocolError("bad_type", "ADVERT held flag must be a boolean")
@@ -119,15 +121,20 @@ def decode_advert_held(value: list[Any]) -> tuple[
     return value[1], tuple(entries), frozenset(sticky), selectors, frozenset(held)
 
 
-def _selectors(value: Any) -> frozenset[str]:
-    """An ADVERT entry's selectors: a non-empty list of valid selector texts."""
+def _selectors(value: Any) -> frozenset[str] | None:
+    """An ADVERT entry's selectors: a non-empty list of selector texts, canonical; None
+    if one does not compile here. Such an entry is taken without selectors: it only
+    widens what its origin is sent (the origin's own delivery still applies them), where
+    refusing the frame would lose every other entry it carries, for good (what a node
+    advertised is not said again). A valid selector's canonical text, which nodes
+    advertise, may be longer than a selector the parser takes (it adds parentheses)."""
     texts = str_list(value, "ADVERT selectors")
     if not texts:
         raise ProtocolError("bad_advert", "ADVERT selectors must not be empty")
     try:
         return frozenset(canonical(t) for t in texts)
-    except SelectorError as exc:
-        raise ProtocolError("bad_advert", str(exc).splitlines()[0]) from None
+    except SelectorError:
+        return None
 
 
 def check_link_msg(m: Any, topics: set[str] | None = None) -> None:

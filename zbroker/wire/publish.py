@@ -134,14 +134,16 @@ def check_publishes(
 
 def check_publish_runs(runs: list[Any], errors: Errors, valid: set[str]) -> int:
     """Check a batch of publish runs in place: a run that is not ``[topic, [entry, ...]]``
-    with a publishable topic becomes None, an entry that is not ``[payload, fmt,
-    headers]`` (the types as in a publish frame) is taken out of its run; the reasons go
-    to ``errors``. ``valid``: topics already checked (new ones are added). Returns the
-    entries the runs held, good and bad (what the frame counts for in a drain)."""
+    (one entry at least) with a publishable topic becomes None, an entry that is not
+    ``[payload, fmt, headers]`` (the types as in a publish frame) is taken out of its run;
+    the reasons go to ``errors``. ``valid``: topics already checked (new ones are added).
+    Returns the entries the runs held, good and bad, and one for each malformed run (what
+    the frame counts for in a drain: a frame of empty runs, each a topic to check, would
+    otherwise cost its sender one message of the budget however many it held)."""
     held = 0
     for i in range(len(runs)):
         run = runs[i]
-        if type(run) is not list or len(run) != 2 or type(run[1]) is not list:
+        if type(run) is not list or len(run) != 2 or type(run[1]) is not list or not run[1]:
             errors.append(("bad_shape", "a publish run must be [topic, [entry, ...]]"))
             runs[i] = None
             held += 1
@@ -163,7 +165,7 @@ def check_publish_runs(runs: list[Any], errors: Errors, valid: set[str]) -> int:
                     valid.clear()
                 valid.add(topic)
         if reason:
-            errors.extend([(reason, detail)] * (len(entries) or 1))
+            errors.extend([(reason, detail)] * len(entries))
             runs[i] = None
             continue
         for e in entries:  # (_entry_ok inline: a call per message costs as much again)

@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import InvalidTopic, ProtocolError
 from ..names import validate_broker_id
 from ..topics import validate_pattern, validate_topic
-from .frames import FMTS, I64, STATE_ANSWER, STATE_QUERY
+from .frames import FMTS, I64, STATE_ANSWER, STATE_QUERY, TS_MAX
 from .link import encode_link
 
 __all__ = [
@@ -117,12 +117,14 @@ def check_value(v: Any) -> None:
         or len(v) != 8
         or type(v[0]) is not str
         or type(v[1]) is not bytes
+        or type(v[2]) is not int  # (True and 1.0 are "in" FMTS too)
         or v[2] not in FMTS
         or not (v[3] is None or (type(v[3]) is dict and all(type(k) is str for k in v[3])))
         or type(v[4]) is not int
         or not 0 <= v[4] < I64
         or type(v[5]) is not str
         or type(v[6]) not in (int, float)
+        or not -TS_MAX < v[6] < TS_MAX  # (a time: NaN and the infinities are not)
         or not (v[7] is None or type(v[7]) is str)
     ):
         raise ProtocolError("bad_value", "a state value has wrong fields")
