@@ -82,20 +82,26 @@ def test_every_publisher_with_a_way_reaches_both_subscribers_once() -> None:
     assert net.stats.duplicates_dropped == 0
 
 
-def _p_engine() -> RoutingEngine:
+Entry = tuple[str, str, tuple[str, ...]]
+
+
+def _engine(over_a: list[Entry], over_b: list[Entry]) -> RoutingEngine:
+    """P with links P-A and P-B, having heard these entries over each."""
     e = RoutingEngine("P")
     for link, peer in (("P-A", "A"), ("P-B", "B")):
         e.handle(LinkUp(link=link, peer=peer, can_send=True, can_receive=True))
-    e.handle(AdvertIn(link="P-A", full=True, entries=[("X.1", "W", ("W", "A"))]))
-    e.handle(
-        AdvertIn(
-            link="P-B",
-            full=True,
-            entries=[("X.1", "W", ("W", "B")), ("X.>", "Z", ("Z", "Y", "W", "B"))],
-        )
-    )
+    e.handle(AdvertIn(link="P-A", full=True, entries=list(over_a)))
+    e.handle(AdvertIn(link="P-B", full=True, entries=list(over_b)))
     e.flush()
     return e
+
+
+def _p_engine() -> RoutingEngine:
+    """The square's P: W as near through A as through B; Z only through B, past W."""
+    return _engine(
+        [("X.1", "W", ("W", "A"))],
+        [("X.1", "W", ("W", "B")), ("X.>", "Z", ("Z", "Y", "W", "B"))],
+    )
 
 
 def test_a_plan_that_moved_an_origin_follows_the_entry_it_moved_to() -> None:
@@ -111,23 +117,13 @@ def test_a_plan_that_moved_an_origin_follows_the_entry_it_moved_to() -> None:
 
 
 def test_a_crossing_no_neighbour_can_take_whole_is_left_as_it_was() -> None:
-    e = RoutingEngine("P")
-    for link, peer in (("P-A", "A"), ("P-B", "B")):
-        e.handle(LinkUp(link=link, peer=peer, can_send=True, can_receive=True))
-    e.handle(AdvertIn(link="P-A", full=True, entries=[("X.1", "V", ("V", "W", "A"))]))
-    e.handle(AdvertIn(link="P-B", full=True, entries=[("X.1", "Z", ("Z", "W", "B"))]))
-    e.flush()
+    e = _engine([("X.1", "V", ("V", "W", "A"))], [("X.1", "Z", ("Z", "W", "B"))])
     _, sends = e.route("X.1", (), None)
     assert sorted(sends) == [("P-A", ("V",), 1), ("P-B", ("Z",), 1)]
 
 
 def test_a_tree_is_not_touched() -> None:
-    e = RoutingEngine("P")
-    for link, peer in (("P-A", "A"), ("P-B", "B")):
-        e.handle(LinkUp(link=link, peer=peer, can_send=True, can_receive=True))
-    e.handle(AdvertIn(link="P-A", full=True, entries=[("X.1", "V", ("V", "A"))]))
-    e.handle(AdvertIn(link="P-B", full=True, entries=[("X.1", "Z", ("Z", "B"))]))
-    e.flush()
+    e = _engine([("X.1", "V", ("V", "A"))], [("X.1", "Z", ("Z", "B"))])
     _, sends = e.route("X.1", (), None)
     assert sorted(sends) == [("P-A", ("V",), 1), ("P-B", ("Z",), 1)]
     assert not e._table.alternates  # nothing consulted beyond the best entries
@@ -147,17 +143,9 @@ def test_no_origin_is_moved_to_a_longer_way() -> None:
     # a message's hops count against every link's ttl from its publisher on, which no
     # entry tells: a longer way could cross a link past its ttl, so only an equally short
     # entry is taken
-    e = RoutingEngine("P")
-    for link, peer in (("P-A", "A"), ("P-B", "B")):
-        e.handle(LinkUp(link=link, peer=peer, can_send=True, can_receive=True))
-    e.handle(AdvertIn(link="P-A", full=True, entries=[("X.1", "W", ("W", "A"))]))
-    e.handle(
-        AdvertIn(
-            link="P-B",
-            full=True,
-            entries=[("X.1", "W", ("W", "Q", "B")), ("X.>", "Z", ("Z", "Y", "W", "B"))],
-        )
+    e = _engine(
+        [("X.1", "W", ("W", "A"))],
+        [("X.1", "W", ("W", "Q", "B")), ("X.>", "Z", ("Z", "Y", "W", "B"))],
     )
-    e.flush()
     _, sends = e.route("X.1", (), None)
     assert sorted(sends) == [("P-A", ("W",), 1), ("P-B", ("Z",), 1)]
