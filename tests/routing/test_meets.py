@@ -90,8 +90,8 @@ def _engine(over_a: list[Entry], over_b: list[Entry]) -> RoutingEngine:
     e = RoutingEngine("P")
     for link, peer in (("P-A", "A"), ("P-B", "B")):
         e.handle(LinkUp(link=link, peer=peer, can_send=True, can_receive=True))
-    e.handle(AdvertIn(link="P-A", full=True, entries=list(over_a)))
-    e.handle(AdvertIn(link="P-B", full=True, entries=list(over_b)))
+    e.handle(AdvertIn(link="P-A", full=True, entries=tuple(over_a)))
+    e.handle(AdvertIn(link="P-B", full=True, entries=tuple(over_b)))
     e.flush()
     return e
 
@@ -110,7 +110,7 @@ def test_a_plan_that_moved_an_origin_follows_the_entry_it_moved_to() -> None:
     assert [(link, sorted(t or ()), n) for link, t, n in sends] == [("P-B", ["W", "Z"], 1)]
     # B withdraws its entry of W: not P's best entry of W (that is A's), but the plan
     # routed W by it, so the plan must go
-    e.handle(AdvertIn(link="P-B", full=False, entries=[("X.1", "W", None)]))
+    e.handle(AdvertIn(link="P-B", full=False, entries=(("X.1", "W", None),)))
     e.flush()
     _, sends = e.route("X.1", (), None)
     assert sorted(sends) == [("P-A", ("W",), 1), ("P-B", ("Z",), 1)]
