@@ -9,7 +9,6 @@ method would add a Python call to each. What spans parts is written here: the co
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +22,7 @@ from .retention import RetainRule, RetentionLog
 from .seen import SeenJournal
 from .staged import StagedCommits
 
-__all__ = ["AGE_SWEEP", "Store"]
-
-#: seconds between two applications of ``max_age`` to rules and durables that took
-#: nothing new (what takes a message has its bounds applied in that commit)
-AGE_SWEEP = 1.0
+__all__ = ["Store"]
 
 _SCHEMAS = (
     retention.SCHEMA,
@@ -98,7 +93,6 @@ class Store:
         self.staged = StagedCommits(self.db)
         #: the persistent-message dedupe's state (store-and-forward)
         self.seen = SeenJournal(self.db)
-        self._next_sweep = 0.0  # (monotonic) the next max_age sweep
 
     @property
     def last_seq(self) -> int:
@@ -110,13 +104,6 @@ class Store:
         """Rows this process wrote to the retention log (committed)."""
         return self.retention.retained
 
-    def refuses_new(self) -> bool:
-        """Does a retention rule or a durable here refuse what does not fit
-        (``reject-new``)? Only then can admission refuse for them."""
-        return self.durable_queues.any_reject_new() or any(
-            r.overflow == "reject-new" for r in self.rules.values()
-        )
-
     @property
     def trim_hold(self) -> set[str]:
         """Durables the node will pump this pass: their trims wait for the pump's commit."""
@@ -127,17 +114,11 @@ class Store:
         self.durable_queues.trim_hold = names
 
     def commit(self) -> int:
-        """Write everything queued in one transaction, then apply the bounds (``max_age``
-        also every :data:`AGE_SWEEP` seconds without new rows). Returns the number of
-        retained rows written, or, when there are none, of durable and link queue
-        entries."""
-        now = time.monotonic()
-        sweep = now >= self._next_sweep
-        if sweep:
-            self._next_sweep = now + AGE_SWEEP
+        """Write everything queued in one transaction, then apply the bounds. Returns the
+        number of retained rows written, or, when there are none, of durable and link
+        queue entries."""
         if not (
-            sweep
-            or self.retention.dirty()
+            self.retention.dirty()
             or self.durable_queues.dirty()
             or self.durable_moves.dirty()
             or self.link_queues.dirty()
@@ -159,10 +140,6 @@ class Store:
             self.seen.write()
             queued += self.link_queues.write()
             retained = self.retention.write()
-            if sweep:
-                wall = time.time()
-                self.retention.expire_aged(wall)
-                self.durable_queues.expire_aged(wall)
             self.drops.write(self.db)
         if not retained:
             return queued
@@ -175,10 +152,8 @@ class Store:
         return self.durable_queues.delete(name)
 
     def close(self) -> None:
-        try:
-            self.commit()
-        finally:  # (a write that fails, a full disk, still releases the file)
-            self.db.close()
+        self.commit()
+        self.db.close()
 
     def stats(self) -> dict[str, Any]:
         log = self.retention

@@ -161,7 +161,7 @@ class StoreAndForward(Feature):
                 continue
             if (
                 (self._backpressure or settling)
-                and lseq == fw.expected(ikey, epoch, base)
+                and lseq == fw.inbound.get(ikey, (0, 0))[1] + 1
                 and self._held_back(m, settling)
             ):
                 break  # the sender resends it: no PACK moves past it
