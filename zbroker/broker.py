@@ -238,7 +238,9 @@ class Broker:
         return dict(self._require_node().ports)
 
     def call(self, fn: Callable[[Node], Any], timeout: float = STOP_TIMEOUT) -> Any:
-        """Run ``fn(node)`` inside the node thread and return its result."""
+        """Run ``fn(node)`` inside the node thread and return its result. Raises
+        ZBrokerError if the broker is not running or stops before the call ran, and
+        TimeoutError if it ran past ``timeout``."""
         node = self._require_node()
         fut = node.submit(fn)
         with self._cmd_lock:  # (stop() closes the socket under the same lock)

@@ -5,15 +5,43 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from zbroker import Broker
-from zbroker.config import MonitorConfig
+from zbroker.config import LinkConfig, MonitorConfig
 
 #: a monitor on a free port, publishing snapshots often (tests wait on their values)
 FAST_MONITOR = MonitorConfig(listen="127.0.0.1:0", interval=0.1)
+#: link timers short enough for a test to see a link go down and come back
+FAST_LINK: dict[str, Any] = {
+    "heartbeat_interval": 0.2,
+    "heartbeat_timeout": 1.0,
+    "reconnect_initial_delay": 0.1,
+    "reconnect_max_delay": 0.5,
+}
+
+
+def dialling_each_other(
+    broker_factory: Callable[..., Broker], free_port: Callable[[], int], a_link: str, b_link: str
+) -> Broker:
+    """A (with the monitor) dials B over link ``a_link`` and B dials A over ``b_link``:
+    A holds two links to B. Returns A."""
+    pa, pb = free_port(), free_port()
+    a = broker_factory(
+        broker_id="A",
+        port=pa,
+        monitor=FAST_MONITOR,
+        links=(LinkConfig(name=a_link, uri=f"tcp://127.0.0.1:{pb}", **FAST_LINK),),
+    )
+    broker_factory(
+        broker_id="B",
+        port=pb,
+        links=(LinkConfig(name=b_link, uri=f"tcp://127.0.0.1:{pa}", **FAST_LINK),),
+    )
+    return a
 
 
 def monitor_url(broker: Broker) -> str:

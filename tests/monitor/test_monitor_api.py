@@ -21,7 +21,15 @@ from zbroker.cli.main import cli
 
 from tests.conftest import wait_until
 from tests.helpers import Collector
-from tests.monitor.helpers import FAST_MONITOR, get, get_json, monitor_url, sample, scrape
+from tests.monitor.helpers import (
+    FAST_LINK,
+    FAST_MONITOR,
+    get,
+    get_json,
+    monitor_url,
+    sample,
+    scrape,
+)
 from zbroker import Broker, Client, NodeConfig
 from zbroker.broker import node_features
 from zbroker.config import LinkConfig, MonitorConfig, config_from_mapping
@@ -34,12 +42,6 @@ from zbroker.features.monitor.snapshot import Snapshot
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
 WAIT = 20.0
-FAST_LINK: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "heartbeat_timeout": 1.0,
-    "reconnect_initial_delay": 0.1,
-    "reconnect_max_delay": 0.5,
-}
 
 
 def test_monitor_is_off_by_default(broker: Broker) -> None:

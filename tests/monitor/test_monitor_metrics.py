@@ -5,25 +5,26 @@ neither hold on to links gone nor mix two links up."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port, wait_until
-from tests.monitor.helpers import FAST_MONITOR, get, monitor_url, sample, scrape
+from tests.monitor.helpers import (
+    FAST_LINK,
+    FAST_MONITOR,
+    dialling_each_other,
+    get,
+    monitor_url,
+    sample,
+    scrape,
+)
 from zbroker import Broker
 from zbroker.config import LinkConfig
 from zbroker.features.monitor import Monitor, snapshot
 
 BrokerFactory = Callable[..., Broker]
 WAIT = 20.0
-FAST_LINK: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "heartbeat_timeout": 1.0,
-    "reconnect_initial_delay": 0.1,
-    "reconnect_max_delay": 0.5,
-}
 
 
 def _failures(url: str) -> dict[str, float]:
@@ -65,18 +66,7 @@ def test_two_links_of_one_name_to_one_peer_are_two_series(broker_factory: Broker
     """A and B dial each other, both naming the link "x": A has a link it dialled and
     one B dialled, both ("x", "B"). Each is its own series (``kind``), not one series
     twice (which Prometheus drops as duplicates) with one total for both."""
-    pa, pb = free_port(), free_port()
-    a = broker_factory(
-        broker_id="A",
-        port=pa,
-        monitor=FAST_MONITOR,
-        links=(LinkConfig(name="x", uri=f"tcp://127.0.0.1:{pb}", **FAST_LINK),),
-    )
-    broker_factory(
-        broker_id="B",
-        port=pb,
-        links=(LinkConfig(name="x", uri=f"tcp://127.0.0.1:{pa}", **FAST_LINK),),
-    )
+    a = dialling_each_other(broker_factory, free_port, "x", "x")
     url = monitor_url(a)
     assert wait_until(
         lambda: len([s for s in _series(url, "zbroker_link_up") if ("state", "up") in s]) == 2,

@@ -16,19 +16,13 @@ from typing import Any
 import pytest
 
 from tests.helpers import Collector
-from tests.monitor.helpers import FAST_MONITOR, get, monitor_url
+from tests.monitor.helpers import FAST_LINK, FAST_MONITOR, dialling_each_other, get, monitor_url
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 WAIT = 30.0
-FAST_LINK: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "heartbeat_timeout": 1.0,
-    "reconnect_initial_delay": 0.1,
-    "reconnect_max_delay": 0.5,
-}
 
 
 @pytest.fixture
@@ -152,18 +146,7 @@ def test_the_links_panel_lists_every_link_to_one_peer(
 ) -> None:
     """A dials B ("ab") and B dials A ("ba"): A has two links to B. The map draws one
     line between them, and its Links panel (and /api/graph's ``links``) lists both."""
-    pa, pb = free_port(), free_port()
-    a = broker_factory(
-        broker_id="A",
-        port=pa,
-        monitor=FAST_MONITOR,
-        links=(LinkConfig(name="ab", uri=f"tcp://127.0.0.1:{pb}", **FAST_LINK),),
-    )
-    broker_factory(
-        broker_id="B",
-        port=pb,
-        links=(LinkConfig(name="ba", uri=f"tcp://127.0.0.1:{pa}", **FAST_LINK),),
-    )
+    a = dialling_each_other(broker_factory, free_port, "ab", "ba")
     url = monitor_url(a)
 
     def rows() -> dict[str, str]:

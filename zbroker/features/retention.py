@@ -16,11 +16,10 @@ from typing import Any
 import msgpack
 
 from .. import wire
-from ..const import RESERVED_PREFIX
 from ..errors import InvalidTopic
 from ..node import Feature, Op, Refusal, Request
 from ..node.context import Context
-from ..topics import match, validate_pattern
+from ..topics import is_reserved, match, validate_pattern
 
 __all__ = ["READ_PAGE_BYTES", "READ_SCAN_ROWS", "Retention"]
 
@@ -133,12 +132,9 @@ class Retention(Feature):
         ctx.reply(req, wire.READ, reply)
 
 
-_RESERVED = RESERVED_PREFIX + "."
-
-
 def _not_reserved(topic: str) -> bool:
     """Does ``>`` match ``topic``? (Every topic but those under $ZB: :func:`match`.)"""
-    return not topic.startswith(_RESERVED)
+    return not is_reserved(topic)
 
 
 def _read_subjects(body: dict[str, Any]) -> Iterable[tuple[str, str]]:
