@@ -295,7 +295,8 @@ def _check(report: Report, name: str, events: list[dict[str, Any]], pubs: dict[s
         got = set(firsts[p])
         missing = pub.confirmed - got
         if missing:
-            report.problems.append(f"{name}: {len(missing)} confirmed of {p} missing")
+            shown = ", ".join(map(str, sorted(missing)[:10]))
+            report.problems.append(f"{name}: {len(missing)} confirmed of {p} missing ({shown})")
         if got - set(range(pub.n)):
             report.problems.append(f"{name}: messages of {p} that were never published")
         runs = increasing_runs(firsts[p])

@@ -38,7 +38,10 @@ Rules (each loop rule is a named function in :mod:`zbroker.routing.loops`):
 5. **Never** send to a neighbour on the message's path, over a link that cannot send, past
    a link's ttl, or against its include/exclude filters. Each node drops a message whose ID
    it has seen (:class:`~zbroker.routing.dedupe.DedupeWindow`) before delivering or
-   forwarding, so transient disagreement between nodes cannot duplicate a delivery.
+   forwarding, so transient disagreement between nodes cannot duplicate a delivery. A
+   target a copy was sent here for, whose best entry leads back along the copy's path
+   (the sender and this node disagree), takes the best other entry that avoids the path
+   (:mod:`.detours`).
 
 6. **Sticky interest** (store-and-forward of persistent messages): an entry backed by a
    durable subscription is flagged sticky, locally (``LocalSubscribe(sticky=True)``) and in

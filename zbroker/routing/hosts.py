@@ -188,7 +188,7 @@ def route(
     marked = targets is not None and bool(targets) and targets[0].startswith(MARK)
     if targets is not None and not marked:
         wanted = [o for o in targets if o != me and o in plan.next_hop]
-        return router.deliver(plan, topic, path, wanted)
+        return router.deliver(plan, topic, path, wanted, assigned=True)
     claims = frozenset(targets[1:]) if targets is not None else frozenset()
     wanted = [o for o in plan.next_hop if o not in path and o not in claims]
     hosts = plan.hosts

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from ..sublist import TopicIndex
 from . import hosts as hosting
 from .branches import holds
+from .detours import detour
 from .events import Key, Path
 from .flood import FLOOD
 from .loops import path_holds, ttl_spent
@@ -231,14 +232,22 @@ class Router:
             wanted = [o for o in plan.next_hop if o not in path]
         else:
             wanted = [o for o in targets if o != me and o in plan.next_hop]
-        return self.deliver(plan, topic, path, wanted)
+        return self.deliver(plan, topic, path, wanted, assigned=targets is not None)
 
     def deliver(
-        self, plan: Plan, topic: str, path: Path, wanted: list[str], extra: tuple[Send, ...] = ()
+        self,
+        plan: Plan,
+        topic: str,
+        path: Path,
+        wanted: list[str],
+        extra: tuple[Send, ...] = (),
+        *,
+        assigned: bool = False,
     ) -> Route:
         """The sends toward the origins ``wanted``, one copy per next-hop link (conduit),
         with the static pushes and the ``extra`` sends; selected targets make it a
-        :class:`Selective`."""
+        :class:`Selective`. ``assigned``: ``wanted`` are targets the copy's sender chose
+        this node for: one whose best link leads back along the path takes a detour."""
         hops = len(path) + 1
         groups: dict[str, list[str]] = {}
         links = self.links
@@ -250,6 +259,13 @@ class Router:
             group.append(origin)
         if plan.moved:
             self._fall_back(plan, groups, topic, path, hops)
+        if assigned:
+            blocked = [li for li in groups if path_holds(path, links[li].peer)]
+            if blocked:  # this node disagrees with the sender for now (detours.py)
+                detour(
+                    groups, blocked, self._remote.match(topic), links, path,
+                    lambda ln: self.may_send(ln, topic, path, hops), self._table.alternates,
+                )  # fmt: skip
         sends: list[Send] = []
         for link_id, origins in groups.items():
             link = links[link_id]

@@ -26,6 +26,8 @@ from ...links.state import Link, LinkState, link_key
 from ...node import Feature, Refusal
 from ...node.context import Context
 from ...node.counters import BadInputLog
+from ...routing.flood import FLOOD
+from ...routing.hosts import MARK
 from ...store.producers import FORGOTTEN
 from .dedupe import PersistentDedupe
 from .queues import Forwarder
@@ -234,6 +236,18 @@ class StoreAndForward(Feature):
                 time.monotonic(),
             )
             return None
+        if key_targets is not None:
+            unserved = _unserved(key_targets, sends, ctx.broker_id)
+            if unserved:
+                # the copy goes on for its other targets; these have no way from here that
+                # avoids its path (routing/detours.py found none): counted, never silent
+                ctx.drop("persistent_unrouted")
+                self._unrouted_log.report(
+                    link.source,
+                    "no_route_for_targets",
+                    f"topic {topic!r} (path {path}): no way to {unserved} avoiding the path",
+                    time.monotonic(),
+                )
         msg = [topic, payload, fmt, headers, origin, inc, seq, ts, [*path, ctx.broker_id]]
         if len(m) == 13 and not self._first_copy(m[12], msg):
             return None  # the same publish, sent again by its client through another node
@@ -323,3 +337,15 @@ class StoreAndForward(Feature):
             "persistent_duplicates": self.pdedupe.duplicates,
             "route_waits": self.route_waits,
         }
+
+
+def _unserved(targets: tuple[str, ...], sends: list[Send], me: str) -> list[str]:
+    """The ``targets`` of a copy that neither this node (``me``) nor any send serves."""
+    if targets and targets[0][:1] in (MARK, FLOOD):
+        return []  # (on its way to a host, or flooded: not a list of origins)
+    served = {me}
+    for _link, send_targets, _copies in sends:
+        if send_targets is None:
+            return []  # (a static push: its receiver computes the targets)
+        served.update(send_targets)
+    return [o for o in targets if o not in served]

@@ -1,0 +1,71 @@
+"""Detours: a target whose best entry leads back along the copy's own path.
+
+A copy arrives with the targets its sender chose this node for. While the network
+changes (a link goes down or comes back, a ghost is outranked by a live entry) this node
+may already prefer to reach one of them *through a node the copy has crossed*: the two
+disagree for as long as an advertisement takes to cross. Rule 5 forbids that link, so the
+target used to be dropped without a word. A persistent message lost so had been
+confirmed to its publisher (the fault mesh of issue 18 lost one this way: N1 sent N3 a
+copy for N4 just as N4 came back, and N3 then preferred N4's live entry through N1 to
+its own ghost of the direct link).
+
+:func:`detour` routes such a target by the best *other* entry of it this node holds
+(live before held, then the shortest, as rule 2 ranks them) whose link the copy may take
+and whose path crosses no node of the copy's path, so the detour cannot come back along
+it either. Only a copy's explicit targets are detoured (a sender chose this node for
+them); nothing is done when no such entry exists (counted by the caller, for persistent
+messages). The patterns of the keys consulted are recorded like those of
+:mod:`.meets`, so a change of any of their entries evicts the plan and its routes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from .events import Key, Path
+from .table import EngineLink
+
+__all__ = ["detour"]
+
+
+def detour(
+    groups: dict[str, list[str]],
+    blocked: Iterable[str],
+    keys: Iterable[Key],
+    links: Mapping[str, EngineLink],
+    path: Path,
+    may_send: Callable[[EngineLink], bool],
+    consulted: set[str],
+) -> None:
+    """Move the origins of the ``blocked`` groups (link id -> origins) to the link of
+    their best entry the copy may take (``may_send``) and whose path avoids ``path``;
+    ``keys``: the keys the topic matches. Origins with no such entry stay where they are."""
+    blocked = list(blocked)
+    origins = {o for link_id in blocked for o in groups[link_id]}
+    keys_of: dict[str, list[Key]] = {}
+    for key in keys:
+        if key[1] in origins:
+            keys_of.setdefault(key[1], []).append(key)
+            consulted.add(key[0])
+    usable = [ln for ln in links.values() if ln.id not in blocked and may_send(ln)]
+    for link_id in blocked:
+        for origin in list(groups[link_id]):
+            to = _best_way(usable, keys_of.get(origin, ()), path)
+            if to is not None:
+                groups[link_id].remove(origin)
+                groups.setdefault(to, []).append(origin)
+
+
+def _best_way(usable: list[EngineLink], keys: Iterable[Key], path: Path) -> str | None:
+    """The link of the best entry of ``keys`` (one origin's) among ``usable`` whose path
+    crosses no node of ``path``."""
+    best: tuple[bool, int, str, str] | None = None
+    for link in usable:
+        for key in keys:
+            entry = link.adj_in.get(key)
+            if entry is None or any(node in path for node in entry):
+                continue
+            rank = link.rank(key, entry)
+            if best is None or rank < best:
+                best = rank
+    return None if best is None else best[3]
