@@ -10,6 +10,7 @@ on N5's link first, and N3 now prefers N4's live entry through N1, on the copy's
 from __future__ import annotations
 
 from zbroker.routing import LinkDown, LinkUp, LocalSubscribe, RoutingEngine
+from zbroker.routing.detours import unserved
 
 from .test_sticky import StickyWires
 
@@ -85,3 +86,13 @@ def test_the_detour_ends_when_the_entries_change() -> None:
     # the direct link is live and best again: the same copy goes by it, as the best entry
     assert e["N3"].route("F.x", ("N1",), ("N4",))[1] == [("n4-n3", ("N4",), 1)]
     assert e["N3"].route("F.x", (), None)[1] == [("n4-n3", ("N4",), 1)]
+
+
+def test_what_a_copy_loses_here_is_named() -> None:
+    _, e = n4_comes_back_by_n5_first()
+    e["N3"].handle(LinkDown(link="n4-n3"))  # the ghost expired: no way to N4 but by N1
+    targets = ("N3", "N4")
+    assert unserved(targets, e["N3"].route("F.x", ("N1",), targets)[1], "N3") == ["N4"]
+    assert unserved(("N4",), [("l", ("N4", "N9"), 1)], "N3") == []
+    assert unserved(("N4",), [("l", None, 1)], "N3") == []  # a static push: all of them
+    assert unserved(("^H", "N4"), [], "N3") == []  # on its way to a host: no origins

@@ -23,9 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from .events import Key, Path
+from .flood import FLOOD
+from .hosts import MARK
 from .table import EngineLink
 
-__all__ = ["detour"]
+__all__ = ["detour", "unserved"]
+
+#: (link id, targets or None, copies), as routes.Send (which imports this module)
+_Send = tuple[str, tuple[str, ...] | None, int]
 
 
 def detour(
@@ -69,3 +74,16 @@ def _best_way(usable: list[EngineLink], keys: Iterable[Key], path: Path) -> str 
             if best is None or rank < best:
                 best = rank
     return None if best is None else best[3]
+
+
+def unserved(targets: tuple[str, ...], sends: Iterable[_Send], me: str) -> list[str]:
+    """The ``targets`` of a copy that neither this node (``me``) nor any of its ``sends``
+    serves: what it loses here (a caller counts it for a persistent message)."""
+    if targets and targets[0][:1] in (MARK, FLOOD):
+        return []  # (on its way to a host, or flooded: not a list of origins)
+    served = {me}
+    for _link, send_targets, _copies in sends:
+        if send_targets is None:
+            return []  # (a static push: its receiver computes the targets)
+        served.update(send_targets)
+    return [o for o in targets if o not in served]

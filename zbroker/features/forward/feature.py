@@ -26,8 +26,7 @@ from ...links.state import Link, LinkState, link_key
 from ...node import Feature, Refusal
 from ...node.context import Context
 from ...node.counters import BadInputLog
-from ...routing.flood import FLOOD
-from ...routing.hosts import MARK
+from ...routing import detours
 from ...store.producers import FORGOTTEN
 from .dedupe import PersistentDedupe
 from .queues import Forwarder
@@ -237,7 +236,7 @@ class StoreAndForward(Feature):
             )
             return None
         if key_targets is not None:
-            unserved = _unserved(key_targets, sends, ctx.broker_id)
+            unserved = detours.unserved(key_targets, sends, ctx.broker_id)
             if unserved:
                 # the copy goes on for its other targets; these have no way from here that
                 # avoids its path (routing/detours.py found none): counted, never silent
@@ -337,15 +336,3 @@ class StoreAndForward(Feature):
             "persistent_duplicates": self.pdedupe.duplicates,
             "route_waits": self.route_waits,
         }
-
-
-def _unserved(targets: tuple[str, ...], sends: list[Send], me: str) -> list[str]:
-    """The ``targets`` of a copy that neither this node (``me``) nor any send serves."""
-    if targets and targets[0][:1] in (MARK, FLOOD):
-        return []  # (on its way to a host, or flooded: not a list of origins)
-    served = {me}
-    for _link, send_targets, _copies in sends:
-        if send_targets is None:
-            return []  # (a static push: its receiver computes the targets)
-        served.update(send_targets)
-    return [o for o in targets if o not in served]
