@@ -161,6 +161,32 @@ def test_stale_ack_and_unknown_link(tmp_path: Path) -> None:
     assert s.on_ack("l", q.epoch, 1, 0.0) == 1
 
 
+def test_a_queue_dropped_and_made_again_before_a_commit_keeps_only_its_new_entries(
+    tmp_path: Path,
+) -> None:
+    # the sticky routes expired (drop, at a tick after the pass's commit) and the link came
+    # up in the next pass (a new queue, before the drop was committed): the dropped
+    # entries must not stay stored and come back under the new epoch after a restart
+    store, s = make(tmp_path / "s.db")
+    s.attach("l", "B", "B/l", 0.0)
+    for i in range(5):
+        s.put("l", fields(i))
+    store.commit()
+    assert s.drop_queue("l") == 5
+    q = s.attach("l", "B", "B/l", 1.0)
+    s.put("l", fields(100))
+    store.commit()
+    assert len(q.entries) == 1
+    store.close()
+    store, again = make(tmp_path / "s.db")
+    q2 = again.queues["B/l"]
+    assert q2.epoch == q.epoch
+    assert [lseq for lseq, _ in q2.entries] == [1]
+    assert msgpack.unpackb(q2.entries[0][1])[2] == b"100"
+    assert q2.next_lseq == 2
+    assert store.fwd_stored() == 1
+
+
 def test_the_window_bounds_what_is_in_flight(tmp_path: Path) -> None:
     from zbroker.features.forward import WINDOW
 

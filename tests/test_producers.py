@@ -112,3 +112,27 @@ def test_a_stream_of_publishes_is_stored_as_runs(tmp_path: Path) -> None:
     assert [p.check(8, s) for s in range(1, 6)] == [
         ("N", 1, 200 + 2 * s, None) for s in range(1, 6)
     ]
+
+
+def test_a_copy_older_than_the_window_keeps_the_run_it_starts(tmp_path: Path) -> None:
+    # a run taken in one pass reaches into the window; a copy of its first pair, older
+    # than the window, comes from a link (a backlog) and is taken and recorded: the run's
+    # pairs inside the window must stay known, or their retries are stored again
+    store = Store(tmp_path / "s.db")
+    p = store.producers
+    for pseq in range(1, 11):
+        p.record(5, pseq, taken(pseq), 1.0)
+    store.commit()
+    top = 10 + PRODUCER_WINDOW + 50
+    for pseq in range(11, top + 1):  # one pass: one run
+        p.record(5, pseq, taken(pseq), 2.0)
+    store.commit()
+    assert p.check(5, 11) is FORGOTTEN
+    p.record(5, 11, ("B", 9, 1, None), 3.0)  # the late copy, taken
+    store.commit()
+    assert p.check(5, top - 10) == taken(top - 10)
+    assert p.check(5, 61) == taken(61)  # (the oldest pair inside the window)
+    store.close()
+    again = Store(tmp_path / "s.db")
+    assert again.producers.check(5, top - 10) == taken(top - 10)
+    again.close()

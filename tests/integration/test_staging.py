@@ -172,6 +172,31 @@ def test_batch_record_survives_a_node_restart_and_staged_rows_do_not(
     assert [m.payload for m in client.read("OUT.>")] == [b"1", b"2"]
 
 
+@pytest.mark.parametrize("key", [{"writer": "w", "batch": 3}, {}], ids=["batch", "tokens"])
+def test_the_same_commit_sent_again_after_a_restart_is_a_duplicate(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, tmp_path: Path, key: Any
+) -> None:
+    # the commit was applied, then the node restarted before its reply reached the
+    # writer, which sends the very same commit again: it was applied, not refused
+    data = tmp_path / "node"
+    broker = broker_factory(data_dir=data, retain=(RetainRule("OUT.>"),))
+    port = broker.ports["control"]
+    client = client_factory(broker.endpoint)
+    token = staged(client, [b"1", b"2", b"3"])
+    assert commit_staged(client, [token], **key) == {"applied": 3, "duplicate": False}
+    client.close()
+    broker.stop()
+
+    broker = broker_factory(data_dir=data, port=port, retain=(RetainRule("OUT.>"),))
+    client = client_factory(broker.endpoint)
+    assert commit_staged(client, [token], **key) == {"applied": 0, "duplicate": True}
+    assert [m.payload for m in client.read("OUT.>")] == [b"1", b"2", b"3"]
+    # a token never committed is still refused, saying why
+    other = {**key, "batch": 4} if key else {}
+    with pytest.raises(RequestError, match="is not staged here"):
+        commit_staged(client, [("never-staged", 1)], **other)
+
+
 def test_a_writer_that_staged_nothing_commits_cleanly(
     broker_factory: BrokerFactory, client_factory: ClientFactory
 ) -> None:
@@ -187,6 +212,37 @@ def test_a_writer_that_staged_nothing_commits_cleanly(
         "duplicate": False,
     }
     assert inbox.wait_count(1)
+
+
+def test_publishes_cannot_take_the_room_of_a_commit_being_published(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    # a commit admitted against a reject-new rule goes out in slices over many passes;
+    # persistent publishes meanwhile must not take the room of its later slices (they
+    # were confirmed, and the commit's rows were then refused by the full rule)
+    n = 20_000  # ten slices
+    broker = broker_factory(retain=(RetainRule("OUT.>", max_msgs=n + 5, overflow="reject-new"),))
+    writer = client_factory(broker.endpoint, timeout=60.0)
+    w = StagedWriter(writer)
+    for _ in range(n):
+        w.add_raw("OUT.A", b"r", 0, None)
+    token = w.finish()
+    publisher = client_factory(broker.endpoint)
+    confirmed, refused = [], []
+    committing = threading.Thread(target=lambda: confirmed.append(commit_staged(writer, [token])))
+    committing.start()
+    while committing.is_alive():  # publishing all along the commit
+        try:
+            publisher.publish("OUT.B", b"p", persistent=True, confirm=True)
+            confirmed.append("OUT.B")
+        except RequestError as exc:
+            assert "reject-new" in str(exc)
+            refused.append(exc)
+    committing.join()
+    assert {"applied": n, "duplicate": False} in confirmed
+    assert broker.status()["store"]["dropped"].get("reject_new", 0) == 0
+    assert len(writer.read("OUT.A", limit=n + 10)) == n
+    assert len(writer.read("OUT.B")) == confirmed.count("OUT.B") <= 5
 
 
 def test_a_large_commit_is_published_in_slices_while_the_node_serves_others(

@@ -1,11 +1,12 @@
 """What the retention log and durable queues share about their bounds: the overflow
-policies, and where a byte bound cuts (oldest first)."""
+policies, where a byte bound cuts (oldest first), and the index ``max_age`` uses."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable
 
-__all__ = ["OVERFLOW_POLICIES", "oldest_cut"]
+__all__ = ["OVERFLOW_POLICIES", "age_index", "oldest_cut"]
 
 #: ``drop-oldest`` trims the oldest messages to fit the bounds; ``reject-new`` keeps what
 #: is stored and refuses what does not fit
@@ -23,3 +24,10 @@ def oldest_cut(rows: Iterable[tuple[int, int]], excess: int) -> int | None:
         if excess <= 0:
             break
     return cut
+
+
+def age_index(db: sqlite3.Connection, table: str, key: str) -> None:
+    """Index ``table`` by ``(key, ts)``: ``max_age`` then finds what expired by the
+    index, not by a scan of every row of the rule or durable. Every insert pays for it,
+    so it is made only once a bound needs it. (``table`` and ``key``: literals.)"""
+    db.execute(f"CREATE INDEX IF NOT EXISTS {table}_{key}_ts ON {table} ({key}, ts)")

@@ -17,7 +17,7 @@ from typing import Any
 import msgpack
 
 from . import meta
-from .bounds import oldest_cut
+from .bounds import age_index, oldest_cut
 from .db import transaction
 
 __all__ = ["SCHEMA", "DurableQueues"]
@@ -102,6 +102,8 @@ class DurableQueues:
                 "SELECT name, max_msgs, max_bytes FROM durables WHERE overflow='reject-new'"
             )
         }
+        if db.execute("SELECT 1 FROM durables WHERE max_age > 0 LIMIT 1").fetchone():
+            age_index(db, "dqueue", "name")
 
     # -- subscriptions --------------------------------------------------------------------------
 
@@ -138,6 +140,8 @@ class DurableQueues:
         self._held[name] = [0, 0]
         if overflow == "reject-new":
             self._reject[name] = (max_msgs, max_bytes)
+        if max_age:
+            age_index(self._db, "dqueue", "name")
 
     def delete(self, name: str) -> int:
         """Delete a durable subscription and its stored messages in one transaction (the
@@ -172,6 +176,10 @@ class DurableQueues:
         return int(row[0]) if row else 0
 
     # -- messages -----------------------------------------------------------------------------
+
+    def any_reject_new(self) -> bool:
+        """Does some durable refuse what does not fit (``reject-new``)?"""
+        return bool(self._reject)
 
     def rejects(self, name: str, n: int = 1, size: int = 0) -> bool:
         """Would ``n`` more messages of ``size`` bytes overflow durable ``name`` under its
@@ -309,11 +317,13 @@ class DurableQueues:
         if name not in self._reject:  # under reject-new nothing past the bounds was accepted
             # (a literal clause, no user input)
             waiting = " AND delivered=0" if name in self._attached else ""
+            # at most what is held (exact) counts: a bound not reached costs nothing
+            held = self._held.get(name, [0, 0])
             trimmed = 0
-            if max_msgs:
-                trimmed += self._trim_count(name, waiting, max_msgs)
-            if max_bytes:
-                trimmed += self._trim_bytes(name, waiting, max_bytes)
+            if max_msgs and held[0] > max_msgs:
+                trimmed += self._trim_count(name, waiting, max_msgs, held[0])
+            if max_bytes and held[1] > max_bytes:
+                trimmed += self._trim_bytes(name, waiting, max_bytes, held[1])
             if trimmed:
                 self.overflowed[name] = self.overflowed.get(name, 0) + trimmed
                 dropped += trimmed
@@ -327,24 +337,44 @@ class DurableQueues:
         self._drops.add("durable_max_age", n)
         return n
 
-    def _trim_count(self, name: str, waiting: str, max_msgs: int) -> int:
+    def expire_aged(self, now: float) -> None:
+        """Apply ``max_age`` to every durable that has one, also to one no message came
+        to lately (its bounds otherwise apply when it takes one, or its subscriber
+        leaves)."""
+        for name, max_age in self._db.execute(
+            "SELECT name, max_age FROM durables WHERE max_age > 0"
+        ).fetchall():
+            n = self._delete(name, "ts < ?", (now - max_age,))  # (by the (name, ts) index)
+            self._drops.add("durable_max_age", n)
+            if n:
+                self._db.execute(
+                    "UPDATE durables SET dropped = dropped + ? WHERE name=?", (n, name)
+                )
+
+    def _trim_count(self, name: str, waiting: str, max_msgs: int, held: int) -> int:
         """Keep the newest ``max_msgs`` messages that count (``waiting``: those not in
-        flight to an attached subscriber)."""
-        n = self._delete(
-            name,
-            f"q <= (SELECT q FROM dqueue WHERE name=?{waiting} ORDER BY q DESC LIMIT 1 OFFSET ?)"
-            + waiting,
-            (name, max_msgs),
-        )
+        flight to an attached subscriber; else all ``held``: only what goes is read)."""
+        if waiting:
+            where = (
+                f"q <= (SELECT q FROM dqueue WHERE name=?{waiting} ORDER BY q DESC LIMIT 1 "
+                f"OFFSET ?){waiting}"
+            )
+            args: tuple[Any, ...] = (name, max_msgs)
+        else:
+            where = "q <= (SELECT q FROM dqueue WHERE name=? ORDER BY q LIMIT 1 OFFSET ?)"
+            args = (name, held - max_msgs - 1)
+        n = self._delete(name, where, args)
         self._drops.add("durable_max_msgs", n)
         return n
 
-    def _trim_bytes(self, name: str, waiting: str, max_bytes: int) -> int:
+    def _trim_bytes(self, name: str, waiting: str, max_bytes: int, held: int) -> int:
         """Drop the oldest messages that count until the rest fits in ``max_bytes``."""
         db = self._db
-        total = db.execute(
-            f"SELECT COALESCE(SUM({_SIZE}), 0) FROM dqueue WHERE name=?{waiting}", (name,)
-        ).fetchone()[0]
+        total = held
+        if waiting:
+            total = db.execute(
+                f"SELECT COALESCE(SUM({_SIZE}), 0) FROM dqueue WHERE name=?{waiting}", (name,)
+            ).fetchone()[0]
         if total <= max_bytes:
             return 0
         cut = oldest_cut(

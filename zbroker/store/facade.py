@@ -9,6 +9,7 @@ method would add a Python call to each. What spans parts is written here: the co
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,11 @@ from .retention import RetainRule, RetentionLog
 from .seen import SeenJournal
 from .staged import StagedCommits
 
-__all__ = ["Store"]
+__all__ = ["AGE_SWEEP", "Store"]
+
+#: seconds between two applications of ``max_age`` to rules and durables that took
+#: nothing new (what takes a message has its bounds applied in that commit)
+AGE_SWEEP = 1.0
 
 _SCHEMAS = (
     retention.SCHEMA,
@@ -93,6 +98,7 @@ class Store:
         self.staged = StagedCommits(self.db)
         #: the persistent-message dedupe's state (store-and-forward)
         self.seen = SeenJournal(self.db)
+        self._next_sweep = 0.0  # (monotonic) the next max_age sweep
 
     @property
     def last_seq(self) -> int:
@@ -104,6 +110,13 @@ class Store:
         """Rows this process wrote to the retention log (committed)."""
         return self.retention.retained
 
+    def refuses_new(self) -> bool:
+        """Does a retention rule or a durable here refuse what does not fit
+        (``reject-new``)? Only then can admission refuse for them."""
+        return self.durable_queues.any_reject_new() or any(
+            r.overflow == "reject-new" for r in self.rules.values()
+        )
+
     @property
     def trim_hold(self) -> set[str]:
         """Durables the node will pump this pass: their trims wait for the pump's commit."""
@@ -114,11 +127,17 @@ class Store:
         self.durable_queues.trim_hold = names
 
     def commit(self) -> int:
-        """Write everything queued in one transaction, then apply the bounds. Returns the
-        number of retained rows written, or, when there are none, of durable and link
-        queue entries."""
+        """Write everything queued in one transaction, then apply the bounds (``max_age``
+        also every :data:`AGE_SWEEP` seconds without new rows). Returns the number of
+        retained rows written, or, when there are none, of durable and link queue
+        entries."""
+        now = time.monotonic()
+        sweep = now >= self._next_sweep
+        if sweep:
+            self._next_sweep = now + AGE_SWEEP
         if not (
-            self.retention.dirty()
+            sweep
+            or self.retention.dirty()
             or self.durable_queues.dirty()
             or self.durable_moves.dirty()
             or self.link_queues.dirty()
@@ -140,6 +159,10 @@ class Store:
             self.seen.write()
             queued += self.link_queues.write()
             retained = self.retention.write()
+            if sweep:
+                wall = time.time()
+                self.retention.expire_aged(wall)
+                self.durable_queues.expire_aged(wall)
             self.drops.write(self.db)
         if not retained:
             return queued
@@ -152,8 +175,10 @@ class Store:
         return self.durable_queues.delete(name)
 
     def close(self) -> None:
-        self.commit()
-        self.db.close()
+        try:
+            self.commit()
+        finally:  # (a write that fails, a full disk, still releases the file)
+            self.db.close()
 
     def stats(self) -> dict[str, Any]:
         log = self.retention

@@ -10,8 +10,9 @@ stored (``fwd_in``), written in the same transaction as what the entries produce
 from __future__ import annotations
 
 import sqlite3
+from typing import Protocol
 
-__all__ = ["SCHEMA", "LinkQueues"]
+__all__ = ["SCHEMA", "ForwardStore", "LinkQueues"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS fwd_queues (
@@ -68,7 +69,8 @@ class LinkQueues:
     def queue(
         self, qkey: str, engine_id: str, peer: str, epoch: int, next_lseq: int, meta: bytes | None
     ) -> None:
-        self._drop.discard(qkey)
+        # (a queue dropped this pass stays in _drop: the write deletes the old rows
+        # first, then writes this one and its new entries)
         self._queues[qkey] = (engine_id, peer, epoch, next_lseq, meta)
 
     def put(self, qkey: str, lseq: int, entry: bytes) -> None:
@@ -125,3 +127,28 @@ class LinkQueues:
         self._delete.clear()
         self._inbound.clear()
         return n
+
+
+class ForwardStore(Protocol):
+    """What the forwarder (:mod:`zbroker.features.forward.queues`) needs of
+    :class:`zbroker.store.Store`: these queues, as the store binds them."""
+
+    def fwd_load(
+        self,
+    ) -> tuple[
+        list[tuple[str, str, str, int, int, bytes | None]],
+        list[tuple[str, int, bytes]],
+        list[tuple[str, int, int]],
+    ]: ...
+
+    def fwd_queue(
+        self, qkey: str, engine_id: str, peer: str, epoch: int, next_lseq: int, meta: bytes | None
+    ) -> None: ...
+
+    def fwd_put(self, qkey: str, lseq: int, entry: bytes) -> None: ...
+
+    def fwd_delete(self, qkey: str, upto: int) -> None: ...
+
+    def fwd_drop(self, qkey: str) -> None: ...
+
+    def fwd_inbound(self, ikey: str, epoch: int, last_lseq: int) -> None: ...

@@ -149,7 +149,10 @@ class Producers:
         forget, self._forget = self._forget, []
         db = self._db
         if pending:
-            db.executemany("INSERT OR REPLACE INTO producers VALUES (?,?,?,?,?,?,?,?)", pending)
+            # a pair taken again below the window (a late copy) may start where a stored
+            # run starts: that run stays whole (replacing it would forget its pairs
+            # inside the window), and it says the pair was taken, which is still true
+            db.executemany("INSERT OR IGNORE INTO producers VALUES (?,?,?,?,?,?,?,?)", pending)
         newest, pruned = self.newest, self._pruned
         for producer in set(map(_first, pending)):  # (at C speed: one pass, few producers)
             top = newest.get(producer)

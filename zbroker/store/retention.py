@@ -19,7 +19,7 @@ import msgpack
 
 from ..sublist import Sublist
 from . import meta
-from .bounds import oldest_cut
+from .bounds import age_index, oldest_cut
 
 __all__ = ["SCHEMA", "RetainRule", "RetentionLog"]
 
@@ -85,6 +85,8 @@ class RetentionLog:
             self._held.setdefault(rule_pattern, [0, 0])[:] = [n, size]
         # rule -> highest sequence its bounds deleted (0: nothing lost yet)
         self._expired: dict[str, int] = meta.with_prefix(db, "expired:")
+        if any(r.max_age for r in rules):
+            age_index(db, "retained", "rule")
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -190,27 +192,33 @@ class RetentionLog:
             count("max_age", self._delete(rule_pattern, "ts < ?", (time.time() - rule.max_age,)))
         if rule.overflow == "reject-new":
             return  # nothing past the bounds was accepted
-        if rule.max_msgs:
+        # the held counts are exact (committed rows: the queued ones were just written),
+        # so a bound not reached costs nothing, and one passed reads only what goes
+        held = self._held.get(rule_pattern, [0, 0])
+        if rule.max_msgs and held[0] > rule.max_msgs:
             n = self._delete(
                 rule_pattern,
-                "seq <= (SELECT seq FROM retained WHERE rule=? ORDER BY seq DESC LIMIT 1 OFFSET ?)",
-                (rule_pattern, rule.max_msgs),
+                "seq <= (SELECT seq FROM retained WHERE rule=? ORDER BY seq LIMIT 1 OFFSET ?)",
+                (rule_pattern, held[0] - rule.max_msgs - 1),
             )
             count("max_msgs", n)
-        if rule.max_bytes:
-            db = self._db
-            total = db.execute(
-                "SELECT COALESCE(SUM(size),0) FROM retained WHERE rule=?", (rule_pattern,)
-            ).fetchone()[0]
-            if total > rule.max_bytes:
-                cut = oldest_cut(
-                    db.execute(
-                        "SELECT seq, size FROM retained WHERE rule=? ORDER BY seq", (rule_pattern,)
-                    ),
-                    total - rule.max_bytes,
-                )
-                if cut is not None:
-                    count("max_bytes", self._delete(rule_pattern, "seq <= ?", (cut,)))
+        if rule.max_bytes and held[1] > rule.max_bytes:
+            cut = oldest_cut(
+                self._db.execute(
+                    "SELECT seq, size FROM retained WHERE rule=? ORDER BY seq", (rule_pattern,)
+                ),
+                held[1] - rule.max_bytes,
+            )
+            if cut is not None:
+                count("max_bytes", self._delete(rule_pattern, "seq <= ?", (cut,)))
+
+    def expire_aged(self, now: float) -> None:
+        """Apply ``max_age`` to every rule that has one, also to a rule no message came
+        to lately (its bounds otherwise apply when it takes one)."""
+        for rule in self.rules.values():
+            if rule.max_age:  # (by the (rule, ts) index: a probe when nothing is due)
+                n = self._delete(rule.pattern, "ts < ?", (now - rule.max_age,))
+                self._drops.add("max_age", n)
 
     def _delete(self, rule_pattern: str, where: str, args: tuple[Any, ...]) -> int:
         """Delete retained rows of a rule, keeping the held counters and the rule's expired

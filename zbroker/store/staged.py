@@ -9,6 +9,11 @@ slice produced (retained rows, durable and link queue entries), so the slices le
 table are exactly those not yet published; a restarted node publishes them (and only
 them) before anything else of the commit is asked of it. The commit's row goes with its
 last slice.
+
+The tokens of every commit stored (table ``staged_tokens``, the newest
+:data:`APPLIED_TOKENS_KEPT`) are kept past it, so that the same commit sent again after a
+restart (its reply was lost with the node) is recognised as applied, not refused as if
+nothing of it had been.
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ from typing import Any
 
 import msgpack
 
-__all__ = ["SCHEMA", "StagedCommits", "StoredCommit"]
+__all__ = ["APPLIED_TOKENS_KEPT", "SCHEMA", "StagedCommits", "StoredCommit"]
+
+#: tokens of applied commits kept (also in memory: ``Staging`` remembers as many)
+APPLIED_TOKENS_KEPT = 100_000
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS staged_commits (
@@ -35,6 +43,9 @@ CREATE TABLE IF NOT EXISTS staged_slices (
     rows     BLOB NOT NULL,
     PRIMARY KEY (id, part)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS staged_tokens (
+    token    TEXT PRIMARY KEY
+);
 """
 
 
@@ -60,6 +71,7 @@ class StagedCommits:
         self._put_slices: list[tuple[int, int, bytes]] = []
         self._done: list[tuple[int, int]] = []
         self._finished: list[tuple[int]] = []
+        self._tokens: list[tuple[str]] = []  # tokens applied this pass
 
     def store(self, key: tuple[str, int] | None, tokens: list[str], slices: list[list[Any]]) -> int:
         """Queue a commit's rows (cut into ``slices``) for this pass's transaction; returns
@@ -71,7 +83,23 @@ class StagedCommits:
         self._put.append((cid, writer, batch, msgpack.packb(tokens), total))
         pack = msgpack.packb
         self._put_slices.extend((cid, part, pack(rows)) for part, rows in enumerate(slices))
+        self.applied(tokens)
         return cid
+
+    def applied(self, tokens: list[str]) -> None:
+        """Record these tokens as applied (with this pass's transaction)."""
+        self._tokens.extend((t,) for t in tokens)
+
+    def applied_tokens(self) -> list[str]:
+        """The tokens of applied commits kept, oldest first."""
+        return [
+            token
+            for (token,) in self._db.execute(
+                "SELECT token FROM (SELECT rowid, token FROM staged_tokens "
+                "ORDER BY rowid DESC LIMIT ?) ORDER BY rowid",
+                (APPLIED_TOKENS_KEPT,),
+            )
+        ]
 
     def published(self, cid: int, part: int, last: bool) -> None:
         """Slice ``part`` of commit ``cid`` was published this pass (``last``: the commit
@@ -99,7 +127,7 @@ class StagedCommits:
         return out
 
     def dirty(self) -> bool:
-        return bool(self._put or self._done)
+        return bool(self._put or self._done or self._tokens)
 
     def write(self) -> None:
         """Write the queued commits and remove what was published (inside the store's
@@ -110,6 +138,14 @@ class StagedCommits:
             db.executemany("INSERT INTO staged_commits VALUES (?,?,?,?,?)", self._put)
             db.executemany("INSERT INTO staged_slices VALUES (?,?,?)", self._put_slices)
             self._put, self._put_slices = [], []
+        if self._tokens:
+            db.executemany("INSERT OR IGNORE INTO staged_tokens VALUES (?)", self._tokens)
+            self._tokens = []
+            db.execute(
+                "DELETE FROM staged_tokens WHERE rowid <= "
+                "(SELECT MAX(rowid) FROM staged_tokens) - ?",
+                (APPLIED_TOKENS_KEPT,),
+            )
         if self._done:
             db.executemany("DELETE FROM staged_slices WHERE id=? AND part=?", self._done)
             db.executemany("DELETE FROM staged_commits WHERE id=?", self._finished)

@@ -162,7 +162,7 @@ class StoreAndForward(Feature):
                 continue
             if (
                 (self._backpressure or settling)
-                and lseq == fw.inbound.get(ikey, (0, 0))[1] + 1
+                and lseq == fw.expected(ikey, epoch, base)
                 and self._held_back(m, settling)
             ):
                 break  # the sender resends it: no PACK moves past it

@@ -41,9 +41,10 @@ import itertools
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ... import wire
+from ...store.link_queues import ForwardStore
 
 __all__ = ["RETRANSMIT_AFTER", "WINDOW", "Forwarder", "OutQueue"]
 
@@ -53,30 +54,6 @@ WINDOW = 20_000
 RETRANSMIT_AFTER = 3.0
 
 _packb = wire.packb  # one Packer per thread (wire.codec), not one per call
-
-
-class ForwardStore(Protocol):
-    """What the forwarder needs of :class:`zbroker.store.Store`."""
-
-    def fwd_load(
-        self,
-    ) -> tuple[
-        list[tuple[str, str, str, int, int, bytes | None]],
-        list[tuple[str, int, bytes]],
-        list[tuple[str, int, int]],
-    ]: ...
-
-    def fwd_queue(
-        self, qkey: str, engine_id: str, peer: str, epoch: int, next_lseq: int, meta: bytes | None
-    ) -> None: ...
-
-    def fwd_put(self, qkey: str, lseq: int, entry: bytes) -> None: ...
-
-    def fwd_delete(self, qkey: str, upto: int) -> None: ...
-
-    def fwd_drop(self, qkey: str) -> None: ...
-
-    def fwd_inbound(self, ikey: str, epoch: int, last_lseq: int) -> None: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -369,6 +346,14 @@ class Forwarder:
         state[1] = lseq
         self._store.fwd_inbound(ikey, epoch, lseq)
         return True
+
+    def expected(self, ikey: str, epoch: int, base: int) -> int:
+        """The lseq :meth:`accept` would take next from the sender's queue ``epoch``
+        (whose oldest entry held is ``base``): 1 for a new epoch (the sender's store was
+        wiped), past what the sender dropped."""
+        state = self.inbound.get(ikey)
+        last = state[1] if state is not None and state[0] == epoch else 0
+        return max(last, base - 1) + 1
 
     def position(self, ikey: str) -> tuple[int, int] | None:
         """(epoch, last lseq taken) of an inbound link: what a PACK acknowledges."""

@@ -17,11 +17,11 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ... import wire
-from ...node import Feature, Op, Request
+from ...node import Feature, Op, Refusal, Request
 from ...node.context import Context
 from .rows import Staging, StagingError
 
@@ -45,6 +45,8 @@ class _Applying:
     slices: collections.deque[tuple[int, list[Any]]]  # (part, rows) not yet published
     key: tuple[str, int] | None
     stored: bool = False  # its store commit is done: its slices may go out
+    #: topic -> [rows, bytes] not yet published: the room admission holds for them
+    topics: dict[str, list[int]] = field(default_factory=dict)
 
 
 class StagedWrites(Feature):
@@ -53,16 +55,22 @@ class StagedWrites(Feature):
     def __init__(self) -> None:
         self.staging = Staging()  # rows of write tasks waiting for their commit
         self._applying: collections.deque[_Applying] = collections.deque()
+        self._admitting = False  # (admit asks every feature again: not itself)
 
     def attach(self, ctx: Context) -> None:
         self._ctx = ctx
         assert ctx.store is not None
+        # commits applied before a restart: the same commit sent again is recognised
+        self.staging.remember(ctx.store.staged.applied_tokens())
         for c in ctx.store.staged.load():
             # a commit this node stored and was killed while publishing: the rest goes out
             # first, and a commit re-sent meanwhile is recognized (key, tokens)
             self.staging.remember(c.tokens)
             slices = collections.deque(c.slices)
-            self._applying.append(_Applying(None, c.id, c.rows, slices, c.key, stored=True))
+            job = _Applying(None, c.id, c.rows, slices, c.key, stored=True)
+            for _, rows in c.slices:
+                _count(job.topics, rows, 1)
+            self._applying.append(job)
             log.warning(
                 "resuming staged commit %d: %d of its %d rows were not published yet",
                 c.id,
@@ -121,31 +129,31 @@ class StagedWrites(Feature):
             staging.duplicate_commits += 1
             self._ctx.reply(req, wire.STAGE_COMMIT, {"applied": 0, "duplicate": True})
             return
-        names = staging.check_commit(tokens)
+        names = staging.commit_names(tokens)
         if key is not None and (
             store.batch_applied(*key) or any(a.key == key for a in self._applying)
         ):
-            # a batch replayed after a restart: its rows are out already
+            # a batch replayed (after a restart, with its rows staged anew or the same
+            # commit sent again): its rows are out already
             staging.discard(names)
             staging.duplicate_commits += 1
             self._ctx.confirm(req, wire.STAGE_COMMIT, {"applied": 0, "duplicate": True})
             return
+        staging.check_commit(tokens)
         if not names and key is None:
             self._ctx.reply(req, wire.STAGE_COMMIT, {"applied": 0, "duplicate": False})
             return
         # rows that some feature cannot take refuse the commit before anything is sent
-        staged = [row for t in names for row in staging.peek(t)]
         topics: dict[str, list[int]] = {}
-        for row in staged:
-            t = topics.setdefault(row[0], [0, 0])
-            t[0] += 1
-            t[1] += len(row[0]) + len(row[1])
+        for t in names:
+            _count(topics, staging.peek(t), 1)
         refusal = self._ctx.admit(topics, batch=True)
         if refusal is not None:
             self._ctx.drop("rejected_persistent", refusal.count)
             raise StagingError(refusal.message)
         names, rows = staging.take(tokens)
         if not rows:  # only empty tokens: nothing to publish, the batch is applied
+            store.staged.applied(names)
             if key is not None:
                 store.record_batch(*key, 0)
             self._ctx.confirm(req, wire.STAGE_COMMIT, {"applied": 0, "duplicate": False})
@@ -158,7 +166,41 @@ class StagedWrites(Feature):
         if key is not None:
             store.record_batch(*key, len(rows))
         parts = collections.deque(enumerate(slices))
-        self._applying.append(_Applying(req, cid, len(rows), parts, key))
+        self._applying.append(_Applying(req, cid, len(rows), parts, key, topics=topics))
+
+    def admit(self, topics: dict[str, list[int]], *, batch: bool) -> Refusal | None:
+        """While commits are being published slice by slice, what they have not yet
+        published was admitted and holds its room: a persistent publish (or another
+        commit) is admitted only if it fits together with them, so that it cannot take
+        the room of a commit's later slices (they would be refused by a full
+        ``reject-new`` bound, or push the oldest out of a full link queue)."""
+        if self._admitting or not self._applying or not self._bounded():
+            return None
+        merged = {topic: list(v) for topic, v in topics.items()}
+        for job in self._applying:
+            for topic, (n, size) in job.topics.items():
+                m = merged.setdefault(topic, [0, 0])
+                m[0] += n
+                m[1] += size
+        self._admitting = True
+        try:
+            refusal = self._ctx.admit(merged, batch=batch)
+        finally:
+            self._admitting = False
+        if refusal is None:
+            return None
+        return Refusal(
+            f"{refusal.message} (counting the rows of staged commits this node is "
+            "publishing, which hold that room)",
+            sum(n for n, _ in topics.values()),
+        )
+
+    def _bounded(self) -> bool:
+        """Can admission refuse anything here (some ``reject-new`` bound)?"""
+        store = self._ctx.store
+        return self._ctx.config.forward_overflow == "reject-new" or (
+            store is not None and store.refuses_new()
+        )
 
     def busy(self) -> bool:
         return bool(self._applying) and self._applying[0].stored
@@ -170,6 +212,7 @@ class StagedWrites(Feature):
         assert store is not None
         if job.slices:
             part, rows = job.slices.popleft()
+            _count(job.topics, rows, -1)  # (the room it held is its own now)
             self._ctx.pipeline.originate([tuple(r) for r in rows], persistent=True)
             store.staged.published(job.cid, part, not job.slices)
         if job.slices:
@@ -194,6 +237,19 @@ class StagedWrites(Feature):
             **self.staging.stats(),
             "applying_rows": sum(len(r) for a in self._applying for _, r in a.slices),
         }
+
+
+def _count(topics: dict[str, list[int]], rows: Iterable[Sequence[Any]], sign: int) -> None:
+    """Add (``sign`` 1) or take away (-1) ``rows`` to ``topics``: topic -> [rows, bytes]."""
+    for row in rows:
+        topic = row[0]
+        t = topics.get(topic)
+        if t is None:
+            t = topics[topic] = [0, 0]
+        t[0] += sign
+        t[1] += sign * (len(topic) + len(row[1]))
+        if t[0] == 0:
+            del topics[topic]
 
 
 def _batch_key(body: dict[str, Any]) -> tuple[str, int] | None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import InvalidTopic
+from ...store.staged import APPLIED_TOKENS_KEPT
 from ...topics import validate_publish_topic
 
 __all__ = [
@@ -45,8 +46,8 @@ __all__ = [
 DEFAULT_STAGE_MAX_BYTES = 512 * 1024 * 1024
 #: Seconds a token may wait for its commit before its rows are discarded (counted).
 DEFAULT_STAGE_TTL = 600.0
-#: Tokens applied without a (writer, batch): a re-sent commit is answered "duplicate".
-_APPLIED_TOKENS_KEPT = 100_000
+#: Tokens applied (kept in the store too): a re-sent commit is answered "duplicate".
+_APPLIED_TOKENS_KEPT = APPLIED_TOKENS_KEPT
 _MAX_TOKEN_LEN = 128
 
 StagedRow = tuple[str, bytes, int, "dict[str, Any] | None"]
@@ -182,8 +183,10 @@ class Staging:
         self.commits += 1
         return names, out
 
-    def check_commit(self, tokens: Any) -> list[str]:
-        """Validate a commit's ``[[token, rows], ...]`` without changing anything."""
+    @staticmethod
+    def commit_names(tokens: Any) -> list[str]:
+        """The token names of a well-formed commit's ``[[token, rows], ...]`` (staged here
+        or not); raises StagingError for a malformed one."""
         if type(tokens) is not list:
             raise StagingError("tokens must be an array of [token, rows]")
         names: list[str] = []
@@ -195,6 +198,14 @@ class Staging:
             if name in seen:
                 raise StagingError(f"token {name!r} appears twice in one commit")
             seen.add(name)
+            names.append(name)
+        return names
+
+    def check_commit(self, tokens: Any) -> list[str]:
+        """Validate a commit's ``[[token, rows], ...]`` without changing anything: well
+        formed, every token staged here with the number of rows its writer sent."""
+        names = self.commit_names(tokens)
+        for name, entry in zip(names, tokens, strict=True):
             held = self._tokens.get(name)
             if held is None:
                 raise StagingError(
@@ -206,7 +217,6 @@ class Staging:
                     f"token {name!r} holds {len(held.rows)} rows, the writer sent {entry[1]}: "
                     "nothing of this commit was applied"
                 )
-            names.append(name)
         return names
 
     def discard(self, tokens: Any) -> int:
