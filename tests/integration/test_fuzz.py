@@ -302,12 +302,14 @@ class StagingOracle:
                 key = (writer, batch)
             if key is None and s.was_applied(tokens):
                 published = 0
+            elif key is not None and key in self.batches:
+                # a batch applied already: its tokens need only be well formed (staged
+                # anew after a restart, or not at all: the same commit sent again)
+                s.discard(s.commit_names(tokens))
+                published = 0
             else:
                 names = s.check_commit(tokens)
-                if key is not None and key in self.batches:
-                    s.discard(names)
-                    published = 0
-                elif not names and key is None:
+                if not names and key is None:
                     published = 0
                 else:
                     published = len(s.take(tokens)[1])
