@@ -246,7 +246,14 @@ class Broker:
         with self._cmd_lock:  # (stop() closes the socket under the same lock)
             if self._cmd is None or not self.running:
                 raise ZBrokerError("broker not running")
-            self._cmd.send(CALL)
+            # never block holding the lock: a node closing its end of the pair between the
+            # check and the send would park this send, and stop() behind it, for good. An
+            # unsent wake-up loses nothing: the loop takes every submitted call when it
+            # wakes (a full pipe has wake-ups enough), and a node that is gone is seen below
+            try:
+                self._cmd.send(CALL, zmq.NOBLOCK)
+            except zmq.Again:
+                pass
         deadline = time.monotonic() + timeout
         while True:
             try:

@@ -358,8 +358,12 @@ class Node:
         if cmd == STOP:
             self._running = False
         elif cmd == CALL:
-            fn, fut = self._calls.get_nowait()
-            try:
-                fut.set_result(fn(self))
-            except Exception as exc:
-                fut.set_exception(exc)
+            # every queued call, not one per wake-up: a caller whose wake-up found the
+            # pipe full sends none (Broker.call never blocks on it)
+            calls = self._calls
+            while not calls.empty():
+                fn, fut = calls.get_nowait()
+                try:
+                    fut.set_result(fn(self))
+                except Exception as exc:
+                    fut.set_exception(exc)

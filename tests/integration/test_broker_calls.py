@@ -1,0 +1,93 @@
+"""Broker.call against stop(): a call caught in the window where the node has closed its end
+of the command pair but its thread still looks alive must neither block for good nor hold
+the lock stop() needs. (The race test in test_node.py meets this window by chance; a CI
+run hung on it in stop() for its whole time.)"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from zbroker import Broker, ZBrokerError
+from zbroker.node import STOP
+
+HOST = "127.0.0.1"
+
+
+class _Window(Broker):
+    """A broker that reports its thread alive ``window`` more times than it is."""
+
+    window = 0
+
+    @property
+    def running(self) -> bool:
+        if self.window > 0:
+            self.window -= 1
+            return True
+        return super().running
+
+
+def _in_thread(fn: object, seconds: float) -> list[object]:
+    """Run ``fn`` in a daemon thread; what it returned or raised, or [] if still running."""
+    out: list[object] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())  # type: ignore[operator]
+        except BaseException as exc:
+            out.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    return out
+
+
+def test_a_call_racing_the_end_of_the_loop_raises_and_stop_still_returns(
+    tmp_path: Path,
+) -> None:
+    b = _Window(host=HOST, port=0, data_dir=tmp_path / "n").start()
+    thread = b._thread
+    assert thread is not None and b._cmd is not None
+    try:
+        b._cmd.send(STOP)  # the loop ends and closes its end of the pair
+        thread.join(10)
+        assert not thread.is_alive()
+        b.window = 1  # ... but the call's check still sees it running
+        outcome = _in_thread(lambda: b.call(lambda node: node.broker_id, timeout=5.0), 8.0)
+        assert outcome, "call() blocked on a node that had closed its command socket"
+        assert isinstance(outcome[0], ZBrokerError), outcome
+        assert "stopped" in str(outcome[0])
+    finally:
+        stopped = _in_thread(b.stop, 10.0)
+    assert stopped == [None], "stop() waited on a lock a blocked call held"
+    assert not b.running
+
+
+def test_calls_from_many_threads_each_get_their_answer(tmp_path: Path) -> None:
+    # every queued call runs, however the wake-ups are spread over them
+    with Broker(host=HOST, port=0, data_dir=tmp_path / "n") as b:
+        results: list[object] = []
+        lock = threading.Lock()
+
+        def ask(i: int) -> None:
+            for j in range(50):
+                value = b.call(lambda node, k=i * 100 + j: k, timeout=20.0)
+                with lock:
+                    results.append(value)
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert sorted(results) == sorted(i * 100 + j for i in range(8) for j in range(50))
+
+
+def test_a_call_after_stop_says_the_broker_is_not_running(tmp_path: Path) -> None:
+    b = Broker(host=HOST, port=0, data_dir=tmp_path / "n").start()
+    b.stop()
+    with pytest.raises(ZBrokerError):
+        b.call(lambda node: 1)
