@@ -20,6 +20,7 @@ import msgpack
 
 from zbroker import wire
 from zbroker.features.forward import RETRANSMIT_AFTER, Forwarder
+from zbroker.features.forward.dedupe import RoutedTargets
 from zbroker.store import Store
 
 
@@ -299,3 +300,18 @@ def test_persistent_dedupe_takes_older_messages_of_an_origin_first_heard_late() 
     assert not any(d.seen("A", 1, p) for p in range(1, 500))
     assert all(d.seen("A", 1, p) for p in range(1, 501))
     assert d.duplicates == 500
+
+
+def test_routed_targets_names_only_what_no_earlier_copy_went_to() -> None:
+    r = RoutedTargets(limit=2)
+    r.note(("A", 1, 1), ("T1",), "X")
+    assert r.new_targets(("A", 1, 1), ("X", "T1", "T2"), "X") == ("T2",)
+    assert r.new_targets(("A", 1, 1), ("T2", "T1"), "X") == ()  # (T2 is routed now)
+    assert r.new_targets(("A", 1, 1), None, "X") == ()  # computed targets: a plain repeat
+    assert r.new_targets(("A", 1, 1), ("^H",), "X") == ()  # on its way to a host
+    r.note(("A", 1, 2), None, "X")  # computed here: every way this node had
+    assert r.new_targets(("A", 1, 2), ("T3",), "X") == ()
+    # not remembered (the limit pushed it out, or a restart): every target but this node
+    r.note(("A", 1, 3), ("T1",), "X")
+    assert r.new_targets(("A", 1, 1), ("X", "T1"), "X") == ("T1",)
+    assert r.new_targets(("A", 1, 1), ("T1",), "X") == ()

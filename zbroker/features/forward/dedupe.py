@@ -10,9 +10,14 @@ still drops a copy that comes again by another path."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from typing import Any
+
+from ...routing.flood import FLOOD
+from ...routing.hosts import MARK
 from ...store.seen import SeenJournal
 
-__all__ = ["PersistentDedupe"]
+__all__ = ["PersistentDedupe", "RoutedTargets"]
 
 
 class PersistentDedupe:
@@ -87,3 +92,53 @@ class PersistentDedupe:
                 above.discard(f)
             floor[0] = f
         return False
+
+
+class RoutedTargets:
+    """The targets this node has routed each recent persistent message to, so that a
+    repeat (the same message by another path, or an idempotent publish a client sent
+    again through another node) goes on for the targets its copy names that no earlier
+    copy took from here, and only for those. Two copies of one message meet at a node
+    with different targets when routes change under them (a mesh under faults): dropping
+    the second whole lost its targets (found by ``benchmarks/fault_mesh.py``).
+
+    Kept in memory for the last ``limit`` messages; one not known here (older, or taken
+    before a restart of this node) goes on for every target its copy names: the targets
+    drop what they took already (their dedupe is kept with their store)."""
+
+    def __init__(self, limit: int = 16_384) -> None:
+        self._limit = limit
+        #: message key -> targets routed from here (None: computed here, so all of them)
+        self._routed: OrderedDict[tuple[Any, ...], set[str] | None] = OrderedDict()
+
+    def note(self, key: tuple[Any, ...], targets: tuple[str, ...] | None, me: str) -> None:
+        """The first copy of ``key`` was routed here for ``targets`` (None: all)."""
+        routed = self._routed
+        routed[key] = None if targets is None else {*targets, me}
+        routed.move_to_end(key)
+        if len(routed) > self._limit:
+            routed.popitem(last=False)
+
+    def new_targets(
+        self, key: tuple[Any, ...], targets: tuple[str, ...] | None, me: str
+    ) -> tuple[str, ...]:
+        """The targets a repeat of ``key`` names that were not routed from here yet (now
+        counted as routed); () when it is a plain repeat. A repeat with computed targets
+        (None), or on its way to a host or flooded, is always plain: its first copy took
+        every way this node had."""
+        if not targets or targets[0][:1] in (MARK, FLOOD):
+            return ()
+        routed = self._routed.get(key, _UNKNOWN)
+        if routed is None:
+            return ()
+        if routed is _UNKNOWN:
+            routed = {me}
+            self._routed[key] = routed
+            if len(self._routed) > self._limit:
+                self._routed.popitem(last=False)
+        new = tuple(t for t in targets if t not in routed)
+        routed.update(new)
+        return new
+
+
+_UNKNOWN: set[str] = set()

@@ -27,8 +27,9 @@ from ...node import Feature, Refusal
 from ...node.context import Context
 from ...node.counters import BadInputLog
 from ...routing import detours
+from ...routing.selection import Selective
 from ...store.producers import FORGOTTEN
-from .dedupe import PersistentDedupe
+from .dedupe import PersistentDedupe, RoutedTargets
 from .queues import Forwarder
 from .sticky import expire_sticky_routes, restore_sticky_routes, save_sticky_routes
 
@@ -52,6 +53,8 @@ class StoreAndForward(Feature):
     def __init__(self) -> None:
         # persistent messages: by (origin, inc, pseq); kept with the store from attach on
         self.pdedupe = PersistentDedupe()
+        self.routed = RoutedTargets()  # whom this node routed each recent message to
+        self.repeats_routed = 0  # repeats that went on for targets no earlier copy had
         self.pseq = 0  # persistent messages originated in this incarnation
         self._pack_due: dict[Link, None] = {}  # inbound links to acknowledge after commit
         self._topics: set[str] = set()  # topics of PMSGS entries already found valid
@@ -220,8 +223,12 @@ class StoreAndForward(Feature):
         if ctx.broker_id in path:
             ctx.drop("loop")
             return None
+        producer = m[12] if len(m) == 13 else None
+        # a publish a client sent again through another node shares its producer's key
+        key = (origin, inc, pseq) if producer is None else ("", *producer)
         if self.pdedupe.seen(origin, inc, pseq):
-            return None  # the same message by another path
+            self._repeat(link, m, key)  # the same message by another path
+            return None
         key_targets = None if targets is None else tuple(targets)
         patterns, sends = ctx.engine.route(topic, tuple(path), key_targets)
         if not sends and not patterns:
@@ -248,9 +255,38 @@ class StoreAndForward(Feature):
                     time.monotonic(),
                 )
         msg = [topic, payload, fmt, headers, origin, inc, seq, ts, [*path, ctx.broker_id]]
-        if len(m) == 13 and not self._first_copy(m[12], msg):
-            return None  # the same publish, sent again by its client through another node
+        if producer is not None and not self._first_copy(producer, msg):
+            # the same publish, sent again by its client through another node
+            self._repeat(link, m, key)
+            return None
+        self.routed.note(key, key_targets, ctx.broker_id)
         return msg, (tuple(path), key_targets, pseq)
+
+    def _repeat(self, link: Link, m: Any, key: tuple[Any, ...]) -> None:
+        """A repeat goes on, with no local delivery, for the targets its copy names that
+        no earlier copy was routed to from here (:class:`.dedupe.RoutedTargets`); a plain
+        repeat is dropped (counted as a duplicate where it was found one)."""
+        ctx = self._ctx
+        new = self.routed.new_targets(key, m[10], ctx.broker_id)
+        if not new:
+            return
+        topic, path = m[1], m[9]
+        _patterns, sends = ctx.engine.route(topic, tuple(path), new)
+        if sends.__class__ is Selective:
+            sends = sends.pick(m[4])
+        unserved = detours.unserved(new, sends, ctx.broker_id)
+        if unserved:
+            ctx.drop("persistent_unrouted")
+            self._unrouted_log.report(
+                link.source,
+                "no_route_for_targets",
+                f"topic {topic!r} (path {path}, a repeat): no way to {unserved}",
+                time.monotonic(),
+            )
+        if sends:
+            self.repeats_routed += 1
+            msg = [*m[1:9], [*path, ctx.broker_id], *m[12:]]
+            self.persist(sends, msg, m[11])
 
     def _first_copy(self, producer: list[int], msg: list[Any]) -> bool:
         """An idempotent publish's copy: False if this node took that ``(producer, pseq)``
@@ -334,5 +370,6 @@ class StoreAndForward(Feature):
             "producer_duplicates": self.producer_duplicates,
             "producer_unknown": self.producer_unknown,
             "persistent_duplicates": self.pdedupe.duplicates,
+            "repeats_routed": self.repeats_routed,
             "route_waits": self.route_waits,
         }
