@@ -243,17 +243,7 @@ class StoreAndForward(Feature):
             )
             return None
         if key_targets is not None:
-            unserved = detours.unserved(key_targets, sends, ctx.broker_id)
-            if unserved:
-                # the copy goes on for its other targets; these have no way from here that
-                # avoids its path (routing/detours.py found none): counted, never silent
-                ctx.drop("persistent_unrouted")
-                self._unrouted_log.report(
-                    link.source,
-                    "no_route_for_targets",
-                    f"topic {topic!r} (path {path}): no way to {unserved} avoiding the path",
-                    time.monotonic(),
-                )
+            self._count_unserved(link, topic, path, key_targets, sends, "")
         msg = [topic, payload, fmt, headers, origin, inc, seq, ts, [*path, ctx.broker_id]]
         if producer is not None and not self._first_copy(producer, msg):
             # the same publish, sent again by its client through another node
@@ -274,19 +264,32 @@ class StoreAndForward(Feature):
         _patterns, sends = ctx.engine.route(topic, tuple(path), new)
         if sends.__class__ is Selective:
             sends = sends.pick(m[4])
-        unserved = detours.unserved(new, sends, ctx.broker_id)
-        if unserved:
-            ctx.drop("persistent_unrouted")
-            self._unrouted_log.report(
-                link.source,
-                "no_route_for_targets",
-                f"topic {topic!r} (path {path}, a repeat): no way to {unserved}",
-                time.monotonic(),
-            )
+        self._count_unserved(link, topic, path, new, sends, ", a repeat")
         if sends:
             self.repeats_routed += 1
             msg = [*m[1:9], [*path, ctx.broker_id], *m[12:]]
             self.persist(sends, msg, m[11])
+
+    def _count_unserved(
+        self,
+        link: Link,
+        topic: str,
+        path: list[str],
+        targets: tuple[str, ...],
+        sends: Any,
+        what: str,
+    ) -> None:
+        """The copy goes on for its other targets; these have no way from here that avoids
+        its path (routing/detours.py found none): counted and logged, never silent."""
+        unserved = detours.unserved(targets, sends, self._ctx.broker_id)
+        if unserved:
+            self._ctx.drop("persistent_unrouted")
+            self._unrouted_log.report(
+                link.source,
+                "no_route_for_targets",
+                f"topic {topic!r} (path {path}{what}): no way to {unserved} avoiding the path",
+                time.monotonic(),
+            )
 
     def _first_copy(self, producer: list[int], msg: list[Any]) -> bool:
         """An idempotent publish's copy: False if this node took that ``(producer, pseq)``
