@@ -9,9 +9,10 @@ import threading
 from pathlib import Path
 
 import pytest
+import zmq
 
 from zbroker import Broker, ZBrokerError
-from zbroker.node import STOP
+from zbroker.node import CALL, STOP
 
 HOST = "127.0.0.1"
 
@@ -91,3 +92,34 @@ def test_a_call_after_stop_says_the_broker_is_not_running(tmp_path: Path) -> Non
     b.stop()
     with pytest.raises(ZBrokerError):
         b.call(lambda node: 1)
+
+
+def test_calls_whose_wake_ups_found_the_pipe_full_still_run(tmp_path: Path) -> None:
+    # the loop is held while more calls queue than the inproc pipe holds wake-ups (its two
+    # high-water marks, 1,000 each): their wake-ups are dropped, never waited on, and the
+    # loop still runs every queued call once it wakes
+    with Broker(host=HOST, port=0, data_dir=tmp_path / "n") as b:
+        held, release = threading.Event(), threading.Event()
+
+        def hold(node: object) -> None:
+            held.set()
+            release.wait(30)
+
+        hold_thread = threading.Thread(target=b.call, args=(hold,), kwargs={"timeout": 40.0})
+        hold_thread.start()
+        assert held.wait(10)
+        node, cmd = b._node, b._cmd
+        assert node is not None and cmd is not None
+        futures = []
+        dropped = 0
+        for i in range(3_000):  # what Broker.call does, without waiting for each answer
+            futures.append(node.submit(lambda node, i=i: i))
+            with b._cmd_lock:  # (the socket is Broker.call's: used under its lock)
+                try:
+                    cmd.send(CALL, zmq.NOBLOCK)
+                except zmq.Again:
+                    dropped += 1
+        release.set()
+        hold_thread.join(40)
+        assert dropped > 0  # (else this test shows nothing)
+        assert [f.result(20) for f in futures] == list(range(3_000))

@@ -11,9 +11,11 @@ exact: the same ``(origin, incarnation, pseq)``, only the targets differ."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from zbroker import Broker, Client, wire
 from zbroker.config import LinkConfig
@@ -24,11 +26,14 @@ from .test_seen_restart import Middle
 BrokerFactory = Callable[..., Broker]
 
 
-def _copy(m: Middle, pseq: int, targets: list[str], producer: list[int] | None = None) -> None:
-    """P's persistent message ``pseq`` for ``targets``, by ``m``; waits for X's PACK."""
+def _copy(
+    m: Middle, pseq: int, targets: list[str], producer: list[int] | None = None, origin: str = "P"
+) -> None:
+    """``origin``'s persistent message ``pseq`` for ``targets``, by ``m``; waits for X's
+    PACK."""
     m.lseq += 1
-    entry: list[Any] = [m.lseq, "T.x", str(pseq).encode(), 0, None, "P", 1, pseq, 1.0]
-    entry += [["P", m.peer], targets, pseq]
+    entry: list[Any] = [m.lseq, "T.x", str(pseq).encode(), 0, None, origin, 1, pseq, 1.0]
+    entry += [[origin, m.peer], targets, pseq]
     if producer is not None:
         entry.append(producer)
     m.sock.send(wire.encode_link(wire.PMSGS, 1, 1, [entry]))
@@ -70,6 +75,23 @@ def _network(
     return nodes
 
 
+Net = tuple[dict[str, Broker], Middle, Middle]
+
+
+@pytest.fixture
+def net(
+    broker_factory: BrokerFactory, free_port: Callable[[], int], tmp_path: Path
+) -> Iterator[Net]:
+    """The nodes of :func:`_network` and the raw middles M1 and M2 linked to X."""
+    nodes = _network(broker_factory, free_port, tmp_path)
+    m1, m2 = Middle(nodes["X"], "M1"), Middle(nodes["X"], "M2")
+    try:
+        yield nodes, m1, m2
+    finally:
+        m1.close()
+        m2.close()
+
+
 def _settle(nodes: dict[str, Broker], want: dict[str, int]) -> dict[str, int]:
     deadline = time.monotonic() + WAIT
     while True:
@@ -80,20 +102,13 @@ def _settle(nodes: dict[str, Broker], want: dict[str, int]) -> dict[str, int]:
         time.sleep(0.05)
 
 
-def test_a_repeat_goes_on_for_the_targets_its_first_copy_did_not_have(
-    broker_factory: BrokerFactory, free_port: Callable[[], int], tmp_path: Path
-) -> None:
-    nodes = _network(broker_factory, free_port, tmp_path)
-    m1, m2 = Middle(nodes["X"], "M1"), Middle(nodes["X"], "M2")
-    try:
-        _copy(m1, 1, ["X", "T1"])
-        _copy(m2, 1, ["X", "T1", "T2"])  # the same message: T2 is new here
-        _copy(m1, 1, ["T2"])  # and again: nothing new
-        _copy(m2, 2, ["T2"])
-        _copy(m1, 2, ["T1"])  # a later message, the other way round
-    finally:
-        m1.close()
-        m2.close()
+def test_a_repeat_goes_on_for_the_targets_its_first_copy_did_not_have(net: Net) -> None:
+    nodes, m1, m2 = net
+    _copy(m1, 1, ["X", "T1"])
+    _copy(m2, 1, ["X", "T1", "T2"])  # the same message: T2 is new here
+    _copy(m1, 1, ["T2"])  # and again: nothing new
+    _copy(m2, 2, ["T2"])
+    _copy(m1, 2, ["T1"])  # a later message, the other way round
     assert _settle(nodes, {"X": 2, "T1": 2, "T2": 2}) == {"X": 2, "T1": 2, "T2": 2}
     fwd = _forward(nodes["X"])
     assert (fwd["repeats_routed"], fwd["persistent_duplicates"]) == (2, 3)
@@ -101,20 +116,12 @@ def test_a_repeat_goes_on_for_the_targets_its_first_copy_did_not_have(
 
 
 def test_a_publish_sent_again_through_another_node_goes_on_for_its_new_targets(
-    broker_factory: BrokerFactory, free_port: Callable[[], int], tmp_path: Path
+    net: Net,
 ) -> None:
     # the client's retry has another origin (Q, the second node it used) but the same
     # producer key: X took the first for T1, the retry names T2 as well
-    nodes = _network(broker_factory, free_port, tmp_path)
-    m1, m2 = Middle(nodes["X"], "M1"), Middle(nodes["X"], "M2")
-    try:
-        _copy(m1, 1, ["T1"], producer=[77, 1])
-        m2.lseq += 1
-        entry: list[Any] = [m2.lseq, "T.x", b"1", 0, None, "Q", 1, 1, 1.0, ["Q", "M2"]]
-        m2.sock.send(wire.encode_link(wire.PMSGS, 1, 1, [[*entry, ["T1", "T2"], 1, [77, 1]]]))
-        assert m2.expect(wire.PACK, m2.lseq) is not None
-    finally:
-        m1.close()
-        m2.close()
+    nodes, m1, m2 = net
+    _copy(m1, 1, ["T1"], producer=[77, 1])
+    _copy(m2, 1, ["T1", "T2"], producer=[77, 1], origin="Q")
     assert _settle(nodes, {"X": 1, "T1": 1, "T2": 1}) == {"X": 1, "T1": 1, "T2": 1}
     assert _forward(nodes["X"])["repeats_routed"] == 1

@@ -128,17 +128,11 @@ class RoutedTargets:
         every way this node had."""
         if not targets or targets[0][:1] in (MARK, FLOOD):
             return ()
-        routed = self._routed.get(key, _UNKNOWN)
+        if key not in self._routed:
+            self.note(key, (), me)  # (forgotten: only this node is known to have it)
+        routed = self._routed[key]
         if routed is None:
             return ()
-        if routed is _UNKNOWN:
-            routed = {me}
-            self._routed[key] = routed
-            if len(self._routed) > self._limit:
-                self._routed.popitem(last=False)
         new = tuple(t for t in targets if t not in routed)
         routed.update(new)
         return new
-
-
-_UNKNOWN: set[str] = set()

@@ -242,13 +242,14 @@ class StoreAndForward(Feature):
                 time.monotonic(),
             )
             return None
-        if key_targets is not None:
-            self._count_unserved(link, topic, path, key_targets, sends, "")
         msg = [topic, payload, fmt, headers, origin, inc, seq, ts, [*path, ctx.broker_id]]
         if producer is not None and not self._first_copy(producer, msg):
-            # the same publish, sent again by its client through another node
+            # the same publish, sent again by its client through another node (counted by
+            # _repeat for what it has that is new: not here too)
             self._repeat(link, m, key)
             return None
+        if key_targets is not None:
+            self._count_unserved(link, topic, path, key_targets, sends, "")
         self.routed.note(key, key_targets, ctx.broker_id)
         return msg, (tuple(path), key_targets, pseq)
 
