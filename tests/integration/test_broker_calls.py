@@ -1,7 +1,7 @@
 """Broker.call against stop(): a call caught in the window where the node has closed its end
 of the command pair but its thread still looks alive must neither block for good nor hold
-the lock stop() needs. (The race test in test_node.py meets this window by chance; a CI
-run hung on it in stop() for its whole time.)"""
+the lock stop() needs. (The race test in test_node_lifecycle.py meets this window by
+chance; a CI run hung on it in stop() for its whole time.)"""
 
 from __future__ import annotations
 
