@@ -1,5 +1,12 @@
 """What the one-node integration tests share (``test_node*.py``): the address, the
-longest condition wait, the fixtures' types and two status readers."""
+longest condition wait, the fixtures' types and two status readers.
+
+Waiting is done on conditions, never on fixed sleeps. To prove that nothing *more* arrives
+(exactly-once), a test publishes a final "barrier" message after the ones it counts: the
+node processes one publisher's messages in order and sends everything for one client down
+one connection in order, so once the barrier arrived every earlier copy (or duplicate) has
+arrived too.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """Integration tests of one node: delivery and status. An in-thread Broker, real ZeroMQ
 sockets on 127.0.0.1, real Clients.
 
-Waiting is done on conditions, never on fixed sleeps. To prove that nothing *more* arrives
-(exactly-once), a test publishes a final "barrier" message after the ones it counts: the
-node processes one publisher's messages in order and sends everything for one client down
-one connection in order, so once the barrier arrived every earlier copy (or duplicate) has
-arrived too.
+How they wait, and how they prove that nothing more arrives: :mod:`.one_node`.
 """
 
 from __future__ import annotations
