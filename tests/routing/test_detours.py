@@ -96,3 +96,50 @@ def test_what_a_copy_loses_here_is_named() -> None:
     assert unserved(("N4",), [("l", ("N4", "N9"), 1)], "N3") == []
     assert unserved(("N4",), [("l", None, 1)], "N3") == []  # a static push: all of them
     assert unserved(("^H", "N4"), [], "N3") == []  # on its way to a host: no origins
+
+
+def square_with_n2() -> tuple[StickyWires, dict[str, RoutingEngine]]:
+    """The square, and N2 joined to N1 and N3: N3 hears of N4 directly, through N1 and
+    through N2 (whose only way to N4 leads through N1)."""
+    w, e = square()
+    e["N2"] = w.engines["N2"] = RoutingEngine("N2")
+    w.up("N2", "N1", "n2-n1")
+    w.up("N3", "N2", "n3-n2")
+    w.pump()
+    return w, e
+
+
+def test_a_best_entry_that_crosses_the_path_further_on_takes_the_other_entry() -> None:
+    # the fault mesh's case: N3's links to N4 and N1 are down (ghosts, held) and its link
+    # to N2 is up, so N3's best entry of N4 is N2's live one, which leads through N1
+    w, e = square_with_n2()
+    w.cut("n4-n3")
+    w.cut("n3-n1")
+    w.pump()
+    n4_rows = {r["link"]: r["path"] for r in e["N3"].interest() if r["origin"] == "N4"}
+    assert n4_rows["n3-n2"] == ["N4", "N5", "N1", "N2"]
+    assert e["N3"].route("F.x", (), None)[1] == [("n3-n2", ("N4",), 1)]  # its own publish
+    # a copy N1 sent for N4: by N2 it could only go back through N1, and N2 would drop
+    # it; it waits on the ghost of the direct link instead (store-and-forward queues it)
+    local, sends = e["N3"].route("F.x", ("N1",), ("N4",))
+    assert (local, sends) == (frozenset(), [("n4-n3", ("N4",), 1)])
+    # N2 itself has no way for such a copy: both its links lead back along the path
+    assert e["N2"].route("F.x", ("N1", "N3"), ("N4",)) == (frozenset(), [])
+
+
+def test_a_crossing_entry_with_no_other_way_keeps_its_link() -> None:
+    w, e = square_with_n2()
+    w.cut("n3-n1")
+    w.pump()
+    e["N3"].handle(LinkDown(link="n4-n3"))  # no ghost of the direct link: N2's is all
+    w.pump()
+    # nothing better exists: the copy goes where it went before (N2 counts what it
+    # cannot route), not nowhere
+    assert e["N3"].route("F.x", ("N1",), ("N4",))[1] == [("n3-n2", ("N4",), 1)]
+
+
+def test_a_target_whose_best_entry_avoids_the_path_is_not_moved() -> None:
+    _, e = square_with_n2()
+    # all links up: N3's best entry of N4 is the direct one, which crosses nothing
+    assert e["N3"].route("F.x", ("N1",), ("N4",))[1] == [("n4-n3", ("N4",), 1)]
+    assert e["N3"].route("F.x", ("N2",), ("N4",))[1] == [("n4-n3", ("N4",), 1)]

@@ -12,10 +12,17 @@ its own ghost of the direct link).
 :func:`detour` routes such a target by the best *other* entry of it this node holds
 (live before held, then the shortest, as rule 2 ranks them) whose link the copy may take
 and whose path crosses no node of the copy's path, so the detour cannot come back along
-it either. Only a copy's explicit targets are detoured (a sender chose this node for
-them); nothing is done when no such entry exists (counted by the caller, for persistent
-messages). The patterns of the keys consulted are recorded like those of
-:mod:`.meets`, so a change of any of their entries evicts the plan and its routes.
+it either. The same holds for a target whose best entry's link is allowed but whose
+entry crosses the copy's path further on (:func:`crossings`): the next node could only
+send it back along the path, and would drop it. The fault mesh lost confirmed messages
+so: N3, restarted, had its link to N2 up and its direct link to N4 not yet; N1 sent it
+copies for N4, and N3's best entry of N4 was N2's, which leads through N1 (live before
+its own held ghost of the direct link); N2 could route them nowhere.
+
+Only a copy's explicit targets are detoured (a sender chose this node for them); nothing
+is done when no such entry exists (counted by the caller, for persistent messages). The
+patterns of the keys consulted are recorded like those of :mod:`.meets`, so a change of
+any of their entries evicts the plan and its routes.
 """
 
 from __future__ import annotations
@@ -27,10 +34,32 @@ from .flood import FLOOD
 from .hosts import MARK
 from .table import EngineLink
 
-__all__ = ["detour", "unserved"]
+__all__ = ["crossings", "detour", "unserved"]
 
 #: (link id, targets or None, copies), as routes.Send (which imports this module)
 _Send = tuple[str, tuple[str, ...] | None, int]
+
+
+def crossings(
+    groups: Mapping[str, list[str]],
+    keys: Iterable[Key],
+    links: Mapping[str, EngineLink],
+    path: Path,
+) -> dict[str, list[str]]:
+    """Per group (link id -> origins), the origins whose every entry over that link
+    crosses a node of ``path``; ``keys``: the keys the topic matches."""
+    keys_of: dict[str, list[Key]] = {}
+    for key in keys:
+        keys_of.setdefault(key[1], []).append(key)
+    out: dict[str, list[str]] = {}
+    for link_id, origins in groups.items():
+        adj_in = links[link_id].adj_in
+        for origin in origins:
+            entries = [adj_in.get(k) for k in keys_of.get(origin, ())]
+            known = [e for e in entries if e is not None]
+            if known and all(any(node in path for node in e) for e in known):
+                out.setdefault(link_id, []).append(origin)
+    return out
 
 
 def detour(
@@ -41,22 +70,27 @@ def detour(
     path: Path,
     may_send: Callable[[EngineLink], bool],
     consulted: set[str],
+    crossing: Mapping[str, list[str]] | None = None,
 ) -> None:
-    """Move the origins of the ``blocked`` groups (link id -> origins) to the link of
-    their best entry the copy may take (``may_send``) and whose path avoids ``path``;
-    ``keys``: the keys the topic matches. Origins with no such entry stay where they are."""
+    """Move the origins of the ``blocked`` groups (link id -> origins), and those of
+    ``crossing`` (link id -> origins: see :func:`crossings`), to the link of their best
+    entry the copy may take (``may_send``) and whose path avoids ``path``; ``keys``: the
+    keys the topic matches. Origins with no such entry stay where they are."""
     blocked = list(blocked)
-    origins = {o for link_id in blocked for o in groups[link_id]}
+    moving = {link_id: list(groups[link_id]) for link_id in blocked}
+    for link_id, origins in (crossing or {}).items():
+        moving.setdefault(link_id, list(origins))
+    wanted = {o for origins in moving.values() for o in origins}
     keys_of: dict[str, list[Key]] = {}
     for key in keys:
-        if key[1] in origins:
+        if key[1] in wanted:
             keys_of.setdefault(key[1], []).append(key)
             consulted.add(key[0])
     usable = [ln for ln in links.values() if ln.id not in blocked and may_send(ln)]
-    for link_id in blocked:
-        for origin in list(groups[link_id]):
+    for link_id, origins in moving.items():
+        for origin in origins:
             to = _best_way(usable, keys_of.get(origin, ()), path)
-            if to is not None:
+            if to is not None and to != link_id:
                 groups[link_id].remove(origin)
                 groups.setdefault(to, []).append(origin)
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from ..sublist import TopicIndex
 from . import hosts as hosting
 from .branches import holds
-from .detours import detour
+from .detours import crossings, detour
 from .events import Key, Path
 from .flood import FLOOD
 from .loops import path_holds, ttl_spent
@@ -259,15 +259,22 @@ class Router:
             group.append(origin)
         if plan.moved:
             self._fall_back(plan, groups, topic, path, hops)
-        if assigned:
+        if assigned and path:
+            # this node disagrees with the sender for now (detours.py): a best link back
+            # along the path, or a best entry that crosses it further on
             blocked = [li for li in groups if path_holds(path, links[li].peer)]
-            if blocked:  # this node disagrees with the sender for now (detours.py)
+            keys = self._remote.match(topic)
+            crossing = crossings(groups, keys, links, path)
+            if blocked or crossing:
                 detour(
-                    groups, blocked, self._remote.match(topic), links, path,
+                    groups, blocked, keys, links, path,
                     lambda ln: self.may_send(ln, topic, path, hops), self._table.alternates,
+                    crossing,
                 )  # fmt: skip
         sends: list[Send] = []
         for link_id, origins in groups.items():
+            if not origins:
+                continue  # (every origin of it took a detour)
             link = links[link_id]
             if not self.may_send(link, topic, path, hops):
                 continue
