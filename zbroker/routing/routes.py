@@ -260,17 +260,7 @@ class Router:
         if plan.moved:
             self._fall_back(plan, groups, topic, path, hops)
         if assigned and path:
-            # this node disagrees with the sender for now (detours.py): a best link back
-            # along the path, or a best entry that crosses it further on
-            blocked = [li for li in groups if path_holds(path, links[li].peer)]
-            keys = self._remote.match(topic)
-            crossing = crossings(groups, keys, links, path)
-            if blocked or crossing:
-                detour(
-                    groups, blocked, keys, links, path,
-                    lambda ln: self.may_send(ln, topic, path, hops), self._table.alternates,
-                    crossing,
-                )  # fmt: skip
+            self._detours(groups, topic, path, hops)
         sends: list[Send] = []
         for link_id, origins in groups.items():
             if not origins:
@@ -298,6 +288,20 @@ class Router:
             if cond:  # rule 7: the pipeline picks the sends per message
                 return plan.local, Selective(sends, cond)
         return plan.local, sends
+
+    def _detours(self, groups: dict[str, list[str]], topic: str, path: Path, hops: int) -> None:
+        """A copy's targets where this node disagrees with its sender for now: a best link
+        back along the path, or a best entry that crosses it further on (detours.py)."""
+        links = self.links
+        blocked = [li for li in groups if path_holds(path, links[li].peer)]
+        keys = self._remote.match(topic)
+        crossing = crossings(groups, keys, links, path)
+        if blocked or crossing:
+            detour(
+                groups, blocked, keys, links, path,
+                lambda ln: self.may_send(ln, topic, path, hops), self._table.alternates,
+                crossing,
+            )  # fmt: skip
 
     def _fall_back(
         self, plan: Plan, groups: dict[str, list[str]], topic: str, path: Path, hops: int
