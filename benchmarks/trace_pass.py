@@ -5,19 +5,20 @@
     .venv/bin/python benchmarks/trace_pass.py --rate 500 --seconds 10
     .venv/bin/python benchmarks/trace_pass.py --pure          # the pure-Python path
 
-``profile_chain.py --rate`` says what a node's CPU does in total; this says what lies on
-one message's way through a node, in order. It copies the sources, writes a time stamp
-(``time.perf_counter_ns``) at fixed places of the copy (:data:`MARKS`: the loop's poll,
-a frame received, decoded, checked, relayed or taken, the batch's end, the link flush,
-the ROUTER's two sends, the pass's end), builds the copy's compiled modules (as ``make
-build`` does; ``--pure``: none), and runs ``chain_run.py``'s chain (A, B dialing A,
-C dialing B: ``zbroker start`` processes, discovery off) with its paced publisher on A
-and its subscriber on C. Each node writes its stamps when it stops; printed per node,
-over the passes that handled a message (the first quarter left out: warm-up): p50, p90,
-p99 and mean of each step between two stamps, and of the whole way from the poll's return
-to the frame's send (or, on C, to the end of the delivery); then the length of the passes
-that took no message while messages came (timers, interest, requests: a message that
-comes meanwhile waits), and the longest.
+``profile_chain.py --rate`` says what a node's CPU does in total; this says what lies on one
+message's way through a node, in order. It copies the sources, writes a time stamp
+(``time.perf_counter_ns``) at fixed places of the copy (:data:`MARKS`: the loop's poll, a
+frame received, decoded, checked, relayed or taken, the batch's end, a link frame taken by
+the shortcut (:mod:`zbroker.node.shortcut`, a lone message's way at B and C) and its
+delivery frame sent, the link flush, the ROUTER's two sends, the pass's end), builds the
+copy's compiled modules (as ``make build`` does; ``--pure``: none), and runs
+``chain_run.py``'s chain (A, B dialing A, C dialing B: ``zbroker start`` processes,
+discovery off) with its paced publisher on A and its subscriber on C. Each node writes its
+stamps when it stops; printed per node, over the passes that handled a message (the first
+quarter left out: warm-up): p50, p90, p99 and mean of each step between two stamps, and of
+the whole way from the poll's return to the frame's send (or, on C, to the end of the
+delivery); then the length of the passes that took no message while messages came (timers,
+interest, requests: a message that comes meanwhile waits), and the longest.
 
 A stamp costs about 0.1 µs warm, more cold, so the steps are slightly longer than they
 are unstamped; their sum against ``bench_latency.py``'s figures tells what share of a
@@ -91,6 +92,9 @@ NAMES = {
     21: "adverts flushed",
     22: "outboxes flushed",
     23: "pass ended",
+    24: "taken by the shortcut",
+    25: "delivery: frame made",
+    26: "delivery sent",
 }
 #: (file, a line of it, stamp before it or None, stamp after it or None): the line (its
 #: text without indentation) must be in the file as many times as the last field says
@@ -129,6 +133,20 @@ MARKS: list[tuple[str, str, int | None, int | None, int]] = [
     ("zbroker/node/pipeline.py", "self.end_batch(None, out)", None, 8, 2),
     ("zbroker/links/table.py", "send(link.ident, _NOBLOCK_MORE)", 10, 11, 1),
     ("zbroker/links/table.py", "send(frame, _NOBLOCK)", None, 12, 1),
+    (
+        "zbroker/links/dialer.py",
+        "n = shortcut(link, body, now)  # (a flood's view too: walked in place)",
+        None,
+        24,
+        1,
+    ),
+    (
+        "zbroker/node/delivery.py",
+        'self._send(b"".join((self.prefix[pattern], head, entries, U64.pack(n))), zmq.NOBLOCK)',
+        25,
+        26,
+        1,
+    ),
 ]
 #: what the lines of MARKS without a stamp become (the poll, the pass's end, the dump)
 REWRITE = {
@@ -217,7 +235,7 @@ def passes(path: Path) -> tuple[list[list[tuple[int, int]]], list[float]]:
     for line in path.read_text().splitlines():
         i, t = map(int, line.split())
         if i == 0 and cur:
-            if any(m == 8 for m, _ in cur):  # (a batch ended: messages, not a heartbeat)
+            if any(m in (8, 24) for m, _ in cur):  # (a batch ended or the shortcut took one)
                 taken.append(cur)
             elif len(cur) > 2 and cur[-1][0] == 23:
                 other.append((cur[1][1], (cur[-1][1] - cur[1][1]) / 1000))
@@ -245,7 +263,8 @@ def report(name: str, role: str, taken: list[list[tuple[int, int]]], other: list
     for p in taken:
         for (a, ta), (b, tb) in itertools.pairwise(p):
             steps[a, b].append((tb - ta) / 1000)
-        end = next((t for m, t in p if m == 12), None) or next(t for m, t in p if m == 8)
+        sent = next((t for m, t in p if m in (12, 26)), None)  # (a link's or a delivery's)
+        end = sent or next(t for m, t in p if m in (8, 24))
         whole.append((end - p[1][1]) / 1000)
     print(f"\nnode {name} ({role}): {len(taken):,} passes that took messages; µs per pass")
     print(f"  {'step':58s} {'passes':>7s} {'p50':>7s} {'p90':>7s} {'p99':>7s} {'mean':>7s}")
