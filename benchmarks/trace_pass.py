@@ -18,7 +18,10 @@ stamps when it stops; printed per node, over the passes that handled a message (
 quarter left out: warm-up): p50, p90, p99 and mean of each step between two stamps, and of
 the whole way from the poll's return to the frame's send (or, on C, to the end of the
 delivery); then the length of the passes that took no message while messages came (timers,
-interest, requests: a message that comes meanwhile waits), and the longest.
+interest, requests: a message that comes meanwhile waits), and the longest. Last, between
+the nodes: per frame, its send's return at A (or B) to the next node's poll returning for
+it (every process stamps on one clock, ``CLOCK_MONOTONIC``): the link's way through
+libzmq's threads of both processes and the loopback.
 
 A stamp costs about 0.1 µs warm, more cold, so the steps are slightly longer than they
 are unstamped; their sum against ``bench_latency.py``'s figures tells what share of a
@@ -30,6 +33,7 @@ by its PID (``chain_run.stop_processes``).
 from __future__ import annotations
 
 import argparse
+import bisect
 import itertools
 import os
 import sys
@@ -288,6 +292,33 @@ def _first_at(taken: list[list[tuple[int, int]]], step: tuple[int, int]) -> int:
     return 99
 
 
+#: a frame sent that the next node's poll did not return for within this long (ns) is not
+#: matched: that poll woke for something else, or the frame's pass was left out
+HOP_MATCH_NS = 1_000_000
+
+
+def _sent_at(p: list[tuple[int, int]]) -> int | None:
+    """When a pass's frame had left (its link send or delivery send returned), or None."""
+    return next((t for m, t in p if m in (12, 26)), None)
+
+
+def hops(sender: list[list[tuple[int, int]]], receiver: list[list[tuple[int, int]]]) -> list[float]:
+    """Per frame the sender sent, µs from its send's return to the receiver's next poll
+    return that took messages: libzmq's threads of both processes, the loopback, and the
+    receiver's wake-up. Every process stamps with ``time.perf_counter_ns`` (on Linux
+    ``CLOCK_MONOTONIC``, one clock for all of them), so stamps of two nodes compare."""
+    woke = [p[1][1] for p in receiver]
+    out: list[float] = []
+    for p in sender:
+        sent = _sent_at(p)
+        if sent is None:
+            continue
+        k = bisect.bisect_left(woke, sent)
+        if k < len(woke) and woke[k] - sent < HOP_MATCH_NS:
+            out.append((woke[k] - sent) / 1000)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -313,12 +344,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"chain A -> B -> C, {args.rate:,} msg/s of {args.size} B for {args.seconds:g} s")
     pids = run_chain(args, tmp)
     roles = {"A": "publisher's node", "B": "middle, only forwards", "C": "subscriber's node"}
+    taken: dict[str, list[list[tuple[int, int]]]] = {}
     for name, pid in pids.items():
         path = tmp / f"trace-{pid}.txt"
         if not path.is_file():
             print(f"\nnode {name}: no stamps written (did it stop cleanly? see its log)")
             continue
-        report(name, roles[name], *passes(path))
+        taken[name], other = passes(path)
+        report(name, roles[name], taken[name], other)
+    print("\nbetween the nodes: a frame's send returned -> the next node's poll returned; µs")
+    print(f"  {'link':58s} {'frames':>7s} {'p50':>7s} {'p90':>7s} {'p99':>7s} {'mean':>7s}")
+    for a, b in (("A", "B"), ("B", "C")):
+        if a in taken and b in taken and (v := hops(taken[a], taken[b])):
+            print(_row(f"{a} -> {b}", v))
     return 0
 
 
