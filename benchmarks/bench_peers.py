@@ -10,12 +10,13 @@
 
 The same publisher/subscriber harness (Python client processes, spawned) runs on each
 system; only the client calls differ. Per case: the subscriber subscribes, the publisher
-sends 1,000 warm-up messages and then end-of-warm-up markers until one arrives (so the
-path is up end to end), then N messages of the payload size as fast as it can (flood) or
-at 2,000 msg/s (latency). Measured at the subscriber: delivered msg/s (first publish to
-last delivery), lost (published - delivered, after 3 s of silence), p50/p99 publish ->
-callback latency; CPU time of every process from /proc (nodes) or the process itself
-(clients).
+sends 1,000 warm-up messages and then end-of-warm-up markers until one arrives (so the path
+is up end to end), then N messages of the payload size as fast as it can (flood) or at
+2,000 msg/s (latency: on the 3-node chain, issue 19's rows, and on one node, which is no
+target but shows the first hop alone, so the chain's two link hops show apart). Measured at
+the subscriber: delivered msg/s (first publish to last delivery), lost (published -
+delivered, after 3 s of silence), p50/p99 publish -> callback latency; CPU time of every
+process from /proc (nodes) or the process itself (clients).
 
 Systems, every process on 127.0.0.1 only:
 
@@ -55,6 +56,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import itertools
 import multiprocessing as mp
 import os
 import shutil
@@ -575,6 +577,8 @@ def cases(n: int, n_lat: int) -> list[tuple[str, int, dict[str, Any]]]:
             out.append((f"{where}-{size}", hops, {"mode": "flood", "n": n, "size": size}))
     lat = {"mode": "latency", "n": n_lat, "size": 100, "rate": bn.LATENCY_RATE}
     out.append(("chain-lat", 3, lat))
+    # one node paced too: its first hop alone, so the chain's two link hops show apart
+    out.append(("node-lat", 1, lat))
     return out
 
 
@@ -611,6 +615,10 @@ ROWS = (
     ("chain-1024", "3-node chain, 1 KiB, msg/s"),
 )
 
+#: the paced runs: the chain (issue 19's rows), then one node (not a target: its first hop
+#: alone, against which the chain's link hops show)
+LATENCY_ROWS = (("chain-lat", "chain"), ("node-lat", "one node"))
+
 
 def _cell(vals: list[float], fmt: str) -> str:
     med = statistics.median(vals)
@@ -636,10 +644,10 @@ def print_table(results: dict[str, Any], systems: list[str]) -> None:
             _ratio(statistics.median(rates["zbroker"]), statistics.median(rates[p])) for p in peers
         ]
         lines.append(row)
-    for pct in ("p50", "p99"):
-        vals = {s: [r["latency"][f"{pct}_ms"] * 1e3 for r in results[s]["chain-lat"]] for s in cols}
-        lost = {s: sum(r["lost"] for r in results[s]["chain-lat"]) for s in cols}
-        row = [f"chain latency {pct} @2,000 msg/s, us"]
+    for (key, where), pct in itertools.product(LATENCY_ROWS, ("p50", "p99")):
+        vals = {s: [r["latency"][f"{pct}_ms"] * 1e3 for r in results[s][key]] for s in cols}
+        lost = {s: sum(r["lost"] for r in results[s][key]) for s in cols}
+        row = [f"{where} latency {pct} @2,000 msg/s, us"]
         row += [f"{_cell(vals[s], ',.0f')}, lost {lost[s]}" for s in cols]
         # latency: the peer's figure over zbroker's, so above 1 is zbroker ahead, as above
         row += [
