@@ -147,12 +147,15 @@ def test_client_permissions(tmp_path: Path) -> None:
     f = tmp_path / "clients.toml"
     f.write_text(
         '[alice]\nkey_file = "alice.key"\npublish = ["A.>"]\nsubscribe = ["B.*"]\n'
+        "monitor = true\n"
         f'[bob]\nkey = "{zmq.curve_keypair()[0].decode()}"\n'
     )
     rules = load_clients(f)
     assert rules["alice"].key == key
     assert rules["alice"].publish == ("A.>",)
+    assert rules["alice"].monitor is True
     assert rules["bob"].publish == () and rules["bob"].subscribe == ()
+    assert rules["bob"].monitor is False  # (the default: status, routes, peers refused)
     bad = {
         "nokey": ({"publish": []}, "exactly one of key"),
         "badpat": ({"key": key.decode(), "publish": ["A.>.B"]}, "publish"),
@@ -162,6 +165,8 @@ def test_client_permissions(tmp_path: Path) -> None:
             r"\[security.clients\]: client 'nofile': key_file: '.*gone.key' is neither",
         ),
         "intfile": ({"key_file": 5}, "client 'intfile': key_file must be the path"),
+        "monitor1": ({"key": key.decode(), "monitor": 1}, "client 'monitor1': monitor must be"),
+        "monitorstr": ({"key": key.decode(), "monitor": "yes"}, "monitor must be true or false"),
         "nofilename": ({"key_file": ""}, "client 'nofilename': key_file must be the path"),
     }
     for name, (entry, message) in bad.items():
@@ -192,6 +197,12 @@ def test_security_decisions(tmp_path: Path) -> None:
     assert not narrow.may_publish("client:s", "S.>")
     assert sec.permissions("client:alice") == {"publish": ["A.>"], "subscribe": []}
     assert sec.permissions("node:x") is None
+    # the node's own view (status, routes, peers): only with monitor = true
+    assert not sec.may_monitor("client:alice") and not sec.may_monitor("node:x")
+    watcher = Security(
+        tmp_path, None, {"w": {"key": zmq.curve_keypair()[0].decode(), "monitor": True}}
+    )
+    assert watcher.may_monitor("client:w") and not watcher.may_monitor("client:mallory")
     msg = sec.refuse("publish to", "client:alice", "B.B")
     assert msg == "permission denied: client:alice may not publish to 'B.B'"
     assert sec.refused == {"publish": 1}
@@ -235,7 +246,9 @@ def test_each_op_declares_its_permission_subject() -> None:
             assert subjects(op, {"name": "d1"}) == [("subscribe", "B.>")]
             assert subjects(op, {"name": "unknown"}) == []
             assert subjects(op, {"name": 1}) == []
-        for op in (wire.HELLO, wire.STAGE_COMMIT, wire.STAGE_ABORT, wire.GAPS):
+        for op, what in ((wire.STATUS, "status"), (wire.ROUTES, "routes"), (wire.PEERS, "peers")):
+            assert subjects(op, {}) == [("monitor", what)]  # the node's whole view
+        for op in (wire.HELLO, wire.PING, wire.STAGE_COMMIT, wire.STAGE_ABORT, wire.GAPS):
             assert subjects(op, {}) is None
 
 

@@ -810,7 +810,7 @@ def test_secure_discovery_links_only_allowlisted_peers(
     clients = tmp_path / "clients.toml"
     clients.write_text(
         f'[alice]\nkey_file = "{tmp_path / "keys" / "alice.key"}"\n'
-        'publish = ["SEC.>"]\nsubscribe = ["SEC.>"]\n'
+        'publish = ["SEC.>"]\nsubscribe = ["SEC.>"]\nmonitor = true\n'  # (status, routes)
     )
     secure = ("--secure", "--clients", str(clients), "--allowlist")
     net.start_node(1, "n1", group, extra=(*secure, str(allow12)))

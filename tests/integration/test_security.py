@@ -31,7 +31,8 @@ HOST = "127.0.0.1"
 
 class Keys:
     """Key pairs of nodes a, b, c and clients alice, bob, mallory under one directory;
-    the allowlist lists a and b only; the permissions know alice and bob only."""
+    the allowlist lists a and b only; the permissions know alice (who may also read the
+    nodes' status, routes and peers) and bob only."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -46,7 +47,7 @@ class Keys:
         self.clients = root / "clients.toml"
         self.clients.write_text(
             '[alice]\nkey_file = "clients/alice.key"\npublish = ["X.>"]\n'
-            'subscribe = ["X.>"]\n\n'
+            'subscribe = ["X.>"]\nmonitor = true\n\n'
             '[bob]\nkey_file = "clients/bob.key"\npublish = ["Y.>"]\nsubscribe = ["Y.*"]\n'
         )
 
@@ -699,3 +700,38 @@ def test_removing_stateful_topics_needs_publish_permission_for_the_whole_pattern
     assert b.status()["security"]["refused"] == {"publish": 1}
     assert bob.remove("S.*") == 1  # within S.*: allowed
     assert [m.topic for m in alice.fetch("S.>")] == ["S.X.Y"]
+
+
+def test_only_a_client_with_monitor_may_read_the_nodes_status_routes_and_peers(
+    broker_factory: Callable[..., Broker],
+    client_factory: Callable[..., Client],
+    keys: Keys,
+    procs: Any,
+) -> None:
+    """STATUS, ROUTES and PEERS name every subscription's pattern, link and route: far more
+    than bob (Y.> and Y.* only) may see. Refused to him, counted, and said in his CLI; the
+    node keeps serving him what he may do; alice (``monitor = true``) reads them."""
+    b = broker_factory(broker_id="b", **keys.options("b"))
+    server_key = keys.node_public("b")
+    alice = client_factory(b.endpoint, keys=keys.client("alice"), server_key=server_key)
+    bob = client_factory(b.endpoint, keys=keys.client("bob"), server_key=server_key)
+    alice.subscribe("X.secret", lambda m: None)
+    for ask, what in ((bob.status, "status"), (bob.routes, "routes"), (bob.peers, "peers")):
+        with pytest.raises(PermissionDenied, match=f"client:bob may not read '{what}'"):
+            ask()
+    assert b.status()["security"]["refused"] == {"read": 3}
+    assert "X.secret" in alice.status()["subscriptions"]["patterns"]
+    assert any(r["pattern"] == "X.secret" for r in alice.routes())
+    assert alice.peers() == []
+    got: list[bytes] = []
+    bob.subscribe("Y.A", lambda m: got.append(m.payload))
+    bob.publish("Y.A", b"still served")
+    deadline = time.monotonic() + 10
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert got == [b"still served"]
+    creds = ("--keys", str(keys.client("bob")), "--server-key", str(keys.root / "b" / "node.key"))
+    rc, _, err = procs.run("status", "--broker", b.endpoint, *creds)
+    assert rc == 1
+    assert "permission denied: client:bob may not read 'status'" in err
+    assert b.status()["security"]["refused"] == {"read": 4}

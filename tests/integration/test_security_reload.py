@@ -32,6 +32,7 @@ def keys(tmp_path: Any) -> Keys:
 def _write_clients(keys: Keys, alice_sub: str, bob: bool = True) -> None:
     text = (
         f'[alice]\nkey_file = "clients/alice.key"\npublish = ["X.>"]\nsubscribe = [{alice_sub}]\n'
+        "monitor = true\n"  # (she reads the node's status, as in test_security's Keys)
     )
     if bob:
         text += '\n[bob]\nkey_file = "clients/bob.key"\npublish = ["Y.>"]\nsubscribe = ["Y.*"]\n'

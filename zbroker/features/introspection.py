@@ -3,6 +3,7 @@
 HELLO (identity, endpoints, frame limit; with security, the client's permissions),
 STATUS (the whole status), PING (liveness, with the incarnation so a client notices a
 restart its reconnect hid), ROUTES (the interest table, optionally narrowed by pattern).
+With security on, STATUS and ROUTES are for clients with ``monitor = true`` only.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from .. import wire
 from ..const import CLIENT_PROTOCOL, CLIENT_READS_RUNS, PROTOCOL_VERSION
 from ..errors import InvalidTopic
-from ..node import Feature, Op, Request
+from ..node import Feature, Op, Request, monitored
 from ..node.context import Context
 from ..topics import patterns_overlap, validate_pattern
 
@@ -35,9 +36,13 @@ class Introspection(Feature):
     def ops(self) -> Sequence[Op]:
         return (
             Op(wire.HELLO, self._hello),
-            Op(wire.STATUS, lambda req: self._ctx.reply(req, wire.STATUS, self._ctx.status())),
+            Op(
+                wire.STATUS,
+                lambda req: self._ctx.reply(req, wire.STATUS, self._ctx.status()),
+                monitored("status"),
+            ),
             Op(wire.PING, self._ping),
-            Op(wire.ROUTES, self._routes),
+            Op(wire.ROUTES, self._routes, monitored("routes")),
         )
 
     def _hello(self, req: Request) -> None:

@@ -7,7 +7,7 @@ a pass, :mod:`.pipeline` for the message path, :mod:`.feature` for the interface
 
 from __future__ import annotations
 
-from .feature import Feature, Op, Refusal, Request
+from .feature import Feature, Op, Refusal, Request, monitored
 from .kernel import CALL, STOP, Node
 from .sockets import command_client, format_endpoint
 
@@ -21,4 +21,5 @@ __all__ = [
     "Request",
     "command_client",
     "format_endpoint",
+    "monitored",
 ]

@@ -191,4 +191,6 @@ class ControlDispatch:
                 return sec.refuse("publish to", user, what)
             if kind == "subscribe" and not sec.may_subscribe(user, what):
                 return sec.refuse("subscribe to", user, what)
+            if kind == "monitor" and not sec.may_monitor(user):
+                return sec.refuse("read", user, what)
         return None

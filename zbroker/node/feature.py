@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .context import Context
     from .events import NodeEvent
 
-__all__ = ["Feature", "Op", "Refusal", "Request"]
+__all__ = ["Feature", "Op", "Refusal", "Request", "monitored"]
 
 
 @dataclass(slots=True)
@@ -35,14 +35,25 @@ class Request:
     body: dict[str, Any]
 
 
-#: what a request asks permission for: ("publish", topic) or ("subscribe", pattern)
+#: what a request asks permission for: ("publish", topic), ("subscribe", pattern) or
+#: ("monitor", what)
 Subject = tuple[str, str]
+
+
+def monitored(what: str) -> Callable[[dict[str, Any]], Iterable[Subject]]:
+    """``subjects`` of an op that shows the node's own view of the network (its status,
+    routes, peers): with security on only a client with ``monitor = true`` may ask, since
+    the answer names topics and nodes beyond any client's own permissions."""
+    subject = (("monitor", what),)
+    return lambda body: subject
 
 
 @dataclass(frozen=True, slots=True)
 class Op:
     """A control op a feature serves, and what it asks permission for (security on):
-    ``subjects(body)`` lists what the sender's key must be allowed; None: nothing."""
+    ``subjects(body)`` lists what the sender's key must be allowed (``("publish", topic)``,
+    ``("subscribe", pattern)``, or ``("monitor", what)``: the node's own view of the
+    network, :func:`monitored`); None: nothing."""
 
     op: int
     handler: Callable[[Request], None]

@@ -6,12 +6,16 @@ A TOML file (or the ``[security.clients]`` table of the node config)::
     key = "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"   # or key_file = "alice.key"
     publish = ["ORDERS.>"]
     subscribe = ["PRICE.>", "ORDERS.*.FILLED"]
+    monitor = false   # true: may read the node's status, routes and peers
 
 A client may publish to a topic that one of its ``publish`` patterns matches, and
 subscribe to a pattern that one of its ``subscribe`` patterns covers (every topic the
 pattern matches, the allowed one matches too). An operation that publishes to (or
 changes) every topic of a pattern, such as removing stateful topics, needs a ``publish``
-pattern that covers it. Nodes are not clients: they have no permissions here.
+pattern that covers it. A client may read what the node knows of the whole network (its
+status, routes and peers: every subscription's pattern, every link, every route) only
+with ``monitor = true``: those name topics far outside its own permissions. Nodes are not
+clients: they have no permissions here.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class ClientRule:
     key: bytes
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
+    #: may read the node's status, routes and peers (STATUS, ROUTES, PEERS)
+    monitor: bool = False
 
 
 def load_clients(source: Path | dict[str, Any], base: Path | None = None) -> dict[str, ClientRule]:
@@ -64,7 +70,7 @@ def load_clients(source: Path | dict[str, Any], base: Path | None = None) -> dic
         validate_broker_id(name, f"{where}: client name")
         if not isinstance(entry, dict):
             raise ConfigError(f"{w} must be a table")
-        unknown = set(entry) - {"key", "key_file", "publish", "subscribe"}
+        unknown = set(entry) - {"key", "key_file", "publish", "subscribe", "monitor"}
         if unknown:
             raise ConfigError(f"{w}: unknown key(s) {', '.join(sorted(unknown))}")
         if ("key" in entry) == ("key_file" in entry):
@@ -95,7 +101,10 @@ def load_clients(source: Path | dict[str, Any], base: Path | None = None) -> dic
                 perms[kind] = tuple(validate_pattern(p) for p in value)
             except InvalidTopic as exc:
                 raise ConfigError(f"{w}: {kind}: {exc}") from exc
-        rules[name] = ClientRule(name, key, perms["publish"], perms["subscribe"])
+        monitor = entry.get("monitor", False)
+        if type(monitor) is not bool:
+            raise ConfigError(f"{w}: monitor must be true or false")
+        rules[name] = ClientRule(name, key, perms["publish"], perms["subscribe"], monitor)
     return rules
 
 
@@ -150,6 +159,11 @@ class ClientPermissions:
                 self._pub_ok.clear()
             self._pub_ok[k] = ok
         return ok
+
+    def may_monitor(self, user: str) -> bool:
+        """May ``user`` read the node's status, routes and peers (``monitor = true``)?"""
+        rule = self._rules.get(user)
+        return rule is not None and rule.monitor
 
     def may_subscribe(self, user: str, pattern: str) -> bool:
         k = (user, pattern)

@@ -69,6 +69,7 @@ class Security:
         self._perms = ClientPermissions(self.clients)
         self.may_publish = self._perms.may_publish
         self.may_subscribe = self._perms.may_subscribe
+        self.may_monitor = self._perms.may_monitor
         #: reloads done, and the wall-clock time of the last one (0: never)
         self.reloads = 0
         self.reloaded_at = 0.0
@@ -110,6 +111,7 @@ class Security:
         self._perms = ClientPermissions(rules)
         self.may_publish = self._perms.may_publish
         self.may_subscribe = self._perms.may_subscribe
+        self.may_monitor = self._perms.may_monitor
         self.reloads += 1
         self.reloaded_at = time.time()
         return Reloaded(

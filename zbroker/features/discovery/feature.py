@@ -27,7 +27,7 @@ from ...discovery import Discovery, default_interfaces
 from ...errors import ConfigError
 from ...links.state import Link, LinkKind, LinkState
 from ...names import validate_broker_id
-from ...node import Feature, Op, Request
+from ...node import Feature, Op, Request, monitored
 from ...node.context import Context
 from ...node.events import PeerFound, PeerLost
 from .peers import describe_peers
@@ -57,7 +57,7 @@ class LanDiscovery(Feature):
         ctx.add_socket(self._in, self._on_findings)
 
     def ops(self) -> Sequence[Op]:
-        return (Op(wire.PEERS, self._peers),)
+        return (Op(wire.PEERS, self._peers, monitored("peers")),)
 
     def start(self, now: float) -> None:
         if not self._ctx.config.discovery:
