@@ -17,7 +17,7 @@ import zmq
 from zbroker import Broker, Client, wire
 from zbroker.wire import reading
 
-from .test_fuzz import RawPeer
+from .fuzz_common import RawPeer
 from .test_network import WAIT
 from .test_splice_chain import b_and_c
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import Collector
-from tests.integration.test_fuzz import LINK_PEER, RawPeer
+from tests.integration.fuzz_common import LINK_PEER, RawPeer
 from zbroker import Broker, Client, wire
 from zbroker.errors import ProtocolError
 from zbroker.routing.groups import group_key

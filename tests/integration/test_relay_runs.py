@@ -17,8 +17,9 @@ import zmq
 from zbroker import Broker, Client, Message, wire
 from zbroker.wire.gaps import decode_gap_notice
 
-from .test_fuzz import HOST, WAIT, RawPeer, _entry, as_runs, counters
-from .test_fuzz import raw as raw  # (the fixture: a node and raw sockets to it)
+from .fuzz_common import HOST, WAIT, RawPeer, _entry, counters
+from .fuzz_common import raw as raw  # (the fixture: a node and raw sockets to it)
+from .fuzz_oracle import as_runs
 
 Subscriber = tuple[list[tuple[str, str, int]], threading.Lock]
 

@@ -21,7 +21,7 @@ from zbroker.node.shortcut import WALK_MAX_BYTES
 from zbroker.routing import RoutingEngine
 from zbroker.wire.reading import VIEW_BYTES
 
-from .test_fuzz import HOST, WAIT, link_hello
+from .fuzz_common import HOST, WAIT, link_hello
 
 BrokerFactory = Callable[..., Broker]
 

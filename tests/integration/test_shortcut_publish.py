@@ -17,7 +17,7 @@ import zmq
 from zbroker import Broker, Client, wire
 from zbroker.node.shortcut import PUBLISH_LONG_ENTRIES
 
-from .test_fuzz import HOST, WAIT, counters
+from .fuzz_common import HOST, WAIT, counters
 from .test_shortcut import Peer, _chain, _received, taken, wait_for
 
 BrokerFactory = Callable[..., Broker]

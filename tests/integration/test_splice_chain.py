@@ -19,7 +19,7 @@ from zbroker.config import LinkConfig
 from zbroker.node.delivery import Delivery
 from zbroker.wire import splice
 
-from .test_fuzz import RawPeer
+from .fuzz_common import RawPeer
 from .test_network import FAST, WAIT, has_route
 
 

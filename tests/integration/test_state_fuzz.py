@@ -16,7 +16,7 @@ from zbroker.errors import ProtocolError
 from zbroker.wire import frames
 from zbroker.wire import state as wstate
 
-from .test_fuzz import RawPeer, bad_reasons, counters, raw  # noqa: F401  (raw: a fixture)
+from .fuzz_common import RawPeer, bad_reasons, counters, raw  # noqa: F401  (raw: a fixture)
 
 _ANY = st.recursive(
     st.none()
