@@ -14,7 +14,9 @@ PURE_TESTS ?= tests/test_wire.py tests/test_wire_links.py tests/test_link_state.
 	tests/test_sansio.py tests/test_client_parts.py tests/test_link_duplicates.py \
 	tests/test_publish_runs.py tests/integration/test_publish_runs.py tests/test_splice.py \
 	tests/routing/test_dedupe.py tests/routing/test_engine.py tests/integration/test_node*.py \
-	tests/integration/test_network.py tests/integration/test_relay_runs.py \
+	tests/integration/test_network.py tests/integration/test_network_faults.py \
+	tests/integration/test_network_processes.py tests/integration/test_network_limits.py \
+	tests/integration/test_relay_runs.py \
 	tests/integration/test_fuzz*.py tests/integration/test_splice_chain.py \
 	tests/test_message_gc.py tests/test_reading.py tests/integration/test_frame_views.py \
 	tests/test_heads.py tests/integration/test_shortcut.py tests/integration/test_shortcut_publish.py \

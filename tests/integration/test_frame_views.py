@@ -18,7 +18,7 @@ from zbroker import Broker, Client, wire
 from zbroker.wire import reading
 
 from .fuzz_common import RawPeer
-from .test_network import WAIT
+from .network import WAIT
 from .test_splice_chain import b_and_c
 
 

@@ -20,7 +20,7 @@ from zbroker.node.delivery import Delivery
 from zbroker.wire import splice
 
 from .fuzz_common import RawPeer
-from .test_network import FAST, WAIT, has_route
+from .network import FAST, WAIT, has_route
 
 
 def _run(origin: str, topic: str, n: int, first: int = 1) -> list[Any]:
