@@ -27,11 +27,12 @@ from typing import Any
 
 from zbroker.cli.format import format_status
 
+from tests.helpers import Collector
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 from zbroker.features.forward.feature import ROUTE_SETTLE
 
-from .test_durable import FAST_LINK, WAIT, Collector, durable_of, endpoint, numbers
+from .durables import FAST_LINK, WAIT, durable_of, endpoint, numbers
 
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]

@@ -17,7 +17,7 @@ from zbroker.client.state import MissingTopic
 from zbroker.config import LinkConfig
 from zbroker.errors import SubscriptionCancelled
 
-from .test_durable import FAST_LINK
+from .durables import FAST_LINK
 
 WAIT = 30.0
 BrokerFactory = Callable[..., Broker]

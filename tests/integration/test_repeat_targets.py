@@ -20,7 +20,7 @@ import pytest
 from zbroker import Broker, Client, wire
 from zbroker.config import LinkConfig
 
-from .test_durable import FAST_LINK, WAIT, endpoint
+from .durables import FAST_LINK, WAIT, endpoint
 from .test_seen_restart import Middle
 
 BrokerFactory = Callable[..., Broker]

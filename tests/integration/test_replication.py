@@ -16,7 +16,7 @@ from zbroker import Broker, Client
 from zbroker.config import LinkConfig, NodeConfig, load_config
 from zbroker.errors import ConfigError
 
-from .test_durable import FAST_LINK
+from .durables import FAST_LINK
 
 WAIT = 30.0
 BrokerFactory = Callable[..., Broker]

@@ -13,7 +13,7 @@ from zbroker.config import LinkConfig
 from zbroker.features.state import feature as state_feature
 from zbroker.features.state import replication as state_replication
 
-from .test_durable import FAST_LINK
+from .durables import FAST_LINK
 from .test_replication_sync import (
     BrokerFactory,
     ClientFactory,

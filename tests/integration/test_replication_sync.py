@@ -19,7 +19,7 @@ from zbroker.features.state import feature as state_feature
 from zbroker.features.state.queries import Query
 from zbroker.node import Node
 
-from .test_durable import FAST_LINK
+from .durables import FAST_LINK
 
 WAIT = 30.0
 BrokerFactory = Callable[..., Broker]

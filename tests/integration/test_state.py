@@ -17,7 +17,7 @@ from zbroker import Broker, Client, Message
 from zbroker.config import LinkConfig
 from zbroker.errors import RequestError
 
-from .test_durable import FAST_LINK, endpoint
+from .durables import FAST_LINK, endpoint
 
 WAIT = 30.0
 BrokerFactory = Callable[..., Broker]

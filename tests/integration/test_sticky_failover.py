@@ -22,7 +22,7 @@ from tests.helpers import Collector
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 
-from .test_durable import FAST_LINK, WAIT, endpoint
+from .durables import FAST_LINK, WAIT, endpoint
 from .test_forward import routes_to
 
 BrokerFactory = Callable[..., Broker]
