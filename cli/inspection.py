@@ -26,7 +26,9 @@ from .format import (
 @click.option("--json", "as_json", is_flag=True, help="Print the raw status as JSON.")
 @connection_options()
 def status(as_json: bool, **conn: Any) -> None:
-    """Show a node's identity, endpoints, counters and subscriptions."""
+    """Show a node's identity, endpoints, counters and subscriptions.
+
+    With security on, only a client key with "monitor = true" may read it."""
     with connect(**conn) as client:
         st = client.status()
     click.echo(json.dumps(st, indent=2) if as_json else format_status(st))
@@ -40,7 +42,8 @@ def status(as_json: bool, **conn: Any) -> None:
 def routes(pattern: str | None, as_json: bool, **conn: Any) -> None:
     """Show the node's interest table: pattern, origin broker, path, next-hop link.
 
-    With PATTERN, only routes whose pattern overlaps it."""
+    With PATTERN, only routes whose pattern overlaps it. With security on, only a client
+    key with "monitor = true" may read it."""
     with connect(**conn) as client:
         table = client.routes(pattern)
     click.echo(json.dumps(table, indent=2) if as_json else format_routes(table))
@@ -51,7 +54,9 @@ def routes(pattern: str | None, as_json: bool, **conn: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="A JSON list of peer objects.")
 @connection_options()
 def peers(as_json: bool, **conn: Any) -> None:
-    """List the node's peers: how each was found (mdns, config, inbound) and link state."""
+    """List the node's peers: how each was found (mdns, config, inbound) and link state.
+
+    With security on, only a client key with "monitor = true" may read them."""
     with connect(**conn) as client:
         table = client.peers()
     click.echo(json.dumps(table, indent=2) if as_json else format_peers(table))

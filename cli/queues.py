@@ -21,7 +21,10 @@ from .format import format_table
 @connection_options()
 def queues(as_json: bool, **conn: Any) -> None:
     """Show queue groups and shared durable subscriptions: members per node, stored, in
-    flight, delivered, redelivered, redistributed."""
+    flight, delivered, redelivered, redistributed.
+
+    They come from the node's status: with security on, only a client key with
+    "monitor = true" may read them."""
     with connect(**conn) as client:
         rows = client.status().get("queues", [])
     click.echo(json.dumps(rows, indent=2) if as_json else format_queues(rows))
