@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import Collector
-from tests.integration.test_security import Keys, _link_state, _secure_pair, _wait_link_up
+from tests.integration.secure_nodes import Keys, _link_state, _secure_pair, _wait_link_up
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 from zbroker.errors import BrokerUnreachable, ConfigError

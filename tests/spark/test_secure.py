@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import Inbox
-from tests.integration.test_security import Keys
+from tests.integration.secure_nodes import Keys
 from zbroker import Broker, Client
 from zbroker.config import RetainRule
 
