@@ -100,6 +100,10 @@ NAMES = {
     25: "delivery: frame made",
     26: "delivery sent",
 }
+#: the stamps that say a pass took messages (a batch ended, or the shortcut took a frame),
+#: and those that say its frame had left (a link's send, a delivery's send returned)
+TOOK = (8, 24)
+SENT = (12, 26)
 #: (file, a line of it, stamp before it or None, stamp after it or None): the line (its
 #: text without indentation) must be in the file as many times as the last field says
 MARKS: list[tuple[str, str, int | None, int | None, int]] = [
@@ -239,7 +243,7 @@ def passes(path: Path) -> tuple[list[list[tuple[int, int]]], list[float]]:
     for line in path.read_text().splitlines():
         i, t = map(int, line.split())
         if i == 0 and cur:
-            if any(m in (8, 24) for m, _ in cur):  # (a batch ended or the shortcut took one)
+            if any(m in TOOK for m, _ in cur):
                 taken.append(cur)
             elif len(cur) > 2 and cur[-1][0] == 23:
                 other.append((cur[1][1], (cur[-1][1] - cur[1][1]) / 1000))
@@ -267,8 +271,7 @@ def report(name: str, role: str, taken: list[list[tuple[int, int]]], other: list
     for p in taken:
         for (a, ta), (b, tb) in itertools.pairwise(p):
             steps[a, b].append((tb - ta) / 1000)
-        sent = next((t for m, t in p if m in (12, 26)), None)  # (a link's or a delivery's)
-        end = sent or next(t for m, t in p if m in (8, 24))
+        end = _sent_at(p) or next(t for m, t in p if m in TOOK)
         whole.append((end - p[1][1]) / 1000)
     print(f"\nnode {name} ({role}): {len(taken):,} passes that took messages; µs per pass")
     print(f"  {'step':58s} {'passes':>7s} {'p50':>7s} {'p90':>7s} {'p99':>7s} {'mean':>7s}")
@@ -299,7 +302,7 @@ HOP_MATCH_NS = 1_000_000
 
 def _sent_at(p: list[tuple[int, int]]) -> int | None:
     """When a pass's frame had left (its link send or delivery send returned), or None."""
-    return next((t for m, t in p if m in (12, 26)), None)
+    return next((t for m, t in p if m in SENT), None)
 
 
 def hops(sender: list[list[tuple[int, int]]], receiver: list[list[tuple[int, int]]]) -> list[float]:

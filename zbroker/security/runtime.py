@@ -216,7 +216,7 @@ class Security:
 
     def refuse(self, kind: str, user: str, what: str) -> str:
         """Count and log a refused operation; return the message for the client."""
-        counter = kind.split()[0]  # "publish", "subscribe", "link", "send"
+        counter = kind.split()[0]  # "publish", "subscribe", "read", "link", "send"
         self.refused[counter] = self.refused.get(counter, 0) + 1
         if self._on_permission_refused is not None:
             self._on_permission_refused(user, kind, what)
