@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks._common import snapshot_sources
+from _common import snapshot_sources
 
 SUBSCRIBER = r"""
 import json, sys, time, threading

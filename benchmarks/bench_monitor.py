@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks._common import snapshot_sources
+from _common import snapshot_sources
 
 TARGET_SCRAPE_MS = 50.0
 

@@ -11,9 +11,8 @@ import threading
 import time
 
 import pytest
-
-from benchmarks import threads_chain
-from benchmarks.threads_chain import stat_counts, threads_of, window
+import threads_chain
+from threads_chain import stat_counts, threads_of, window
 
 
 def _spin(stop: threading.Event) -> None:

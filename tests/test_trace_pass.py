@@ -8,8 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from benchmarks.trace_pass import MARKS, REWRITE, stamp
+from trace_pass import MARKS, REWRITE, stamp
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -29,7 +28,7 @@ def test_every_stamped_line_is_where_trace_pass_looks_for_it(rel: str) -> None:
 
 
 def test_hops_pair_each_sent_frame_with_the_next_nodes_next_wake() -> None:
-    from benchmarks.trace_pass import hops
+    from trace_pass import hops
 
     # (mark, ns): poll called, poll returned, ..., a link frame sent (12) or delivered (26)
     sender = [

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fault_mesh import NODES, run
 
-from benchmarks.fault_mesh import NODES, run
 from tests.conftest import ZBROKER_SCRIPT
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ budget (frames left unread, maybe the link's own), and not past SILENT_GRACE hea
 timeouts: junk arriving all the time from another connection must not keep a peer that
 went away alive, with its interest still routed to it.
 
-Real nodes: D dials W through a :class:`~benchmarks.cutproxy.CutProxy`, which cuts the
+Real nodes: D dials W through a :class:`~cutproxy.CutProxy`, which cuts the
 link while both nodes stay up; a raw DEALER floods W's ROUTER with junk meanwhile.
 """
 
@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 import zmq
+from cutproxy import CutProxy
 
-from benchmarks.cutproxy import CutProxy
 from tests.helpers import Collector
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig

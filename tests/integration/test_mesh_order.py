@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fault_mesh import increasing_runs
 
-from benchmarks.fault_mesh import increasing_runs
 from tests.integration.test_forward_faults import (
     LINK,
     NODE,

@@ -1,7 +1,7 @@
 """A durable's sticky route held on a ghost does not keep other nodes off a live path.
 
 Square P-A, P-B, A-W, B-W of in-thread nodes; A's link to W goes through a
-:class:`~benchmarks.cutproxy.CutProxy`. W holds a durable subscription and a live one on
+:class:`~cutproxy.CutProxy`. W holds a durable subscription and a live one on
 ``d.>``. When A-W is cut, A keeps the durable's entry on a ghost of the link (routing
 rule 6) and advertises it *held*; P then ranks it below B's equally short live entry and
 routes through B. Before that flag, P kept its tie-break choice A: the live subscriber
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cutproxy import CutProxy
 
-from benchmarks.cutproxy import CutProxy
 from tests.helpers import Collector
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
