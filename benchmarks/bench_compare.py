@@ -86,6 +86,26 @@ def _latency_figures(prefix: str, r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _node_figures(ctx: Any, tmp: str, stop: Any, n: int, n_lat: int) -> dict[str, Any]:
+    """One node: a flood, then a latency run; then the node is stopped by its PID."""
+    import bench_node as bn
+
+    from zbroker import Client
+
+    proc, endpoint, conn = bn._start_node(ctx, tmp, stop, False)
+    client = Client(endpoint)
+    try:
+        r = bn.run_zb(ctx, endpoint, proc.pid, conn, client, "flood", n)
+        out = _flood_figures("node", r, r["cpu_us_per_msg"]["mid"])
+        r = bn.run_zb(ctx, endpoint, proc.pid, conn, client, "latency", n_lat, bn.LATENCY_RATE)
+        out.update(_latency_figures("node", r))
+    finally:
+        client.close()
+    stop.set()
+    bn._stop_procs([proc])
+    return out
+
+
 def child_main(tree: Path, n: int, lat_s: float) -> dict[str, Any]:
     """Measure ``tree``'s zbroker once: one node, then the chain. Runs in the tree's python."""
     sys.path.insert(0, str(HERE))
@@ -99,8 +119,6 @@ def child_main(tree: Path, n: int, lat_s: float) -> dict[str, Any]:
     import bench_network as bnet
     import bench_node as bn
 
-    from zbroker import Client
-
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
@@ -111,20 +129,9 @@ def child_main(tree: Path, n: int, lat_s: float) -> dict[str, Any]:
     stops = [ctx.Event(), ctx.Event()]
     digest = f"{bn.source_digest()} ({bn.compiled_state()})"
     out: dict[str, Any] = {"digest": digest, "sources": src}
-    client = None
     nodes: list[dict[str, Any]] = []
     try:
-        proc, endpoint, conn = bn._start_node(ctx, tmp, stops[0], False)
-        client = Client(endpoint)
-        r = bn.run_zb(ctx, endpoint, proc.pid, conn, client, "flood", n)
-        out.update(_flood_figures("node", r, r["cpu_us_per_msg"]["mid"]))
-        r = bn.run_zb(ctx, endpoint, proc.pid, conn, client, "latency", n_lat, bn.LATENCY_RATE)
-        out.update(_latency_figures("node", r))
-        client.close()
-        client = None
-        stops[0].set()
-        bn._stop_procs([proc])
-
+        out.update(_node_figures(ctx, tmp, stops[0], n, n_lat))
         nodes, _ = bnet.start_chain(ctx, tmp, stops[1])
         r = bnet.run_chain(ctx, nodes, "flood", n)
         us = r["cpu_us_per_msg"]
@@ -136,8 +143,6 @@ def child_main(tree: Path, n: int, lat_s: float) -> dict[str, Any]:
         bnet.stop_nodes(nodes, stops[1])
         nodes = []
     finally:
-        if client is not None:
-            client.close()
         if nodes:
             bnet.stop_nodes(nodes, stops[1])
         for ev in stops:

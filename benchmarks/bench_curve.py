@@ -278,38 +278,8 @@ def main(argv: list[str] | None = None) -> int:
 
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     load_start = os.getloadavg()
-    tmp = Path(tempfile.mkdtemp(prefix="zbroker-bench-curve-"))
-    ctx = mp.get_context("spawn")
-    runs: list[dict[str, Any]] = []
-    try:
-        secure = make_keys(tmp)
-        k = 0
-        for i in range(args.repeat):
-            for mode in MODES:
-                k += 1
-                r = run_once(ctx, tmp, mode, secure.get(mode), args.messages, k)
-                runs.append(r)
-                cpu = r["cpu_us_per_msg"]
-                log(
-                    f"run {i + 1} {mode:10}: delivered {r['delivered_per_s']:>9,.0f} msg/s, "
-                    f"publish {r['publish_per_s']:>9,.0f} msg/s, lost {r['lost']:,}; CPU us/msg "
-                    f"node {cpu['node']:.2f} pub {cpu['publisher']:.2f} "
-                    f"sub {cpu['subscriber']:.2f}"
-                )
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    med = {
-        mode: {
-            key: statistics.median(r[key] for r in runs if r["mode"] == mode)
-            for key in ("delivered_per_s", "publish_per_s", "lost")
-        }
-        for mode in MODES
-    }
-    for mode in MODES:
-        for role in ("node", "publisher", "subscriber"):
-            med[mode][f"cpu_{role}"] = statistics.median(
-                r["cpu_us_per_msg"][role] for r in runs if r["mode"] == mode
-            )
+    runs = run_all(args.repeat, args.messages)
+    med = medians(runs)
     slowdown = med["plain"]["delivered_per_s"] / med["curve"]["delivered_per_s"]
     pub_slowdown = med["plain"]["publish_per_s"] / med["curve"]["publish_per_s"]
     open_slowdown = med["plain"]["delivered_per_s"] / med["curve-open"]["delivered_per_s"]
@@ -340,32 +310,81 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(
-            f"CURVE cost on the non-persistent path ({started}, loadavg "
-            f"{result['loadavg_start']} -> {result['loadavg_end']}; medians of {args.repeat} "
-            f"runs of {args.messages:,} messages)"
-        )
-        for mode in MODES:
-            m = med[mode]
-            print(
-                f"  {mode:10}  delivered {m['delivered_per_s']:>9,.0f} msg/s   publish "
-                f"{m['publish_per_s']:>9,.0f} msg/s   lost {m['lost']:,.0f}   CPU us/msg: "
-                f"node {m['cpu_node']:.2f}, publisher {m['cpu_publisher']:.2f}, "
-                f"subscriber {m['cpu_subscriber']:.2f}"
-            )
-        for mode in ("curve", "curve-open"):
-            c = result["cpu_ratio"][mode]
-            print(
-                f"  CPU {mode}/plain: node {c['node']:.2f}x, publisher {c['publisher']:.2f}x, "
-                f"subscriber {c['subscriber']:.2f}x"
-            )
-        verdict = "OK" if result["ok"] else "MISSED"
-        print(
-            f"  slowdown plain/curve (per-topic publish check): {slowdown:.2f}x delivered, "
-            f"{pub_slowdown:.2f}x publish (target <= {TARGET_SLOWDOWN}x: {verdict})"
-        )
-        print(f"  slowdown plain/curve-open (no per-message check): {open_slowdown:.2f}x delivered")
+        print_result(result, (slowdown, pub_slowdown, open_slowdown))
     return 0
+
+
+def run_all(repeat: int, messages: int) -> list[dict[str, Any]]:
+    """``repeat`` rounds of every mode in turn, each run logged as it ends."""
+    tmp = Path(tempfile.mkdtemp(prefix="zbroker-bench-curve-"))
+    ctx = mp.get_context("spawn")
+    runs: list[dict[str, Any]] = []
+    try:
+        secure = make_keys(tmp)
+        k = 0
+        for i in range(repeat):
+            for mode in MODES:
+                k += 1
+                r = run_once(ctx, tmp, mode, secure.get(mode), messages, k)
+                runs.append(r)
+                cpu = r["cpu_us_per_msg"]
+                log(
+                    f"run {i + 1} {mode:10}: delivered {r['delivered_per_s']:>9,.0f} msg/s, "
+                    f"publish {r['publish_per_s']:>9,.0f} msg/s, lost {r['lost']:,}; CPU us/msg "
+                    f"node {cpu['node']:.2f} pub {cpu['publisher']:.2f} "
+                    f"sub {cpu['subscriber']:.2f}"
+                )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return runs
+
+
+def medians(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per mode, the median of each figure over its runs (CPU us/msg by role too)."""
+    med = {
+        mode: {
+            key: statistics.median(r[key] for r in runs if r["mode"] == mode)
+            for key in ("delivered_per_s", "publish_per_s", "lost")
+        }
+        for mode in MODES
+    }
+    for mode in MODES:
+        for role in ("node", "publisher", "subscriber"):
+            med[mode][f"cpu_{role}"] = statistics.median(
+                r["cpu_us_per_msg"][role] for r in runs if r["mode"] == mode
+            )
+    return med
+
+
+def print_result(result: dict[str, Any], slowdowns: tuple[float, float, float]) -> None:
+    """The medians per mode, CPU ratios and the slowdowns against the target."""
+    slowdown, pub_slowdown, open_slowdown = slowdowns
+    med = result["median"]
+    print(
+        f"CURVE cost on the non-persistent path ({result['date']}, loadavg "
+        f"{result['loadavg_start']} -> {result['loadavg_end']}; medians of {result['repeat']} "
+        f"runs of {result['messages']:,} messages)"
+    )
+    for mode in MODES:
+        m = med[mode]
+        print(
+            f"  {mode:10}  delivered {m['delivered_per_s']:>9,.0f} msg/s   publish "
+            f"{m['publish_per_s']:>9,.0f} msg/s   lost {m['lost']:,.0f}   CPU us/msg: "
+            f"node {m['cpu_node']:.2f}, publisher {m['cpu_publisher']:.2f}, "
+            f"subscriber {m['cpu_subscriber']:.2f}"
+        )
+    for mode in ("curve", "curve-open"):
+        c = result["cpu_ratio"][mode]
+        print(
+            f"  CPU {mode}/plain: node {c['node']:.2f}x, publisher {c['publisher']:.2f}x, "
+            f"subscriber {c['subscriber']:.2f}x"
+        )
+    verdict = "OK" if result["ok"] else "MISSED"
+    print(
+        f"  slowdown plain/curve (per-topic publish check): {slowdown:.2f}x delivered, "
+        f"{pub_slowdown:.2f}x publish (target <= {TARGET_SLOWDOWN}x: {verdict})"
+    )
+    print(f"  slowdown plain/curve-open (no per-message check): {open_slowdown:.2f}x delivered")
 
 
 if __name__ == "__main__":

@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -41,173 +39,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import snapshot_sources
+from forward_chain import Chain, durable_stored, setup, wait
 
-SUBSCRIBER = r"""
-import json, sys, time, threading
-from zbroker import Client
-def on_message(msg):
-    print(json.dumps([int(msg.payload), time.time(), msg.redelivered]), flush=True)
-client = Client(sys.argv[1], timeout=10.0)
-print(json.dumps("ready"), flush=True)  # before: messages may come at once on a restart
-client.subscribe("SAF.>", on_message, durable="saf", credit=100)
-threading.Event().wait()
-"""
-
-NODE = """
-[node]
-id = "{id}"
-host = "127.0.0.1"
-port = {port}
-data_dir = "{data}"
-{links}
-"""
-
-LINK = """
-[[link]]
-name = "{name}"
-uri = "tcp://127.0.0.1:{port}"
-heartbeat_interval = 0.2
-heartbeat_timeout = 1.0
-reconnect_initial_delay = 0.1
-reconnect_max_delay = 0.5
-"""
-
-
-def free_ports(n: int) -> list[int]:
-    import random
-    import socket
-
-    out: list[int] = []
-    rng = random.Random()
-    while len(out) < n:
-        base = rng.randrange(20000, 32000)
-        ok = True
-        for p in (base, base + 1, base + 2):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-        if ok and all(abs(base - o) > 3 for o in out):
-            out.append(base)
-    return out
-
-
-class Chain:
-    """Three node processes; every process started here is stopped by PID at the end."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        ports = free_ports(3)
-        self.ports = dict(zip("ABC", ports, strict=True))
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.others: list[subprocess.Popen[bytes]] = []
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("ZBROKER_")}
-        self.env["ZBROKER_DISCOVERY"] = "false"  # never mDNS outside a test namespace
-        peers = {"A": None, "B": ("ba", "A"), "C": ("cb", "B")}
-        self.configs: dict[str, Path] = {}
-        for name, peer in peers.items():
-            links = "" if peer is None else LINK.format(name=peer[0], port=self.ports[peer[1]])
-            path = tmp / f"{name}.toml"
-            path.write_text(
-                NODE.format(id=name, port=self.ports[name], data=tmp / name, links=links)
-            )
-            self.configs[name] = path
-
-    def ep(self, name: str) -> str:
-        return f"tcp://127.0.0.1:{self.ports[name]}"
-
-    def start(self, name: str) -> None:
-        cmd = [sys.executable, "-m", "zbroker", "start", "--config", str(self.configs[name])]
-        self.procs[name] = subprocess.Popen(
-            cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        self.wait_ready(name)
-
-    def wait_ready(self, name: str, timeout: float = 30.0) -> None:
-        from zbroker import BrokerUnreachable, Client
-
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with Client(self.ep(name), timeout=1.0):
-                    return
-            except BrokerUnreachable:
-                if time.monotonic() > deadline:
-                    raise
-
-    def links_up(self, name: str, n: int) -> bool:
-        try:
-            return sum(ln["state"] == "up" for ln in self.status(name)["links"]) == n
-        except Exception:
-            return False
-
-    def status(self, name: str) -> dict[str, Any]:
-        from zbroker import Client
-
-        with Client(self.ep(name), timeout=5.0) as c:
-            result: dict[str, Any] = c.status()
-            return result
-
-    def subscriber(self) -> tuple[subprocess.Popen[bytes], list[tuple[int, float, bool]]]:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", SUBSCRIBER, self.ep("C")],
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        self.others.append(proc)
-        assert proc.stdout is not None
-        assert json.loads(proc.stdout.readline()) == "ready"
-        events: list[tuple[int, float, bool]] = []
-
-        def read() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                p, t, r = json.loads(line)
-                events.append((p, t, r))
-
-        threading.Thread(target=read, daemon=True).start()
-        return proc, events
-
-    def stop_all(self) -> None:
-        for p in [*self.others, *self.procs.values()]:
-            if p.poll() is None:
-                p.send_signal(signal.SIGCONT)
-                p.terminate()
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(10)
-
-
-def wait(cond: Any, timeout: float, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(interval)
-    return True
-
-
-def setup(chain: Chain) -> None:
-    for name in "ABC":
-        chain.start(name)
-    assert wait(lambda: chain.links_up("B", 2) and chain.links_up("C", 1), 30)
-    from zbroker import Client
-
-    with Client(chain.ep("C"), timeout=10.0) as c:
-        c.subscribe("SAF.>", lambda m: None, durable="saf").unsubscribe()
-    with Client(chain.ep("A"), timeout=10.0) as a:
-        assert wait(lambda: any(r["origin"] == "C" for r in a.routes()), 30)
-
-
-def durable_stored(client: Any) -> int:
-    for d in client.status()["durables"]:
-        if d["name"] == "saf":
-            return int(d["stored"])
-    return 0
+Events = list[tuple[int, float, bool]]  # (message number, arrival time, redelivered)
 
 
 def run_throughput(n: int, window: int) -> dict[str, Any]:
@@ -275,26 +109,7 @@ def run_fault(fault: str, rate: float, total_s: float, down: float = 0.0) -> dic
             th.start()
             time.sleep(3.0)  # steady state before the fault (a benchmark, not a test)
             t_fault = time.time()
-            if fault == "subscriber":
-                sub.kill()
-                sub.wait()
-                t_restart = time.time()
-                sub, more = chain.subscriber()
-            elif fault in ("b_kill", "c_kill"):
-                name = "B" if fault == "b_kill" else "C"
-                chain.procs[name].kill()
-                chain.procs[name].wait()
-                if down:
-                    time.sleep(down)  # the node stays dead this long
-                t_restart = time.time()
-                chain.start(name)
-                more = events
-            else:
-                chain.procs["B"].send_signal(signal.SIGSTOP)
-                time.sleep(5.0)
-                t_restart = time.time()
-                chain.procs["B"].send_signal(signal.SIGCONT)
-                more = events
+            t_restart, more = _inject(chain, fault, sub, events, down)
             th.join(total_s + 120)
             assert not errors, errors
             backlog = sum(1 for t in confirmed if t <= t_restart)
@@ -304,53 +119,94 @@ def run_fault(fault: str, rate: float, total_s: float, down: float = 0.0) -> dic
                 return len({p for lst in lists for p, _, _ in list(lst)})
 
             assert wait(lambda: distinct() >= n, 120), distinct()
-            everything = [e for lst in lists for e in list(lst)]
-            seen: set[int] = set()
-            order: list[int] = []
-            unflagged_dups = 0
-            for p, _, r in everything:
-                if p in seen:
-                    unflagged_dups += 0 if r else 1
-                    continue
-                seen.add(p)
-                order.append(p)
-            after = [t for _, t, _ in more if t > t_restart]
-            first = min(after) - t_restart if after else float("nan")
-            arrival: dict[int, float] = {}
-            for p, t, _ in everything:
-                arrival.setdefault(p, t)
-            # delay of each message: arrival minus its confirmation to the publisher
-            delay = {p: arrival[p] - confirmed[p] for p in range(n)}
-            steady = sorted(delay[p] for p in range(n) if confirmed[p] < t_fault)
-            # caught up: the first message confirmed after the restart that arrives
-            # within 50 ms of its confirmation, every earlier one having arrived
-            caught = float("nan")
-            for p in range(backlog, n):
-                if delay[p] < 0.05:
-                    caught = max(arrival[q] for q in range(p + 1)) - t_restart
-                    break
-            drained = max(arrival[p] for p in range(backlog)) - t_restart if backlog else 0.0
-            return {
-                "fault": fault,
-                "n": n,
-                "rate": rate,
-                "backlog_at_restart": backlog,
-                "first_after_restart_s": first,
-                "backlog_drained_s": max(0.0, drained),
-                "outage_s": t_restart - t_fault,
-                "caught_up_s": caught,
-                "steady_median_delay_ms": 1000 * steady[len(steady) // 2],
-                "missed_while_down": sum(1 for t in confirmed if t_fault <= t <= t_restart),
-                "exactly_once_in_order": order == list(range(n)) and unflagged_dups == 0,
-                "redelivered": sum(1 for _, _, r in everything if r),
-                "problems": {
-                    "missing": sorted(set(range(n)) - seen)[:10],
-                    "unflagged_duplicates": unflagged_dups,
-                    "out_of_order_at": [i for i, p in enumerate(order) if p != i][:10],
-                },
-            }
+            res = _recovery(n, confirmed, backlog, lists, more, (t_fault, t_restart))
+            return {"fault": fault, "n": n, "rate": rate, **res}
         finally:
             chain.stop_all()
+
+
+def _inject(
+    chain: Chain, fault: str, sub: Any, events: Events, down: float
+) -> tuple[float, Events]:
+    """The fault, undone; the time of the restart (process start, or SIGCONT) and the list
+    the deliveries arrive in from then on."""
+    if fault == "subscriber":
+        sub.kill()
+        sub.wait()
+        t_restart = time.time()
+        sub, more = chain.subscriber()
+    elif fault in ("b_kill", "c_kill"):
+        name = "B" if fault == "b_kill" else "C"
+        chain.procs[name].kill()
+        chain.procs[name].wait()
+        if down:
+            time.sleep(down)  # the node stays dead this long
+        t_restart = time.time()
+        chain.start(name)
+        more = events
+    else:
+        chain.procs["B"].send_signal(signal.SIGSTOP)
+        time.sleep(5.0)
+        t_restart = time.time()
+        chain.procs["B"].send_signal(signal.SIGCONT)
+        more = events
+    return t_restart, more
+
+
+def _recovery(
+    n: int,
+    confirmed: list[float],
+    backlog: int,
+    lists: list[Events],
+    more: Events,
+    times: tuple[float, float],
+) -> dict[str, Any]:
+    """The figures of a fault run from the confirmation and arrival times, and the
+    exactly-once-in-order check; ``backlog``: the messages confirmed before the restart,
+    ``times``: the fault's and the restart's."""
+    t_fault, t_restart = times
+    everything = [e for lst in lists for e in list(lst)]
+    seen: set[int] = set()
+    order: list[int] = []
+    unflagged_dups = 0
+    for p, _, r in everything:
+        if p in seen:
+            unflagged_dups += 0 if r else 1
+            continue
+        seen.add(p)
+        order.append(p)
+    after = [t for _, t, _ in more if t > t_restart]
+    first = min(after) - t_restart if after else float("nan")
+    arrival: dict[int, float] = {}
+    for p, t, _ in everything:
+        arrival.setdefault(p, t)
+    # delay of each message: arrival minus its confirmation to the publisher
+    delay = {p: arrival[p] - confirmed[p] for p in range(n)}
+    steady = sorted(delay[p] for p in range(n) if confirmed[p] < t_fault)
+    # caught up: the first message confirmed after the restart that arrives
+    # within 50 ms of its confirmation, every earlier one having arrived
+    caught = float("nan")
+    for p in range(backlog, n):
+        if delay[p] < 0.05:
+            caught = max(arrival[q] for q in range(p + 1)) - t_restart
+            break
+    drained = max(arrival[p] for p in range(backlog)) - t_restart if backlog else 0.0
+    return {
+        "backlog_at_restart": backlog,
+        "first_after_restart_s": first,
+        "backlog_drained_s": max(0.0, drained),
+        "outage_s": t_restart - t_fault,
+        "caught_up_s": caught,
+        "steady_median_delay_ms": 1000 * steady[len(steady) // 2],
+        "missed_while_down": sum(1 for t in confirmed if t_fault <= t <= t_restart),
+        "exactly_once_in_order": order == list(range(n)) and unflagged_dups == 0,
+        "redelivered": sum(1 for _, _, r in everything if r),
+        "problems": {
+            "missing": sorted(set(range(n)) - seen)[:10],
+            "unflagged_duplicates": unflagged_dups,
+            "out_of_order_at": [i for i, p in enumerate(order) if p != i][:10],
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -76,6 +76,19 @@ def one_run(ctx: Any, tmp: str, mode: str, n: int) -> dict[str, Any]:
         stop.set()
 
 
+def _run_line(rnd: int, mode: str, r: dict[str, Any]) -> str:
+    """One run as it ends: rate, loss, CPU per message, the nodes' collections, steal."""
+    cpu = r["cpu_us_per_msg"]
+    return (
+        f"  round {rnd + 1} {mode:6s} (threshold {r['gc_threshold']}): "
+        f"{r['delivered_rate']:,.0f} msg/s, lost {r['lost']}; CPU us/msg "
+        + " + ".join(f"{k} {v:.2f}" for k, v in cpu.items() if k != "total")
+        + f" = {cpu['total']:.2f}; collections (gen0, gen1, gen2) "
+        + ", ".join(f"{k} {tuple(v)}" for k, v in r["gc_collections"].items())
+        + f"; steal {r.get('steal_pct', 0):.1f}%"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -103,15 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             for mode in order:
                 r = one_run(ctx, os.path.join(tmp, f"{mode}-{rnd}"), mode, args.messages)
                 results[mode].append(r)
-                cpu = r["cpu_us_per_msg"]
-                log(
-                    f"  round {rnd + 1} {mode:6s} (threshold {r['gc_threshold']}): "
-                    f"{r['delivered_rate']:,.0f} msg/s, lost {r['lost']}; CPU us/msg "
-                    + " + ".join(f"{k} {v:.2f}" for k, v in cpu.items() if k != "total")
-                    + f" = {cpu['total']:.2f}; collections (gen0, gen1, gen2) "
-                    + ", ".join(f"{k} {tuple(v)}" for k, v in r["gc_collections"].items())
-                    + f"; steal {r.get('steal_pct', 0):.1f}%"
-                )
+                log(_run_line(rnd, mode, r))
     finally:
         signal.alarm(0)
         for p in bn._PROCS:

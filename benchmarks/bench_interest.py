@@ -127,7 +127,11 @@ def through_broker(n: int) -> None:
     try:
         topics = [topic(k) for k in range(CACHED_TOPICS)]
         broker.call(lambda node: [node.engine.local_matches(t) for t in topics])
-        held = lambda: broker.call(lambda node: len(node.engine.local_patterns), timeout=120)  # noqa: E731
+
+        def held() -> int:
+            count: int = broker.call(lambda node: len(node.engine.local_patterns), timeout=120)
+            return count
+
         trips: list[float] = []
         done = threading.Event()
 

@@ -59,7 +59,7 @@ def _round_line(i: int, order: str, chain: dict[str, Any], ref: dict[str, Any]) 
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -74,10 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.seconds <= 0:
         ap.error("--rounds must be at least 1 and --seconds positive")
-    if not args.no_snapshot:
-        snapshot_sources()
-    sources = "checkout" if args.no_snapshot else "copy taken at the start"
-    n_lat = int(bn.LATENCY_RATE * args.seconds) + bn.LATENCY_LEAD_IN
+    return args
+
+
+def _install_deadline(rounds: int) -> None:
+    """SIGALRM after a deadline that grows with the rounds; SIGTERM as an interrupt: either
+    way the ``finally`` block of the rounds runs and stops every child."""
 
     def on_alarm(signum: int, frame: Any) -> None:
         raise TimeoutError("benchmark exceeded its deadline")
@@ -87,17 +89,55 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGALRM, on_alarm)
     signal.signal(signal.SIGTERM, on_term)
-    signal.alarm(60 + DEADLINE_PER_ROUND_S * args.rounds)
+    signal.alarm(60 + DEADLINE_PER_ROUND_S * rounds)
 
-    info = bn.machine_info()
-    result: dict[str, Any] = {
-        "machine": info,
-        "sources": sources,
-        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-        "rate": bn.LATENCY_RATE,
-        "seconds": args.seconds,
-        "rounds": [],
+
+def _one_round(
+    ctx: Any, i: int, nodes: list[dict[str, Any]], relays: dict[str, Any], n_lat: int
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """Round ``i``: a latency run of the chain and one of the reference, the chain first
+    in odd rounds; (chain run, reference run, order). Raises if either lost messages."""
+    chain_first = i % 2 == 1
+    runs: dict[str, dict[str, Any]] = {}
+    for which in ("chain", "ref") if chain_first else ("ref", "chain"):
+        if which == "chain":
+            runs[which] = bnet.run_chain(
+                ctx, nodes, "latency", n_lat, bn.LATENCY_RATE, keep_samples=True
+            )
+        else:
+            runs[which] = bn.run_raw(
+                ctx, "latency", n_lat, bn.LATENCY_RATE, relay=relays, keep_samples=True
+            )
+    for name, r in runs.items():
+        if r["lost"] or r.get("counter_check", {}).get("ok", True) is False:
+            raise RuntimeError(f"round {i}: the {name} run lost messages: {r}")
+    return runs["chain"], runs["ref"], "chain first" if chain_first else "reference first"
+
+
+def _round_record(order: str, chain: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "order": order,
+        "chain": {
+            **chain["latency"],
+            "steal_pct": chain["steal_pct"],
+            "cpu_us_per_msg": chain["cpu_us_per_msg"],
+        },
+        "ref": {
+            **ref["latency"],
+            "steal_pct": ref["steal_pct"],
+            "cpu_us_per_msg": ref["cpu_us_per_msg"],
+        },
+        "chain_delivered": chain["delivered"],
+        "ref_delivered": ref["delivered"],
     }
+
+
+def _run_rounds(
+    args: argparse.Namespace, info: dict[str, Any], result: dict[str, Any]
+) -> tuple[list[int], list[int]]:
+    """Start the chain and the relays, run every round (recorded in ``result``), stop
+    every process by PID; every latency sample of the chain and of the reference."""
+    n_lat = int(bn.LATENCY_RATE * args.seconds) + bn.LATENCY_LEAD_IN
     ctx = mp.get_context("spawn")
     tmp = tempfile.mkdtemp(prefix="zbroker-latbench-")
     stop_chain, stop_ref = ctx.Event(), ctx.Event()
@@ -110,42 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         nodes, _ = bnet.start_chain(ctx, tmp, stop_chain)
         relays = bnet.start_relay_chain(ctx, stop_ref)
         for i in range(1, args.rounds + 1):
-            chain_first = i % 2 == 1
-            runs: dict[str, dict[str, Any]] = {}
-            for which in ("chain", "ref") if chain_first else ("ref", "chain"):
-                if which == "chain":
-                    runs[which] = bnet.run_chain(
-                        ctx, nodes, "latency", n_lat, bn.LATENCY_RATE, keep_samples=True
-                    )
-                else:
-                    runs[which] = bn.run_raw(
-                        ctx, "latency", n_lat, bn.LATENCY_RATE, relay=relays, keep_samples=True
-                    )
-            chain, ref = runs["chain"], runs["ref"]
-            for name, r in runs.items():
-                if r["lost"] or r.get("counter_check", {}).get("ok", True) is False:
-                    raise RuntimeError(f"round {i}: the {name} run lost messages: {r}")
+            chain, ref, order = _one_round(ctx, i, nodes, relays, n_lat)
             chain_ns += chain.pop("lat_ns")
             ref_ns += ref.pop("lat_ns")
-            order = "chain first" if chain_first else "reference first"
             log(_round_line(i, order, chain, ref))
-            result["rounds"].append(
-                {
-                    "order": order,
-                    "chain": {
-                        **chain["latency"],
-                        "steal_pct": chain["steal_pct"],
-                        "cpu_us_per_msg": chain["cpu_us_per_msg"],
-                    },
-                    "ref": {
-                        **ref["latency"],
-                        "steal_pct": ref["steal_pct"],
-                        "cpu_us_per_msg": ref["cpu_us_per_msg"],
-                    },
-                    "chain_delivered": chain["delivered"],
-                    "ref_delivered": ref["delivered"],
-                }
-            )
+            result["rounds"].append(_round_record(order, chain, ref))
     finally:
         signal.alarm(0)
         if nodes:
@@ -156,21 +165,24 @@ def main(argv: list[str] | None = None) -> int:
             if p.is_alive():
                 bn._stop_procs([p], 5.0)
         shutil.rmtree(tmp, ignore_errors=True)
+    return chain_ns, ref_ns
 
-    chain_all, ref_all = bn._lat_stats(chain_ns), bn._lat_stats(ref_ns)
-    rounds = result["rounds"]
-    passed = sum(1 for r in rounds if r["chain"]["p99_ms"] <= bnet.CHAIN_TARGET_P99_MS)
-    ref_passed = sum(1 for r in rounds if r["ref"]["p99_ms"] <= bnet.CHAIN_TARGET_P99_MS)
-    result["pooled"] = {"chain": chain_all, "ref": ref_all}
-    result["summary"] = {
+
+def _summary(
+    rounds: list[dict[str, Any]], chain_all: dict[str, Any], ref_all: dict[str, Any]
+) -> dict[str, Any]:
+    """The pooled p99s against the target and each other, rounds within the target, the
+    worst steal and the median CPU per message."""
+    target = bnet.CHAIN_TARGET_P99_MS
+    return {
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "chain_p99_ms": chain_all["p99_ms"],
         "ref_p99_ms": ref_all["p99_ms"],
         "p99_ratio": chain_all["p99_ms"] / ref_all["p99_ms"],
-        "target_p99_ms": bnet.CHAIN_TARGET_P99_MS,
-        "verdict": "PASS" if chain_all["p99_ms"] <= bnet.CHAIN_TARGET_P99_MS else "FAIL",
-        "rounds_chain_within_target": passed,
-        "rounds_ref_within_target": ref_passed,
+        "target_p99_ms": target,
+        "verdict": "PASS" if chain_all["p99_ms"] <= target else "FAIL",
+        "rounds_chain_within_target": sum(1 for r in rounds if r["chain"]["p99_ms"] <= target),
+        "rounds_ref_within_target": sum(1 for r in rounds if r["ref"]["p99_ms"] <= target),
         "rounds": len(rounds),
         "max_steal_pct": max(max(r["chain"]["steal_pct"], r["ref"]["steal_pct"]) for r in rounds),
         # CPU time of all five processes per message (median round): the five share 2 vCPUs
@@ -181,13 +193,16 @@ def main(argv: list[str] | None = None) -> int:
             r["ref"]["cpu_us_per_msg"]["total"] for r in rounds
         ),
     }
-    if args.json:
-        print(json.dumps(result, indent=2, default=str))
-        return 0
-    s = result["summary"]
+
+
+def _print_result(result: dict[str, Any], seconds: float) -> None:
+    s, info, sources = result["summary"], result["machine"], result["sources"]
+    n_rounds = s["rounds"]
+    passed, ref_passed = s["rounds_chain_within_target"], s["rounds_ref_within_target"]
     print(f"\n==== chain latency at {bn.LATENCY_RATE:,.0f} msg/s, side by side ({s['date']}) ====")
-    print(f"sources {sources}; {len(rounds)} rounds of {args.seconds:g} s; {info}")
-    for name, st in (("chain A->B->C", chain_all), ("3-relay reference", ref_all)):
+    print(f"sources {sources}; {n_rounds} rounds of {seconds:g} s; {info}")
+    pooled = result["pooled"]
+    for name, st in (("chain A->B->C", pooled["chain"]), ("3-relay reference", pooled["ref"])):
         print(
             f"{name:<20} pooled over {st['samples']:,} samples: p50 {st['p50_ms']:.3f}  "
             f"p99 {st['p99_ms']:.3f}  p99.9 {st['p999_ms']:.3f}  max {st['max_ms']:.3f} ms"
@@ -198,10 +213,36 @@ def main(argv: list[str] | None = None) -> int:
         f"{s['chain_cpu_us_per_msg']:.0f} us, reference {s['ref_cpu_us_per_msg']:.0f} us"
     )
     print(
-        f"rounds with p99 <= {s['target_p99_ms']:g} ms: chain {passed} of {len(rounds)}, "
-        f"reference {ref_passed} of {len(rounds)}; max steal {s['max_steal_pct']:.1f} %"
+        f"rounds with p99 <= {s['target_p99_ms']:g} ms: chain {passed} of {n_rounds}, "
+        f"reference {ref_passed} of {n_rounds}; max steal {s['max_steal_pct']:.1f} %"
     )
     print(f"(d) chain p99 pooled <= {s['target_p99_ms']:g} ms   {s['verdict']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    if not args.no_snapshot:
+        snapshot_sources()
+    sources = "checkout" if args.no_snapshot else "copy taken at the start"
+    _install_deadline(args.rounds)
+
+    info = bn.machine_info()
+    result: dict[str, Any] = {
+        "machine": info,
+        "sources": sources,
+        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+        "rate": bn.LATENCY_RATE,
+        "seconds": args.seconds,
+        "rounds": [],
+    }
+    chain_ns, ref_ns = _run_rounds(args, info, result)
+    chain_all, ref_all = bn._lat_stats(chain_ns), bn._lat_stats(ref_ns)
+    result["pooled"] = {"chain": chain_all, "ref": ref_all}
+    result["summary"] = _summary(result["rounds"], chain_all, ref_all)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+        return 0
+    _print_result(result, args.seconds)
     return 0
 
 

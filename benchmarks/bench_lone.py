@@ -29,7 +29,8 @@ from zbroker.wire import lone
 
 def _frame(size: int) -> bytes:
     run = ["PRICE.EURUSD", "node-a", 7, [[b"x" * size, 0, None, 12345, time.time()]]]
-    return b"PRICE.>\0" + msgpack.packb([run]) + struct.pack(">Q", 99)
+    packed: bytes = msgpack.packb([run])
+    return b"PRICE.>\0" + packed + struct.pack(">Q", 99)
 
 
 def _general(frame: bytes) -> Any:

@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import snapshot_sources
@@ -167,7 +167,7 @@ def spark_write(spark: Any, endpoint: str, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=500_000)
     parser.add_argument("--repeat", type=int, default=3)
@@ -176,13 +176,15 @@ def main() -> int:
     parser.add_argument("--rows-per-trigger", type=int, default=250_000)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> int:
+    args = _parser().parse_args()
     if args.quick:
         args.rows, args.repeat, args.rows_per_trigger = 100_000, 1, 50_000
         args.rows_per_partition = 25_000
     src = snapshot_sources()
-    from zbroker import Client
-
     log = sys.stderr if args.json else sys.stdout
     tmp = Path(tempfile.mkdtemp(prefix="zbroker-bench-spark-"))
     port = 23100 + os.getpid() % 1000 * 3
@@ -190,16 +192,7 @@ def main() -> int:
     endpoint = f"tcp://127.0.0.1:{port}"
     result: dict[str, Any] = {"rows": args.rows, "payload_bytes": len(PAYLOAD)}
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                Client(endpoint, timeout=1).close()
-                break
-            except Exception:
-                if time.monotonic() > deadline or node.poll() is not None:
-                    node.kill()
-                    err = node.stderr.read().decode() if node.stderr else ""
-                    raise RuntimeError(f"node did not start: {err[-2000:]}") from None
+        wait_node(node, endpoint)
         print(f"node at {endpoint}; sources {src}; load {loadavg()}", file=log)
         result["fill_s"] = fill(endpoint, args.rows)
         print(f"filled {args.rows} rows in {result['fill_s']:.1f} s", file=log)
@@ -209,36 +202,7 @@ def main() -> int:
             f"{result['plain']['message_rows_per_s']:,.0f} rows/s as Messages",
             file=log,
         )
-        spark = spark_session()
-        per_trigger = args.rows_per_trigger
-        spark_read(spark, endpoint, args.rows, args.rows_per_partition, per_trigger)  # warm-up
-        e2e, steady = [], []
-        for _ in range(args.repeat):
-            a, b = spark_read(spark, endpoint, args.rows, args.rows_per_partition, per_trigger)
-            e2e.append(a)
-            steady.append(b)
-            print(
-                f"(b) Spark streaming read: {b:,.0f} rows/s over its micro-batches, {a:,.0f} "
-                f"rows/s from query start (load {loadavg()})",
-                file=log,
-            )
-        writes = []
-        for _ in range(args.repeat):
-            writes.append(spark_write(spark, endpoint, args.rows))
-            print(f"(c) Spark batch write: {writes[-1]:,.0f} rows/s (load {loadavg()})", file=log)
-        spark.stop()
-        result["spark_read_rows_per_s"] = {
-            "best": max(steady),
-            "median": statistics.median(steady),
-            "from_query_start_median": statistics.median(e2e),
-        }
-        result["spark_write_rows_per_s"] = {
-            "best": max(writes),
-            "median": statistics.median(writes),
-        }
-        result["read_ratio_spark_to_plain"] = (
-            statistics.median(steady) / result["plain"]["raw_rows_per_s"]
-        )
+        spark_runs(endpoint, args, log, result)
         result["machine"] = {
             "cores": os.cpu_count(),
             "python": platform.python_version(),
@@ -252,6 +216,67 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             node.kill()
             node.wait(5)
+    ok = print_summary(result, args.rows, log)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    return 0 if ok else 1
+
+
+def wait_node(node: subprocess.Popen[bytes], endpoint: str) -> None:
+    """Until the node answers (20 s at most); its stderr in the error if it does not."""
+    from zbroker import Client
+
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            Client(endpoint, timeout=1).close()
+            break
+        except Exception:
+            if time.monotonic() > deadline or node.poll() is not None:
+                node.kill()
+                err = node.stderr.read().decode() if node.stderr else ""
+                raise RuntimeError(f"node did not start: {err[-2000:]}") from None
+
+
+def spark_runs(
+    endpoint: str, args: argparse.Namespace, log: TextIO, result: dict[str, Any]
+) -> None:
+    """(b) the streaming reads after one warm-up query, (c) the batch writes; their
+    figures into ``result``."""
+    spark = spark_session()
+    per_trigger = args.rows_per_trigger
+    spark_read(spark, endpoint, args.rows, args.rows_per_partition, per_trigger)  # warm-up
+    e2e, steady = [], []
+    for _ in range(args.repeat):
+        a, b = spark_read(spark, endpoint, args.rows, args.rows_per_partition, per_trigger)
+        e2e.append(a)
+        steady.append(b)
+        print(
+            f"(b) Spark streaming read: {b:,.0f} rows/s over its micro-batches, {a:,.0f} "
+            f"rows/s from query start (load {loadavg()})",
+            file=log,
+        )
+    writes = []
+    for _ in range(args.repeat):
+        writes.append(spark_write(spark, endpoint, args.rows))
+        print(f"(c) Spark batch write: {writes[-1]:,.0f} rows/s (load {loadavg()})", file=log)
+    spark.stop()
+    result["spark_read_rows_per_s"] = {
+        "best": max(steady),
+        "median": statistics.median(steady),
+        "from_query_start_median": statistics.median(e2e),
+    }
+    result["spark_write_rows_per_s"] = {
+        "best": max(writes),
+        "median": statistics.median(writes),
+    }
+    result["read_ratio_spark_to_plain"] = (
+        statistics.median(steady) / result["plain"]["raw_rows_per_s"]
+    )
+
+
+def print_summary(result: dict[str, Any], rows: int, log: TextIO) -> bool:
+    """The summary against the targets; True if both are met."""
     ok_read = result["spark_read_rows_per_s"]["median"] >= 100_000
     ok_write = result["spark_write_rows_per_s"]["median"] >= 50_000
     print("\nsummary", file=log)
@@ -276,10 +301,8 @@ def main() -> int:
         f"  read ratio Spark / plain Python raw READ: {result['read_ratio_spark_to_plain']:.2f}",
         file=log,
     )
-    print(f"  {result['date']}, {os.cpu_count()} cores, rows {args.rows}", file=log)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    return 0 if ok_read and ok_write else 1
+    print(f"  {result['date']}, {os.cpu_count()} cores, rows {rows}", file=log)
+    return bool(ok_read and ok_write)
 
 
 if __name__ == "__main__":

@@ -41,49 +41,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-if __package__:  # imported as benchmarks.fault_mesh (the tests)
-    from .cutproxy import CutProxy
-else:  # run as a script
-    from cutproxy import CutProxy
+from mesh_nodes import NODES, WAIT, Mesh, Proc, Start, inject_fault
+from mesh_traffic import DURABLE, Live, PersistentPublisher
 
-NODES = ("N1", "N2", "N3", "N4", "N5")
-DIALS = {"N1": (), "N2": ("N1",), "N3": ("N2", "N1"), "N4": ("N3",), "N5": ("N4", "N1")}
-FAULTY = ("N1", "N2", "N3", "N4")
-WAIT = 120.0
-
-NODE = '[node]\nid = "{id}"\nhost = "127.0.0.1"\nport = {port}\ndata_dir = "{data}"\n'
-LINK = (
-    '\n[[link]]\nname = "{name}"\nuri = "tcp://127.0.0.1:{port}"\nheartbeat_interval = 0.2\n'
-    "heartbeat_timeout = 1.0\nreconnect_initial_delay = 0.1\nreconnect_max_delay = 0.5\n"
-)
-DURABLE = r"""
-import json, sys, time
-from zbroker import Client
-endpoint, name, delay = sys.argv[1], sys.argv[2], float(sys.argv[3])
-def on_message(msg):
-    body = json.loads(msg.payload)
-    print(json.dumps({"p": body["p"], "i": body["i"], "r": msg.redelivered}), flush=True)
-    if delay:
-        time.sleep(delay)
-client = Client(endpoint, timeout=30.0)
-client.subscribe("F.>", on_message, durable=name, credit=50)
-print(json.dumps({"ready": True}), flush=True)
-import threading
-threading.Event().wait()
-"""
-
-
-class Proc(Protocol):
-    """What the run needs of a process it started (tests pass their fixture's)."""
-
-    popen: Any
-
-    def readline(self, timeout: float) -> str | None: ...
-
-
-Start = Callable[[list[str]], Proc]
+__all__ = ["NODES", "Report", "increasing_runs", "run"]
 
 
 @dataclass
@@ -98,124 +61,6 @@ class Report:
     live_gaps: int = 0
     counted_drops: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
-
-
-class Mesh:
-    def __init__(self, start: Start, tmp: Path, ports: dict[str, int], zbroker: str) -> None:
-        self._start, self.ports, self._zbroker = start, ports, zbroker
-        self.configs: dict[str, Path] = {}
-        #: link name -> the relay it goes through (a link cut is a cut there)
-        self.proxies: dict[str, CutProxy] = {}
-        for name in NODES:
-            text = NODE.format(id=name, port=ports[name], data=tmp / name)
-            for peer in DIALS[name]:
-                link = f"{name}-{peer}".lower()
-                self.proxies[link] = CutProxy(ports[peer])
-                text += LINK.format(name=link, port=self.proxies[link].port)
-            self.configs[name] = tmp / f"{name}.toml"
-            self.configs[name].write_text(text)
-        self.procs: dict[str, Proc] = {}
-
-    def ep(self, name: str) -> str:
-        return f"tcp://127.0.0.1:{self.ports[name]}"
-
-    def link_up(self, link: str) -> bool:
-        """Does the node that dials ``link`` (``n3-n1``: N3) have it up?"""
-        from zbroker import Client
-
-        with Client(self.ep(link.split("-")[0].upper()), timeout=2.0) as c:
-            return any(ln["name"] == link and ln["state"] == "up" for ln in c.status()["links"])
-
-    def close(self) -> None:
-        for proxy in self.proxies.values():
-            proxy.close()
-
-    def start(self, name: str) -> None:
-        self.procs[name] = self._start(
-            [self._zbroker, "start", "--config", str(self.configs[name])]
-        )
-
-    def up(self, name: str, wait: Callable[..., bool]) -> bool:
-        from zbroker import Client
-
-        def answers() -> bool:
-            try:
-                with Client(self.ep(name), timeout=2.0) as c:
-                    c.status()
-                return True
-            except Exception:
-                return False
-
-        return wait(answers, WAIT)
-
-
-class PersistentPublisher(threading.Thread):
-    def __init__(self, pub: str, address: str, n: int, rate: float) -> None:
-        super().__init__(daemon=True)
-        self.pub, self.address, self.n, self.rate = pub, address, n, rate
-        self.confirmed: set[int] = set()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        from zbroker import Client
-
-        try:
-            with Client(self.address, timeout=10.0, publish_timeout=60.0) as c:
-                start = time.monotonic()
-                for i in range(self.n):
-                    time.sleep(max(0.0, start + i / self.rate - time.monotonic()))
-                    body = json.dumps({"p": self.pub, "i": i}).encode()
-                    for _ in range(20):  # the same message again: its retry (idempotent)
-                        try:
-                            c.publish(f"F.{self.pub}", body, persistent=True, confirm=True)
-                        except Exception:
-                            time.sleep(0.5)
-                            continue
-                        self.confirmed.add(i)
-                        break
-                    else:
-                        raise RuntimeError(f"message {i} not confirmed after 20 tries")
-        except BaseException as exc:
-            self.error = exc
-
-
-class Live:
-    """Non-persistent publisher on N2 and live subscriber on N5."""
-
-    def __init__(self, mesh: Mesh, rate: float) -> None:
-        from zbroker import Client
-
-        self.sub_client = Client(mesh.ep("N5"), timeout=10.0)
-        self.received = 0
-        self.gaps = 0
-        self.sent = 0
-        self._lock = threading.Lock()
-        handle = self.sub_client.subscribe("L.>", self._on_msg)
-        handle.on_gap = self._on_gap
-        self._mesh, self._rate = mesh, rate
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._publish, daemon=True)
-
-    def _on_msg(self, msg: Any) -> None:
-        with self._lock:
-            self.received += 1
-
-    def _on_gap(self, gap: Any) -> None:
-        with self._lock:
-            self.gaps += 1
-
-    def _publish(self) -> None:
-        from zbroker import Client
-
-        with Client(self._mesh.ep("N2"), timeout=10.0) as c:
-            start = time.monotonic()
-            while not self.stop.is_set():
-                time.sleep(max(0.0, start + self.sent / self._rate - time.monotonic()))
-                try:
-                    c.publish("L.X", b"x")
-                except Exception:
-                    continue  # the node is down: not sent, not counted
-                self.sent += 1
 
 
 def increasing_runs(order: list[int]) -> int:
@@ -235,40 +80,6 @@ def increasing_runs(order: list[int]) -> int:
         else:
             piles[lo] = x
     return len(piles)
-
-
-def _fault(mesh: Mesh, rng: random.Random, wait: Callable[..., bool]) -> str:
-    """One fault, undone before it returns (every node answers again)."""
-    kind = rng.random()
-    if kind >= 2 / 3:
-        link = rng.choice(sorted(mesh.proxies))
-        away = rng.uniform(2.0, 4.0)
-        began = time.monotonic()
-        mesh.proxies[link].cut()
-        # both nodes run; the dialer must see its link die (heartbeat_timeout 1 s)
-        died = wait(lambda: not mesh.link_up(link), away)
-        time.sleep(max(0.0, away - (time.monotonic() - began)))
-        mesh.proxies[link].mend()
-        if not died:
-            raise RuntimeError(f"link {link} stayed up through a {away:.1f} s cut")
-        return f"cut link {link} {away:.1f} s, mended"
-    name = rng.choice(FAULTY)
-    proc = mesh.procs[name]
-    if kind < 1 / 3:
-        proc.popen.kill()
-        proc.popen.wait(WAIT)
-        time.sleep(rng.uniform(0.5, 2.0))
-        mesh.start(name)
-        what = f"SIGKILL {name}, restarted"
-    else:
-        proc.popen.send_signal(signal.SIGSTOP)
-        away = rng.uniform(2.0, 4.0)
-        time.sleep(away)
-        proc.popen.send_signal(signal.SIGCONT)
-        what = f"SIGSTOP {name} {away:.1f} s, SIGCONT"
-    if not mesh.up(name, wait):
-        raise RuntimeError(f"{name} did not come back after: {what}")
-    return what
 
 
 def _drain(proc: Proc, into: list[dict[str, Any]]) -> None:
@@ -337,53 +148,21 @@ def _run(
     seed: int,
     rate: float,
 ) -> Report:
-    from zbroker import Client
-
-    for name in NODES:
-        mesh.start(name)
-    for name in NODES:
-        if not mesh.up(name, wait):
-            raise RuntimeError(f"{name} did not start")
-    script = tmp / "durable.py"
-    script.write_text(DURABLE)
-    subs = {
-        "d4": start([sys.executable, str(script), mesh.ep("N4"), "d4", "0.002"]),
-        "d5": start([sys.executable, str(script), mesh.ep("N5"), "d5", "0"]),
-    }
+    subs = _start_mesh(mesh, start, tmp, wait)
     events: dict[str, list[dict[str, Any]]] = {name: [] for name in subs}
-    for name, proc in subs.items():
-        if proc.readline(WAIT) is None:
-            raise RuntimeError(f"durable subscriber {name} did not start")
-
-    def routed() -> bool:
-        with Client(mesh.ep("N1"), timeout=5.0) as c:
-            origins = {r["origin"] for r in c.routes() if r["pattern"] == "F.>"}
-        return origins == {"N4", "N5"}
-
-    if not wait(routed, WAIT):
-        raise RuntimeError("the durables' interest did not reach N1")
     n = int(seconds * rate)
     pubs = {
         "P1": PersistentPublisher("P1", f"{mesh.ep('N1')},{mesh.ep('N2')}", n, rate),
         "P2": PersistentPublisher("P2", f"{mesh.ep('N3')},{mesh.ep('N4')}", n, rate),
     }
     live = Live(mesh, rate * 5)
-
-    def live_routed() -> bool:  # N5's live interest has reached the live publisher's node
-        with Client(mesh.ep("N2"), timeout=5.0) as c:
-            return any(r["pattern"] == "L.>" and r["origin"] == "N5" for r in c.routes())
-
-    if not wait(live_routed, WAIT):
-        raise RuntimeError("the live subscriber's interest did not reach N2")
-    live.thread.start()
-    for pub in pubs.values():
-        pub.start()
+    _start_traffic(mesh, wait, pubs, live)
     report = Report()
     rng = random.Random(seed)
     gap = seconds / (faults + 1)
     for _ in range(faults):
         time.sleep(rng.uniform(0.5 * gap, gap))
-        report.faults.append(_fault(mesh, rng, wait))
+        report.faults.append(inject_fault(mesh, rng, wait))
     for pub in pubs.values():
         pub.join(seconds * 10 + WAIT)
         if pub.error is not None or pub.is_alive():
@@ -406,6 +185,63 @@ def _run(
         _drain(proc, events[name])
         _check(report, name, events[name], pubs)
     report.confirmed = {p: len(pub.confirmed) for p, pub in pubs.items()}
+    _tally_live(report, mesh, live)
+    return report
+
+
+def _start_mesh(mesh: Mesh, start: Start, tmp: Path, wait: Callable[..., bool]) -> dict[str, Proc]:
+    """Every node, then the durable subscribers (``d4`` slow on N4, ``d5`` on N5), once
+    their interest has reached N1."""
+    from zbroker import Client
+
+    for name in NODES:
+        mesh.start(name)
+    for name in NODES:
+        if not mesh.up(name, wait):
+            raise RuntimeError(f"{name} did not start")
+    script = tmp / "durable.py"
+    script.write_text(DURABLE)
+    subs = {
+        "d4": start([sys.executable, str(script), mesh.ep("N4"), "d4", "0.002"]),
+        "d5": start([sys.executable, str(script), mesh.ep("N5"), "d5", "0"]),
+    }
+    for name, proc in subs.items():
+        if proc.readline(WAIT) is None:
+            raise RuntimeError(f"durable subscriber {name} did not start")
+
+    def routed() -> bool:
+        with Client(mesh.ep("N1"), timeout=5.0) as c:
+            origins = {r["origin"] for r in c.routes() if r["pattern"] == "F.>"}
+        return origins == {"N4", "N5"}
+
+    if not wait(routed, WAIT):
+        raise RuntimeError("the durables' interest did not reach N1")
+    return subs
+
+
+def _start_traffic(
+    mesh: Mesh, wait: Callable[..., bool], pubs: dict[str, PersistentPublisher], live: Live
+) -> None:
+    """The live publisher once the live subscriber's interest reached N2, and the
+    persistent publishers."""
+    from zbroker import Client
+
+    def live_routed() -> bool:  # N5's live interest has reached the live publisher's node
+        with Client(mesh.ep("N2"), timeout=5.0) as c:
+            return any(r["pattern"] == "L.>" and r["origin"] == "N5" for r in c.routes())
+
+    if not wait(live_routed, WAIT):
+        raise RuntimeError("the live subscriber's interest did not reach N2")
+    live.thread.start()
+    for pub in pubs.values():
+        pub.start()
+
+
+def _tally_live(report: Report, mesh: Mesh, live: Live) -> None:
+    """The live stream's counts beside the drops the nodes counted; a silent loss is a
+    problem."""
+    from zbroker import Client
+
     report.live_sent, report.live_received, report.live_gaps = (
         live.sent, live.received, live.gaps,
     )  # fmt: skip
@@ -418,7 +254,6 @@ def _run(
         report.problems.append(f"the live subscriber got nothing of {live.sent} sent")
     if live.sent > live.received and not live.gaps:
         report.problems.append(f"{live.sent - live.received} live messages lost, nobody told")
-    return report
 
 
 class _Child:

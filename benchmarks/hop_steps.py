@@ -159,7 +159,7 @@ def head_hop(
                     continue
                 at = run_head(first, len(first), pa, pz)
                 head = first[:at] if at > 0 else b""
-                known = heads.get(head) if head else False
+                known: Any = heads.get(head) if head else False
                 if known is None:  # (a head's first frame: learnt, and takes the steps)
                     heads[head] = steps.head(first) or False
                 elif known:
