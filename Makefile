@@ -10,11 +10,13 @@ STAMP := $(VENV)/.installed-stamp
 # the tests that run a second time on the pure-Python path (ZBROKER_PURE_PYTHON=1): the
 # compiled modules' own tests and end-to-end nodes, relays and clients (zbroker/_compiled.py;
 # tests/test_compiled.py sets the variable itself for each path it checks)
-PURE_TESTS ?= tests/test_wire.py tests/test_wire_links.py tests/test_link_state.py \
+PURE_TESTS ?= tests/test_wire.py tests/test_wire_malformed.py tests/test_wire_links.py \
+	tests/test_wire_forward.py tests/test_link_state.py tests/test_publisher_batches.py \
 	tests/test_sansio.py tests/test_client_parts.py tests/test_link_duplicates.py \
 	tests/test_publish_runs.py tests/integration/test_publish_runs.py tests/test_splice.py \
-	tests/routing/test_dedupe.py tests/routing/test_engine.py tests/integration/test_node*.py \
-	tests/integration/test_network.py tests/integration/test_network_faults.py \
+	tests/routing/test_dedupe.py tests/routing/test_engine*.py tests/integration/test_node*.py \
+	tests/integration/test_network.py tests/integration/test_network_link_options.py \
+	tests/integration/test_network_faults.py tests/integration/test_network_handshakes.py \
 	tests/integration/test_network_processes.py tests/integration/test_network_limits.py \
 	tests/integration/test_relay_runs.py \
 	tests/integration/test_fuzz*.py tests/integration/test_splice_chain.py \
@@ -32,10 +34,14 @@ $(STAMP): pyproject.toml setup.py
 run: $(STAMP)
 	$(BIN)/zbroker start $(ARGS)
 
+# the benchmarks and examples, checked as the modules their scripts import by name
+SCRIPT_MODULES := $(filter-out __init__,$(basename $(notdir $(wildcard benchmarks/*.py examples/*.py))))
+
 lint: $(STAMP)
 	$(BIN)/ruff check setup.py zbroker cli tests benchmarks examples
 	$(BIN)/ruff format --check setup.py zbroker cli tests benchmarks examples
 	$(BIN)/mypy
+	$(BIN)/mypy $(addprefix -m ,$(SCRIPT_MODULES))
 
 # the compiled modules, rebuilt where a source changed (none without Cython or a compiler)
 build: $(STAMP)

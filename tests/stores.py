@@ -59,8 +59,9 @@ def put(
     headers: dict[str, Any] | None = None,
     ts: float | None = None,
     oseq: int | None = None,
-) -> int:
-    """Queue one message under the rule that retains ``topic``; return its sequence."""
+) -> int | None:
+    """Queue one message under the rule that retains ``topic``; return its sequence (None:
+    a ``reject-new`` rule was full, as :meth:`Store.retain` says)."""
     rule = store.retain_rule(topic)
     assert rule is not None, f"no rule retains {topic!r}"
     return store.retain(

@@ -174,7 +174,8 @@ def _runs_frame(pattern: str, last: int, seqs: list[int]) -> bytes:
     entries = [[b"%d" % s, wire.FMT_BYTES, None, s, 0.0] for s in seqs]
     half = len(entries) // 2 or 1
     runs = [["A.B", "N", 1, part] for part in (entries[:half], entries[half:]) if part]
-    return pattern.encode() + b"\0" + msgpack.packb(runs) + last.to_bytes(8, "big")
+    packed: bytes = msgpack.packb(runs)
+    return pattern.encode() + b"\0" + packed + last.to_bytes(8, "big")
 
 
 _MALFORMED = {  # a frame each form's reader must drop (and live on)

@@ -138,7 +138,8 @@ def _publish_frame(draw: st.DrawFn) -> bytes:
         value = draw(st.lists(_ANY, max_size=5))
     else:
         return draw(st.binary(max_size=24))  # not necessarily msgpack at all
-    return msgpack.packb(value)  # type: ignore[no-any-return]
+    packed: bytes = msgpack.packb(value)
+    return packed
 
 
 @st.composite
@@ -146,7 +147,8 @@ def _publish_raw(draw: st.DrawFn) -> bytes:
     """A publish socket's frame: one publish, a batch of publish frames, or junk."""
     if draw(st.booleans()):
         return _publish_frame(draw)
-    return msgpack.packb([_publish_frame(draw) for _ in range(draw(st.integers(0, 4)))])  # type: ignore[no-any-return]
+    batch: bytes = msgpack.packb([_publish_frame(draw) for _ in range(draw(st.integers(0, 4)))])
+    return batch
 
 
 @st.composite
@@ -164,7 +166,8 @@ def _publish_raw_any(draw: st.DrawFn) -> bytes:
     """A publish socket's frame of any form: those of _publish_raw, or a batch of runs."""
     if draw(st.booleans()):
         return draw(_publish_raw())
-    return msgpack.packb([draw(_publish_run()) for _ in range(draw(st.integers(1, 4)))])  # type: ignore[no-any-return]
+    runs: bytes = msgpack.packb([draw(_publish_run()) for _ in range(draw(st.integers(1, 4)))])
+    return runs
 
 
 def _run_publishes(module: ModuleType, raw: bytes, topics: bool) -> Any:

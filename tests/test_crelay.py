@@ -45,7 +45,7 @@ def test_a_line_of_c_relays_passes_every_frame_once_in_order(peer_relays: Any) -
         frames = [b"BENCH.DATA %d " % i + bytes(range(256)) for i in range(50)]
         for frame in frames:
             push.send(frame)
-        got = []
+        got: list[bytes] = []
         while len(got) < len(frames) and sub.poll(5000):
             got.append(sub.recv())
         assert got == frames

@@ -73,9 +73,9 @@ def test_runs_carrying_their_bytes_go_whole(shapes: list[tuple[list[int], bool]]
         # over the bounds only a run that carries its bytes, alone in its frame
         assert n <= wire.DELIVERY_BATCH or (len(frame) == 1 and len(frame[0]) == 5)
         if len(frame) > 1:
-            carried = [r for r in frame if len(r) == 5]
-            before = frame[: frame.index(carried[-1])] if carried else []
+            carrying = [r for r in frame if len(r) == 5]
+            before = frame[: frame.index(carrying[-1])] if carrying else []
             size = sum(len(e[0]) for r in before for e in r[3])
             # a carried run joined a frame only where it fit under the bounds
-            assert not carried or size < wire.DELIVERY_BATCH_BYTES
+            assert not carrying or size < wire.DELIVERY_BATCH_BYTES
             assert not carried or sum(len(r[3]) for r in before) < wire.DELIVERY_BATCH

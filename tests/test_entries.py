@@ -34,7 +34,8 @@ _TIMES = (0.0, -0.0, -1.5, 1_764_000_000.123456, math.inf, -math.inf, math.nan)
 
 
 def _packed(entries: list[Any]) -> bytes:
-    return msgpack.Packer().pack(entries)  # type: ignore[no-any-return]
+    packed: bytes = msgpack.Packer().pack(entries)
+    return packed
 
 
 def test_the_writer_runs_wherever_the_module_is_built_from_its_source() -> None:

@@ -29,7 +29,8 @@ READS = [lone.lone_delivery, SOURCE.lone_delivery]
 
 
 def _frame(pattern: bytes, run: Any, trailer: int) -> bytes:
-    return pattern + b"\0" + msgpack.packb([run]) + trailer.to_bytes(8, "big")
+    packed: bytes = msgpack.packb([run])
+    return pattern + b"\0" + packed + trailer.to_bytes(8, "big")
 
 
 def _general(frame: bytes) -> Any:

@@ -90,7 +90,12 @@ def _flush_one(payload: bytes, limit: int) -> tuple[list[bytes], Any, Counters]:
     link.name, link.peer, link.peer_max_frame = "ab", "B", limit
     counters = Counters()
     table: Any = NS(counters=counters, dirty=[link], send_error="")
-    table.send = lambda lk, frame, now: sent.append(frame) or True
+
+    def send(lk: Any, frame: bytes, now: float) -> bool:
+        sent.append(frame)
+        return True
+
+    table.send = send
     expected = [f for f, _, _ in cut_runs(box, LINK_BATCH_BYTES, limit, _encode)]
     flush_outboxes(table)
     assert link.outbox == [] and table.dirty == []
@@ -191,7 +196,7 @@ def test_a_nodes_link_runs_end_where_its_link_frames_do(
     for a link: its outbox holds runs of at most a frame each (LINK_BATCH messages, the
     link's batch bytes), so the flush sends each run whole in a frame of its own, every
     message once and in order."""
-    link = NS(outbox=[], batch_bytes=LINK_BATCH_BYTES)
+    link: Any = NS(outbox=[], batch_bytes=LINK_BATCH_BYTES)
     pipe: Any = NS(_links=NS(dirty=[]))
     tails: list[Any] = [None]
     head = ["T", "A", 1, ["A"]]

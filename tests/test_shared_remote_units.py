@@ -16,14 +16,18 @@ from hypothesis import strategies as st
 
 from cli.queues import format_queues
 from zbroker import wire
+from zbroker.features.durables.adoption import Adoption
 from zbroker.features.durables.members import Member, Members
 from zbroker.features.durables.remote import Home, decode, sd_topic
 from zbroker.features.durables.shared import SharedConsumer, SharedState, send_shared
 from zbroker.features.durables.state import Durable
+from zbroker.store import Store
 
 
 class StubContext:
-    """What Home and Members use of a node's context, recording what they do."""
+    """What Home and Members use of a node's context, recording what they do. (It stands
+    where a node's context is typed, with a SimpleNamespace for the feature: the calls
+    that take them ignore ``arg-type``.)"""
 
     broker_id = "B"
     incarnation = 7
@@ -36,7 +40,7 @@ class StubContext:
         self.engine = SimpleNamespace(
             durable_homes=SimpleNamespace(homes={}), has_route=lambda pattern, origin: True
         )
-        self.store = None
+        self.store: Store | None = None
 
     def _originate(self, rows: list[Any], *, persistent: bool) -> list[int]:
         assert persistent
@@ -62,8 +66,8 @@ class StubContext:
 def parts() -> tuple[StubContext, Members]:
     ctx = StubContext()
     f = SimpleNamespace(durables={}, refuse=lambda req, msg: None, alive=lambda i: True)
-    home = Home(f, ctx)  # type: ignore[arg-type]
-    return ctx, Members(f, ctx, home)  # type: ignore[arg-type]
+    home = Home(f, ctx)  # type: ignore[arg-type]  # (stubs: see StubContext)
+    return ctx, Members(f, ctx, home)  # type: ignore[arg-type]  # (stubs)
 
 
 def message(payload: bytes, fmt: int = wire.FMT_MSGPACK) -> list[Any]:
@@ -80,7 +84,7 @@ def test_malformed_bodies_are_counted_and_dropped() -> None:
         (msgpack.packb({"op": "ack", "name": "n", "session": 3}), wire.FMT_MSGPACK),
         (msgpack.packb({"op": "ack", "name": "n", "session": "1"}), wire.FMT_BYTES),
     ]:
-        assert decode(ctx, message(payload, fmt)) is None  # type: ignore[arg-type]
+        assert decode(ctx, message(payload, fmt)) is None  # type: ignore[arg-type]  # (stub)
         members.take(message(payload, fmt))
     assert len(ctx.bad_seen) == 12
     assert ctx.sent == []
@@ -166,29 +170,25 @@ def test_a_home_that_does_not_know_an_accepted_session_answers_gone() -> None:
     ctx = StubContext()
     d = Durable("n", "x.>", 1, 0)
     f = SimpleNamespace(durables={"n": d}, refuse=lambda req, msg: None, alive=lambda i: True)
-    home = Home(f, ctx)  # type: ignore[arg-type]
+    home = Home(f, ctx)  # type: ignore[arg-type]  # (stubs: see StubContext)
     body = {"op": "attach", "name": "n", "session": "4", "pattern": "x.>", "credit": 10}
     home.handle("C", {**body, "members": 1, "fresh": False})
     assert ctx.sent == [(sd_topic("C"), {"op": "gone", "name": "n", "session": "4"})]
     assert d.shared is None  # (nothing attached)
 
 
-def _adoption(tmp: str) -> tuple[StubContext, Any, Any]:
-    from zbroker.features.durables.adoption import Adoption
-    from zbroker.features.durables.shared import SharedState
-    from zbroker.features.durables.state import Durable
-    from zbroker.store import Store
-
+def _adoption(tmp: str) -> tuple[StubContext, Adoption, Durable, Store]:
+    """A new home's side of a move (its store in ``tmp``), with durable ``n`` shared."""
     ctx = StubContext()
-    ctx.store = Store(Path(tmp) / "store.db")  # type: ignore[assignment]
-    ctx.store.create_durable("n", "x.>", 0)  # type: ignore[attr-defined]
+    ctx.store = store = Store(Path(tmp) / "store.db")
+    store.create_durable("n", "x.>", 0)
     d = Durable("n", "x.>", 1, 0)
     d.shared = SharedState()
     f = SimpleNamespace(
         durables={"n": d}, wake=lambda name: None, refuse=lambda req, msg: None, alive=bool
     )
-    members = Members(f, ctx, Home(f, ctx))  # type: ignore[arg-type]
-    return ctx, Adoption(f, ctx, members, {}), d  # type: ignore[arg-type]
+    members = Members(f, ctx, Home(f, ctx))  # type: ignore[arg-type]  # (stubs)
+    return ctx, Adoption(f, ctx, members, {}), d, store  # type: ignore[arg-type]  # (stubs)
 
 
 @settings(max_examples=200, deadline=None)
@@ -203,18 +203,18 @@ def test_fuzzed_move_bodies_never_raise(op: str, extra: dict[str, Any]) -> None:
     """The new home's side of a move (adoption.py) takes any body: what is malformed is
     counted as bad input, what is well formed is stored, and nothing raises."""
     with tempfile.TemporaryDirectory() as tmp:
-        ctx, adoption, _d = _adoption(tmp)
+        _ctx, adoption, _d, store = _adoption(tmp)
         adoption.ids["n"] = set()
         adoption.handle("A", {"op": op, "name": "n", "session": "1", **extra})
-        ctx.store.commit()  # type: ignore[union-attr]
-        ctx.store.close()  # type: ignore[union-attr]
+        store.commit()
+        store.close()
 
 
 def test_moved_rows_are_stored_once_with_their_move_counts() -> None:
     """Rows moved to the new home are stored in order with their move counts and flags;
     a message id that came before (straight, or in an earlier row) is dropped, counted."""
     with tempfile.TemporaryDirectory() as tmp:
-        ctx, adoption, d = _adoption(tmp)
+        ctx, adoption, d, store = _adoption(tmp)
         adoption.ids["n"] = {("P", 1, 7)}  # (published straight here during the move)
         rows = [
             [10 + n, n, n == 2, ["x.a", b"%d" % n, 0, None, "P", 1, 5 + n, 0.0]] for n in (1, 2, 3)
@@ -226,15 +226,14 @@ def test_moved_rows_are_stored_once_with_their_move_counts() -> None:
             sd_topic("A"),
             {"op": "rows_ok", "name": "n", "session": "1", "qs": [11, 12, 13, 11]},
         )
-        store = ctx.store
-        store.commit()  # type: ignore[union-attr]
-        kept = store.pending_durable("n", 0, 10)  # type: ignore[union-attr]
+        store.commit()
+        kept = store.pending_durable("n", 0, 10)
         assert [r[2] for r in kept] == [b"1", b"3"]  # (P/1/7 came straight; P/1/6 twice)
         assert [bool(r[9]) for r in kept] == [False, False]
-        assert store.durable_moves.moved("n") == {1: 1, 2: 3}  # type: ignore[union-attr]
+        assert store.durable_moves.moved("n") == {1: 1, 2: 3}
         assert ctx.dropped == ["durable_move_duplicate", "durable_move_duplicate"]
         assert d.next_q == 3
-        store.close()  # type: ignore[union-attr]
+        store.close()
 
 
 def test_an_acknowledgement_of_a_q_from_a_queue_consumed_no_more_is_not_taken_for_another() -> None:
@@ -280,6 +279,7 @@ def test_a_consumer_whose_queue_is_full_is_slow_not_gone() -> None:
         frames.append((c, q, {"name": "billing", "q": q}))
     gone: list[bytes] = []
     ctx = FullQueueContext()
+    # (a stub context, as StubContext is)
     sent = send_shared(ctx, d, frames, {}, lambda _d, ident, _why: gone.append(ident))  # type: ignore[arg-type]
     assert sent == 1 and gone == []
     assert st.redo == [1, 3] and slow.inflight == {} and list(quick.inflight) == [2]

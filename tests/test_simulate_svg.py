@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from click.testing import CliRunner
-from zbroker.cli.main import cli
+
+if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
+    from cli.main import cli
+else:
+    from zbroker.cli.main import cli
 
 TOPOLOGY = """
 [simulation]
@@ -54,8 +59,8 @@ def test_simulate_svg_draws_messages_per_link(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["simulate", str(topo), "--svg", str(out), "--json"])
     assert result.exit_code == 0, result.output
     root = ET.parse(out).getroot()
-    nodes = {g.get("data-node"): g for g in root.iter(f"{SVG}g") if g.get("data-node")}
-    links = {g.get("data-link"): g for g in root.iter(f"{SVG}g") if g.get("data-link")}
+    nodes = {g.get("data-node", ""): g for g in root.iter(f"{SVG}g") if g.get("data-node")}
+    links = {g.get("data-link", ""): g for g in root.iter(f"{SVG}g") if g.get("data-link")}
     assert sorted(nodes) == ["A", "B", "C", "D"]
     assert [nodes[n].get("data-subscriptions") for n in "ABCD"] == ["0", "1", "1", "0"]
     # link names are the simulator's; each carries exactly what was routed over it

@@ -40,7 +40,8 @@ def _frame(runs: list[list[Any]]) -> bytes:
 
 
 def _decoded(frame: bytes) -> list[Any]:
-    return msgpack.unpackb(frame, raw=False, strict_map_key=False)  # type: ignore[no-any-return]
+    value: list[Any] = msgpack.unpackb(frame, raw=False, strict_map_key=False)
+    return value
 
 
 def test_a_large_one_run_frame_keeps_its_entries_bytes() -> None:

@@ -186,4 +186,4 @@ def test_replace_names_its_source_for_retain_errors() -> None:
         cfg.replace(source="command line", retain=(RetainRule("A..B"),))
     assert cfg.replace(fsync=True).fsync is True
     with pytest.raises(ConfigError, match=r"node\.fsync"):
-        NodeConfig(fsync=1)  # type: ignore[arg-type]
+        NodeConfig(fsync=1)  # type: ignore[arg-type]  # (the wrong type tested)

@@ -68,7 +68,7 @@ def test_perf_stat_output_is_read_per_event_and_uncounted_events_left_out() -> N
 
 
 def test_stat_unusable_says_perf_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(threads_chain.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     assert threads_chain.stat_unusable() == "perf not found (apt-get install linux-perf)"
 
 

@@ -116,7 +116,7 @@ def _common(p: dict[str, Any], kind: str) -> None:
 def report_gaps(endpoint: str, gaps: dict[str, int]) -> None:
     """A subscriber's GAPS report, as the client library sends it when it sees missed
     deliveries in a pattern's sequence (sent from a raw DEALER: the count is exact)."""
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 2000)
     try:

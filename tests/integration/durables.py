@@ -207,7 +207,7 @@ def wait_ready_event(proc: Any) -> dict[str, Any]:
 
 def read_messages(proc: Any, n: int, timeout: float = WAIT) -> list[dict[str, Any]]:
     """The next ``n`` message events of a subscriber process."""
-    out = []
+    out: list[dict[str, Any]] = []
     for _ in range(n):
         event = next_event(proc, timeout)
         assert event["event"] == "msg", (event, out)

@@ -30,7 +30,11 @@ LINK_IDENT = f"{LINK_PEER}/{LINK_NAME}".encode()
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
 
-pack = msgpack.packb
+
+def pack(value: Any) -> bytes:
+    """``value`` in msgpack, with the codec's defaults (as the node's peers send it)."""
+    packed: bytes = msgpack.packb(value)
+    return packed
 
 
 def link_hello() -> dict[str, Any]:

@@ -1,28 +1,25 @@
 """The fuzz test's oracle: what the node must do with each frame (count it as bad input,
 under which reason, or take it), from the documented protocol (``zbroker.wire``'s docstring
 and codec, ``zbroker.topics``, the numbers a MSGS entry may carry so that the node's store
-can hold them), not from the node's code. :mod:`.test_fuzz` checks the node's counters
-against it exactly."""
+can hold them), not from the node's code: the publish socket, the control requests and the
+frames before a handshake, the staged writes, subscriptions. The frames of an established
+link have their own: :mod:`.fuzz_link_oracle`. :mod:`.test_fuzz` checks the node's counters
+against both exactly."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from tests.integration.fuzz_common import LIMIT, pack
+from tests.integration.fuzz_link_oracle import link_frame_outcome
 from zbroker import wire
-from zbroker.config import validate_broker_id
 from zbroker.const import LINK_FRAME_SLACK
-from zbroker.errors import ConfigError, InvalidTopic, ProtocolError
+from zbroker.errors import InvalidTopic, ProtocolError
 from zbroker.features.staging import Staging, StagingError
 from zbroker.selectors import SelectorError, selector
 from zbroker.stateful import OWNER, REMOVED, VERSION
-from zbroker.topics import validate_pattern, validate_publish_topic, validate_topic
-from zbroker.wire import frames as wire_frames
-from zbroker.wire import state as wire_state
-from zbroker.wire.frames import GAP
-from zbroker.wire.gaps import check_gap
+from zbroker.topics import validate_pattern, validate_publish_topic
 
 
 def _hashable(value: Any) -> bool:
@@ -176,12 +173,6 @@ def _state_set_outcome(body: dict[str, Any]) -> str | None:
 # every op of the protocol is a request a client may send, except the two the node sends
 _REQUEST_OPS = frozenset(wire.OPS) - {wire.DELIVER, wire.QDELIVER, wire.ERROR}
 _STAGING_OPS = frozenset({wire.STAGE, wire.STAGE_COMMIT, wire.STAGE_ABORT})
-_STATE_LINK_CHECKS: dict[int, Callable[[list[Any]], Any]] = {
-    wire.STATE_QUERY: wire_state.check_query,
-    wire.STATE_ANSWER: wire_state.check_answer,
-    wire_frames.MISSING_ASK: wire_state.check_missing_ask,
-    wire_frames.MISSING_REPLY: wire_state.check_missing_reply,
-}
 
 
 class StagingOracle:
@@ -240,222 +231,6 @@ class StagingOracle:
             return "bad_staging", 0
 
 
-#: the numbers a node takes in a MSGS entry: what its SQLite store can hold (INTEGER is
-#: signed 64-bit; a NaN ts would be NULL), ts in seconds
-_INT64_END = 2**63
-_TS_LIMIT = 1e15
-
-
-def msgs_entry_outcome(m: Any) -> str | None:
-    """The bad-input reason of one MSGS entry, None if the node takes it."""
-    try:
-        wire.check_link_msg(m)
-    except ProtocolError as exc:
-        return exc.reason
-    topic, _, _, _, _, inc, seq, ts, path, targets = m
-    if not all(type(p) is str for p in path) or (
-        targets is not None and not all(type(t) is str for t in targets)
-    ):
-        return "bad_type"  # path and targets are arrays of broker IDs
-    if not (0 <= inc < _INT64_END and 0 <= seq < _INT64_END and -_TS_LIMIT < ts < _TS_LIMIT):
-        return "bad_value"
-    try:
-        validate_topic(topic)
-    except InvalidTopic:
-        return "bad_topic"
-    return None
-
-
-def _msgr_outcome(value: list[Any], bad: Counter[str]) -> None:
-    """MSGR: a run whose shared fields are bad loses each of its entries (one reason
-    each), a bad entry only itself (zbroker/wire/runs.py)."""
-    if len(value) != 2 or type(value[1]) is not list:
-        bad["bad_shape"] += 1
-        return
-    for run in value[1]:
-        if type(run) is not list or len(run) != 6 or type(run[5]) is not list or not run[5]:
-            bad["bad_shape"] += 1  # (a run without entries too)
-            continue
-        reason = msgr_run_outcome(run)
-        if reason is not None:
-            bad[reason] += len(run[5])
-            continue
-        for e in run[5]:
-            reason = msgr_entry_outcome(e)
-            if reason is not None:
-                bad[reason] += 1
-
-
-def msgr_run_outcome(run: list[Any]) -> str | None:
-    """The bad-input reason of a MSGR run's shared fields, None if good."""
-    topic, origin, inc, path, targets, _ = run
-    if (
-        type(topic) is not str
-        or type(origin) is not str
-        or type(inc) is not int
-        or type(path) is not list
-        or (targets is not None and type(targets) is not list)
-        or not all(type(p) is str for p in path)
-        or (targets is not None and not all(type(t) is str for t in targets))
-    ):
-        return "bad_type"
-    if not 0 <= inc < _INT64_END:
-        return "bad_value"
-    try:
-        validate_topic(topic)
-    except InvalidTopic:
-        return "bad_topic"
-    return None
-
-
-def msgr_entry_outcome(e: Any) -> str | None:
-    """The bad-input reason of a MSGR entry ``[payload, fmt, headers, seq, ts]``."""
-    if type(e) is not list or len(e) != 5:
-        return "bad_shape"
-    payload, fmt, headers, seq, ts = e
-    if (
-        type(payload) is not bytes
-        or type(fmt) is not int
-        or fmt not in (0, 1)
-        or (headers is not None and type(headers) is not dict)
-        or type(seq) is not int
-        or type(ts) not in (float, int)
-    ):
-        return "bad_type"
-    if not (0 <= seq < _INT64_END and -_TS_LIMIT < ts < _TS_LIMIT):
-        return "bad_value"
-    return None
-
-
-def as_runs(entries: list[list[Any]]) -> list[list[Any]]:
-    """MSGS entries as MSGR runs: consecutive ones of one topic, origin, incarnation,
-    path and targets share a run."""
-    runs: list[list[Any]] = []
-    for topic, payload, fmt, headers, origin, inc, seq, ts, path, targets in entries:
-        head = [topic, origin, inc, path, targets]
-        if not runs or runs[-1][:5] != head:
-            runs.append([*head, []])
-        runs[-1][5].append([payload, fmt, headers, seq, ts])
-    return runs
-
-
-def pmsgs_entry_outcome(m: Any) -> str | None:
-    """The bad-input reason of a PMSGS entry the node takes under its link sequence."""
-    try:
-        wire.check_pmsgs_entry(m)
-    except ProtocolError as exc:
-        return exc.reason
-    return msgs_entry_outcome(m[1:11])
-
-
-#: the fuzz link's inbound position as the node keeps it: [epoch, last lseq taken]
-_PMSGS_POSITION: list[int] = [-1, 0]
-
-
-def _pmsgs_outcome(value: list[Any], bad: Counter[str]) -> None:
-    """PMSGS on an established link: entries are taken strictly in link-sequence order
-    (zbroker.forward); only those taken are checked further."""
-    try:
-        epoch, base, entries = wire.decode_pmsgs(value)
-    except ProtocolError as exc:
-        bad[exc.reason] += 1
-        return
-    pos = _PMSGS_POSITION
-    for m in entries:
-        try:
-            lseq = wire.pmsgs_lseq(m)
-        except ProtocolError as exc:
-            bad[exc.reason] += 1
-            continue
-        # the frame's epoch and base move the position only when an entry reaches
-        # Forwarder.accept (a frame without entries, or with only bad lseqs, moves nothing)
-        if pos[0] != epoch:
-            pos[:] = [epoch, 0]
-        pos[1] = max(pos[1], base - 1)
-        if lseq != pos[1] + 1:
-            continue  # a resend (taken before) or past a gap: waits, not bad input
-        pos[1] = lseq
-        reason = pmsgs_entry_outcome(m)
-        if reason is not None:
-            bad[reason] += 1
-
-
-def _link_frame_outcome(value: list[Any], bad: Counter[str]) -> None:
-    """A frame of a link type on an established link (BYE and well-formed REFUSE
-    excluded)."""
-    op = value[0]
-    if op == wire.HEARTBEAT:
-        return
-    if op == wire.PMSGS:
-        _pmsgs_outcome(value, bad)
-        return
-    if op == wire.PACK:
-        try:
-            wire.decode_pack(value)
-        except ProtocolError as exc:
-            bad[exc.reason] += 1
-        return
-    if op == wire.MSGS:
-        if len(value) != 2 or type(value[1]) is not list:
-            bad["bad_shape"] += 1
-            return
-        for m in value[1]:
-            reason = msgs_entry_outcome(m)
-            if reason is not None:
-                bad[reason] += 1
-        return
-    if op == wire.MSGR:
-        _msgr_outcome(value, bad)
-        return
-    if op == wire.ADVERT:
-        try:
-            _, entries = wire.decode_advert(value)
-            for pattern, origin, _path in entries:
-                try:
-                    validate_pattern(pattern)
-                    validate_broker_id(origin)
-                except (InvalidTopic, ConfigError):
-                    raise ProtocolError("bad_advert") from None
-        except ProtocolError as exc:
-            bad[exc.reason] += 1
-        return
-    if op == GAP:
-        try:
-            check_gap(value)
-        except ProtocolError as exc:
-            bad[exc.reason] += 1
-        return
-    if op == wire.QMSGS:  # queue groups: a MSGS entry ending with [target, group key]
-        try:
-            entries = wire.decode_qmsgs(value)
-        except ProtocolError as exc:
-            bad[exc.reason] += 1
-            return
-        for m in entries:
-            reason = msgs_entry_outcome(m)
-            if reason is None and (m[9] is None or len(m[9]) != 2):
-                reason = "bad_type"
-            if reason is not None:
-                bad[reason] += 1
-        return
-    if op == wire.QCAP:
-        try:
-            wire.decode_qcap(value)
-        except ProtocolError as exc:
-            bad[exc.reason] += 1
-        return
-    if op in _STATE_LINK_CHECKS:  # topics with state (zbroker.wire.state)
-        try:
-            _STATE_LINK_CHECKS[op](value)
-        except ProtocolError as exc:
-            bad[exc.reason] += 1
-        return
-    if op == wire.LINK_REFUSE:  # malformed (a well-formed one is never sent on the link)
-        bad["bad_shape"] += 1
-        return
-    bad["unexpected"] += 1  # LINK_WELCOME once the link is up
-
-
 def control_outcome(
     frame: bytes, linked: bool, staging: StagingOracle | None = None
 ) -> tuple[Counter[str], int]:
@@ -480,7 +255,7 @@ def control_outcome(
                 bad["bad_shape"] += 1
             return bad, 0  # else refused or accepted: a handshake, not bad input
         if linked:
-            _link_frame_outcome(value, bad)
+            link_frame_outcome(value, bad)
         return bad, 0  # no link: answered with LINK_REFUSE (or ignored, for BYE)
     if len(value) != 3 or type(value[1]) is not int or type(value[2]) is not dict:
         bad["bad_shape"] += 1

@@ -228,13 +228,9 @@ def test_advisory_payload_is_msgpack(pair: Callable[..., Pair]) -> None:
 # -- authentication refused (security on) ---------------------------------------------------------
 
 
-def test_auth_refused_with_security(
-    broker_factory: BrokerFactory,
-    client_factory: ClientFactory,
-    wait_until: WaitUntil,
-    tmp_path: Path,
-) -> None:
-    root = tmp_path / "keys"
+def _security(root: Path) -> Callable[..., dict[str, Any]]:
+    """Keys under ``root`` for the nodes a, b and c and the client ``watch`` (who may
+    subscribe to $ZB.>), an allowlist of a and b; returns the options of a secure node."""
     for node in ("a", "b", "c"):
         generate_keys(root / node)
     generate_keys(root / "clients", "watch")
@@ -251,6 +247,17 @@ def test_auth_refused_with_security(
             **extra,
         }
 
+    return secure
+
+
+def test_auth_refused_with_security(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    wait_until: WaitUntil,
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "keys"
+    secure = _security(root)
     b = broker_factory(broker_id="b", **secure("b"))
     link = LinkConfig(name="ab", uri=b.endpoint, peer="b", **FAST)
     a = broker_factory(broker_id="a", **secure("a", links=(link,)))

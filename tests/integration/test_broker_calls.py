@@ -6,6 +6,7 @@ chance; a CI run hung on it in stop() for its whole time.)"""
 from __future__ import annotations
 
 import threading
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -46,10 +47,16 @@ def _in_thread(fn: object, seconds: float) -> list[object]:
     return out
 
 
+def _constant(value: int, node: object) -> int:
+    """A call whose answer is ``value``, whatever the node."""
+    return value
+
+
 def test_a_call_racing_the_end_of_the_loop_raises_and_stop_still_returns(
     tmp_path: Path,
 ) -> None:
-    b = _Window(host=HOST, port=0, data_dir=tmp_path / "n").start()
+    b = _Window(host=HOST, port=0, data_dir=tmp_path / "n")
+    b.start()
     thread = b._thread
     assert thread is not None and b._cmd is not None
     try:
@@ -70,12 +77,12 @@ def test_a_call_racing_the_end_of_the_loop_raises_and_stop_still_returns(
 def test_calls_from_many_threads_each_get_their_answer(tmp_path: Path) -> None:
     # every queued call runs, however the wake-ups are spread over them
     with Broker(host=HOST, port=0, data_dir=tmp_path / "n") as b:
-        results: list[object] = []
+        results: list[int] = []
         lock = threading.Lock()
 
         def ask(i: int) -> None:
             for j in range(50):
-                value = b.call(lambda node, k=i * 100 + j: k, timeout=20.0)
+                value: int = b.call(partial(_constant, i * 100 + j), timeout=20.0)
                 with lock:
                     results.append(value)
 
@@ -113,7 +120,7 @@ def test_calls_whose_wake_ups_found_the_pipe_full_still_run(tmp_path: Path) -> N
         futures = []
         dropped = 0
         for i in range(3_000):  # what Broker.call does, without waiting for each answer
-            futures.append(node.submit(lambda node, i=i: i))
+            futures.append(node.submit(partial(_constant, i)))
             with b._cmd_lock:  # (the socket is Broker.call's: used under its lock)
                 try:
                     cmd.send(CALL, zmq.NOBLOCK)

@@ -31,7 +31,7 @@ def test_a_client_too_old_for_delivery_runs_is_named_once(
     client = client_factory(broker.endpoint)
     assert client.status()["broker_id"] == broker.broker_id  # (its session said HELLO)
     assert _warnings(caplog) == []
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     old = ctx.socket(zmq.DEALER)
     old.setsockopt(zmq.LINGER, 0)
     old.setsockopt(zmq.ROUTING_ID, b"old-client")
@@ -56,7 +56,7 @@ def test_a_client_of_protocol_2_reads_everything_and_draws_no_warning(
     that says 2 reads every delivery frame, so the node has nothing to warn about, and
     its reply tells the client it may send runs."""
     caplog.set_level(logging.WARNING, logger="zbroker.node")
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     two = ctx.socket(zmq.DEALER)
     two.setsockopt(zmq.LINGER, 0)
     try:

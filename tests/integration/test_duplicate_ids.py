@@ -151,11 +151,17 @@ def test_a_restarted_node_is_no_duplicate_of_its_former_process(
     """A node killed without a goodbye and started again (a higher incarnation, another
     process mark) while the third node still holds its links up (long heartbeats): its
     new links replace the former process's at once, on both sides; nothing is refused."""
-    slow = {"heartbeat_interval": 1.0, "heartbeat_timeout": 30.0}
     port = free_port()
     t = broker_factory(
         broker_id="t",
-        links=(LinkConfig(name="t-p", uri=f"tcp://127.0.0.1:{port}", **slow),),
+        links=(
+            LinkConfig(
+                name="t-p",
+                uri=f"tcp://127.0.0.1:{port}",
+                heartbeat_interval=1.0,
+                heartbeat_timeout=30.0,
+            ),
+        ),
     )
     config = tmp_path / "p.toml"
     config.write_text(

@@ -200,22 +200,18 @@ def test_credit_window_bounds_messages_in_flight(
 # -- 4. redelivery after a subscriber dies -------------------------------------------------------
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("credit", [1, 100], ids=["credit1", "credit100"])
-def test_unacknowledged_messages_are_redelivered_after_sigkill(
+def _killed_after_k(
     broker: Broker,
-    client_factory: ClientFactory,
     procs: Any,
     subscriber_script: Path,
     wait_until: WaitUntil,
+    n: int,
+    k: int,
     credit: int,
-) -> None:
-    n, k = 30, 12
-    setup = client_factory(broker.endpoint)
-    detach_and_sync(setup, setup.subscribe("KILL.>", lambda m: None, durable="kill"))
-    publish_all(setup, "KILL.X", numbers(n))
-    assert wait_until(lambda: durable_is(broker, "kill", stored=n), WAIT)
-
+) -> tuple[list[dict[str, Any]], int, int]:
+    """A subscriber process of the durable "kill" (holding ``n``) that takes ``k``
+    messages and dies (SIGKILL) before acknowledging the k-th: what it saw, what the
+    durable still stores, and how many were acknowledged."""
     victim = start_subscriber(
         procs,
         subscriber_script,
@@ -239,9 +235,31 @@ def test_unacknowledged_messages_are_redelivered_after_sigkill(
     assert reached or credit > 1, durable_of(broker, "kill")
     entry = durable_of(broker, "kill")
     assert entry is not None
-    stored = entry["stored"]
+    stored: int = entry["stored"]
     acked = n - stored
     assert acked <= k - 1, entry  # the K-th message was not acknowledged
+    return seen_first, stored, acked
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("credit", [1, 100], ids=["credit1", "credit100"])
+def test_unacknowledged_messages_are_redelivered_after_sigkill(
+    broker: Broker,
+    client_factory: ClientFactory,
+    procs: Any,
+    subscriber_script: Path,
+    wait_until: WaitUntil,
+    credit: int,
+) -> None:
+    n, k = 30, 12
+    setup = client_factory(broker.endpoint)
+    detach_and_sync(setup, setup.subscribe("KILL.>", lambda m: None, durable="kill"))
+    publish_all(setup, "KILL.X", numbers(n))
+    assert wait_until(lambda: durable_is(broker, "kill", stored=n), WAIT)
+
+    seen_first, stored, acked = _killed_after_k(
+        broker, procs, subscriber_script, wait_until, n, k, credit
+    )
 
     again = start_subscriber(
         procs, subscriber_script, broker.endpoint, "KILL.>", "kill", count=stored

@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -55,7 +55,18 @@ reconnect_initial_delay = 0.1
 reconnect_max_delay = 0.5
 """
 
-FAST = {
+
+class ClientTimers(TypedDict):
+    """A client's request timeout, heartbeats and redials (seconds), as Client takes them."""
+
+    timeout: float
+    heartbeat_interval: float
+    heartbeat_timeout: float
+    reconnect_initial_delay: float
+    reconnect_max_delay: float
+
+
+FAST: ClientTimers = {
     "timeout": 10.0,
     "heartbeat_interval": 0.1,
     "heartbeat_timeout": 0.6,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
@@ -12,7 +13,20 @@ from zbroker import Broker, Client, RequestError
 from zbroker.config import LinkConfig
 from zbroker.routing.durable_homes import home_key
 
-FAST = {"heartbeat_interval": 0.2, "heartbeat_timeout": 1.0, "reconnect_initial_delay": 0.1}
+
+class LinkTimers(TypedDict):
+    """A link's liveness and redial timers (seconds), as LinkConfig takes them."""
+
+    heartbeat_interval: float
+    heartbeat_timeout: float
+    reconnect_initial_delay: float
+
+
+FAST: LinkTimers = {
+    "heartbeat_interval": 0.2,
+    "heartbeat_timeout": 1.0,
+    "reconnect_initial_delay": 0.1,
+}
 
 
 def pair(

@@ -71,7 +71,7 @@ def peers(n: int, shape: str) -> list[list[int]]:
     """For each node, the earlier nodes it links to (a link is dialled from one side)."""
     if shape == "star":
         return [[]] + [[0] for _ in range(1, n)]
-    out = [[]] + [[i - 1] for i in range(1, n)]
+    out: list[list[int]] = [[]] + [[i - 1] for i in range(1, n)]
     if shape == "ring" and n > 2:
         out[-1].append(0)  # closes the loop: loop-free routing is the engine's job
     return out

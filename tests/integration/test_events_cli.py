@@ -76,9 +76,9 @@ def test_events_json_and_text(
     # text, STATS (every 0.5 s by a's [advisories] table), --count ends it
     rc, out, err = procs.run("events", "--broker", b, "-n", "2", "STATS", timeout=WAIT)
     assert rc == 0, err
-    lines = out.splitlines()
-    assert len(lines) == 2
-    for line in lines:
+    stats = out.splitlines()
+    assert len(stats) == 2
+    for line in stats:
         assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00 [ab] STATS ", line), line
         assert " counters={" in line and " rates={" in line
     assert "Traceback" not in err

@@ -14,8 +14,9 @@ in publish order, and the link queues empty at the end.
 * sticky routes over a link down longer than ``sticky_ttl`` expire, and the messages queued
   for it are dropped, counted.
 
-The fault tests with real ``zbroker start`` processes and SIGKILL are in
-``test_forward_faults.py``.
+The chain is :mod:`.forward_chain`. Full link queues (``overflow = "reject-new"``) are
+in :mod:`.test_forward_limits`; the fault tests with real ``zbroker start`` processes and
+SIGKILL in :mod:`.test_forward_faults`.
 """
 
 from __future__ import annotations
@@ -23,87 +24,31 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from zbroker.cli.format import format_status
-
-from tests.helpers import Collector
-from zbroker import Broker, Client
-from zbroker.config import LinkConfig
+from zbroker import Broker
 from zbroker.features.forward.feature import ROUTE_SETTLE
 
-from .durables import FAST_LINK, WAIT, durable_of, endpoint, numbers
+from .durables import WAIT, durable_of, numbers
+from .forward_chain import (
+    BrokerFactory,
+    ClientFactory,
+    WaitUntil,
+    b_links,
+    chain,
+    durable_payloads,
+    held,
+    links_up,
+    publish,
+    routes_to,
+    setup_durable,
+    start,
+)
 
-BrokerFactory = Callable[..., Broker]
-ClientFactory = Callable[..., Client]
-WaitUntil = Callable[..., bool]
-
-
-def chain(
-    broker_factory: BrokerFactory, free_port: Callable[[], int], tmp_path: Path
-) -> dict[str, Any]:
-    ports = {n: free_port() for n in "ABC"}
-    a = broker_factory(broker_id="A", port=ports["A"], data_dir=tmp_path / "A")
-    b = start(broker_factory, "B", ports, tmp_path)
-    c = start(broker_factory, "C", ports, tmp_path)
-    return {"A": a, "B": b, "C": c, "ports": ports}
-
-
-def start(broker_factory: BrokerFactory, name: str, ports: dict[str, int], tmp: Path) -> Broker:
-    """Start (or start again: same ID, port and data directory) node B or C."""
-    links = b_links(ports) if name == "B" else c_links(ports)
-    return broker_factory(broker_id=name, port=ports[name], data_dir=tmp / name, links=links)
-
-
-def b_links(ports: dict[str, int]) -> tuple[LinkConfig, ...]:
-    return (LinkConfig(name="ba", uri=endpoint(ports["A"]), **FAST_LINK),)
-
-
-def c_links(ports: dict[str, int]) -> tuple[LinkConfig, ...]:
-    return (LinkConfig(name="cb", uri=endpoint(ports["B"]), **FAST_LINK),)
-
-
-def links_up(broker: Broker, n: int) -> bool:
-    return sum(ln["state"] == "up" for ln in broker.status()["links"]) == n
-
-
-def routes_to(broker: Broker, pattern: str, origin: str) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = broker.call(lambda node: node.engine.interest())
-    return [r for r in rows if r["pattern"] == pattern and r["origin"] == origin]
-
-
-def held(broker: Broker) -> int:
-    return int(broker.status()["forward"]["held"])
-
-
-def durable_payloads(broker: Broker, name: str) -> list[bytes]:
-    """Every message stored in a durable queue, in queue order (read from the store)."""
-
-    def read(node: Any) -> list[bytes]:
-        node.store.commit()
-        rows = node.store.pending_durable(name, 0, 1_000_000)
-        return [r[2] for r in rows]
-
-    result: list[bytes] = broker.call(read)
-    return result
-
-
-def setup_durable(
-    nodes: dict[str, Any], client_factory: ClientFactory, wait_until: WaitUntil
-) -> Client:
-    a, b, c = nodes["A"], nodes["B"], nodes["C"]
-    assert wait_until(lambda: links_up(a, 1) and links_up(b, 2) and links_up(c, 1), WAIT)
-    sub = client_factory(c.endpoint)
-    s = sub.subscribe("SAF.>", Collector(), durable="saf")
-    s.unsubscribe()  # detached: everything stays in C's queue, where the test reads it
-    assert wait_until(lambda: bool(routes_to(a, "SAF.>", "C")), WAIT)
-    assert routes_to(a, "SAF.>", "C")[0].get("sticky") is True
-    return sub
-
-
-def publish(client: Client, payloads: list[bytes]) -> None:
-    for p in payloads:
-        client.publish("SAF.X", p, persistent=True, confirm=True)
+if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
+    from cli.format import format_status
+else:
+    from zbroker.cli.format import format_status
 
 
 def test_persistent_messages_cross_the_chain_and_queues_drain(
@@ -354,108 +299,3 @@ def test_non_persistent_messages_toward_a_down_link_are_counted_not_silent(
     publish(pub, [b"persistent"])  # after the 7 on the same path: they reached B before it
     assert wait_until(lambda: held(b) == 1, WAIT), b.status()["forward"]
     assert b.status()["counters"]["dropped"].get("link_down", 0) - before == 7
-
-
-def test_reject_new_link_queues_push_back_to_the_publisher_and_lose_nothing(
-    broker_factory: BrokerFactory,
-    client_factory: ClientFactory,
-    free_port: Callable[[], int],
-    wait_until: WaitUntil,
-    tmp_path: Path,
-) -> None:
-    """``[forward] overflow = "reject-new"``, 5 messages per link queue, C away: B's queue
-    toward C fills, B stops taking from A (no acknowledgement: A keeps them), A's queue
-    fills, and A refuses the next persistent publish with a clear error. When C is back
-    everything confirmed arrives, once, in order; nothing was dropped anywhere."""
-    import pytest
-
-    from zbroker import RequestError
-
-    ports = {n: free_port() for n in "ABC"}
-    bounded = {"forward_max_msgs": 5, "forward_overflow": "reject-new"}
-    a = broker_factory(broker_id="A", port=ports["A"], data_dir=tmp_path / "A", **bounded)
-    b = broker_factory(
-        broker_id="B", port=ports["B"], data_dir=tmp_path / "B", links=b_links(ports), **bounded
-    )
-    c = start(broker_factory, "C", ports, tmp_path)
-    nodes = {"A": a, "B": b, "C": c, "ports": ports}
-    setup_durable(nodes, client_factory, wait_until)
-    c.stop()
-    assert wait_until(lambda: links_up(b, 1), WAIT)
-    pub = client_factory(a.endpoint)
-    publish(pub, numbers(10))  # 5 wait at B (toward C), 5 at A (toward B)
-    assert wait_until(lambda: held(b) == 5 and held(a) == 5, WAIT), (
-        a.status()["forward"],
-        b.status()["forward"],
-    )
-    with pytest.raises(RequestError, match=r"store-and-forward queue of link .* is full"):
-        pub.publish("SAF.X", b"refused", persistent=True, confirm=True)
-    assert a.status()["counters"]["dropped"]["rejected_persistent"] == 1
-    assert b.status()["counters"]["dropped"].get("forward_backpressure", 0) >= 1
-    c2 = start(broker_factory, "C", ports, tmp_path)
-    assert wait_until(lambda: len(durable_payloads(c2, "saf")) >= 10, WAIT)
-    assert wait_until(lambda: held(a) == 0 and held(b) == 0, WAIT)
-    publish(pub, [b"after"])  # room again
-    assert wait_until(lambda: len(durable_payloads(c2, "saf")) == 11, WAIT)
-    assert durable_payloads(c2, "saf") == [*numbers(10), b"after"]
-    for node in (a, b):
-        assert node.status()["forward"]["dropped_full"] == 0
-
-
-def test_reject_new_holds_back_the_entries_of_a_sender_whose_store_was_wiped(
-    broker_factory: BrokerFactory,
-    client_factory: ClientFactory,
-    free_port: Callable[[], int],
-    wait_until: WaitUntil,
-    tmp_path: Path,
-) -> None:
-    """As above, B's queue toward C full (C away); then A loses its store and starts again:
-    its queue toward B has a new epoch, numbered from 1 again, while B's position for A
-    is in the old epoch. B must hold A's new entries back too (its queue toward C is
-    full), not take them and push its oldest confirmed entries out of that queue."""
-    from zbroker import RequestError
-
-    ports = {n: free_port() for n in "ABC"}
-    bounded = {"forward_max_msgs": 5, "forward_overflow": "reject-new"}
-
-    def start_a() -> Broker:
-        return broker_factory(broker_id="A", port=ports["A"], data_dir=tmp_path / "A", **bounded)
-
-    a = start_a()
-    b = broker_factory(
-        broker_id="B", port=ports["B"], data_dir=tmp_path / "B", links=b_links(ports), **bounded
-    )
-    c = start(broker_factory, "C", ports, tmp_path)
-    setup_durable({"A": a, "B": b, "C": c, "ports": ports}, client_factory, wait_until)
-    c.stop()
-    assert wait_until(lambda: links_up(b, 1), WAIT)
-    pub = client_factory(a.endpoint)
-    publish(pub, numbers(5))  # they wait at B, toward C: its queue is full
-    assert wait_until(lambda: held(b) == 5 and held(a) == 0, WAIT)
-    pub.close()
-    a.stop()
-    for f in (tmp_path / "A").glob("store.sqlite3*"):
-        f.unlink()  # A's store is lost (what it held: nothing)
-    a = start_a()
-    assert wait_until(lambda: links_up(a, 1) and links_up(b, 1), WAIT)
-    assert wait_until(lambda: bool(routes_to(a, "SAF.>", "C")), WAIT)
-    pub = client_factory(a.endpoint)
-    confirmed = []
-    for p in numbers(6, start=5):
-        try:
-            pub.publish("SAF.X", p, persistent=True, confirm=True)
-        except RequestError:
-            break
-        confirmed.append(p)
-    assert confirmed == numbers(5, start=5)  # A's own queue (5) took them, then refused
-    assert wait_until(
-        lambda: b.status()["counters"]["dropped"].get("forward_backpressure", 0) >= 1, WAIT
-    )
-    assert b.status()["forward"]["dropped_full"] == 0
-    assert held(b) == 5 and held(a) == 5
-    c2 = start(broker_factory, "C", ports, tmp_path)
-    assert wait_until(lambda: len(durable_payloads(c2, "saf")) >= 10, WAIT)
-    assert wait_until(lambda: held(a) == 0 and held(b) == 0, WAIT)
-    assert durable_payloads(c2, "saf") == numbers(10)
-    for node in (a, b):
-        assert node.status()["forward"]["dropped_full"] == 0

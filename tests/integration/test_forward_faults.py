@@ -120,7 +120,8 @@ def status(ep: str) -> dict[str, Any]:
 
 def links_up(ep: str, n: int) -> bool:
     try:
-        return sum(ln["state"] == "up" for ln in status(ep)["links"]) == n
+        up: int = sum(ln["state"] == "up" for ln in status(ep)["links"])
+        return up == n
     except Exception:
         return False
 
@@ -193,6 +194,44 @@ def check_exactly_once(events: list[tuple[int, bool]], n: int) -> None:
     )
 
 
+def inject(
+    fault: str,
+    chain: Chain,
+    sub: Any,
+    seen: Seen,
+    wait_ready: Callable[..., Any],
+    wait_until: Callable[..., bool],
+) -> Any:
+    """The fault, mid-stream: the subscriber process killed and started again, B or C
+    killed and started again, or B stopped (SIGSTOP) until its links are down for 5 s.
+    Returns the subscriber process (a new one if it was killed)."""
+    ep = chain.endpoint
+    if fault == "subscriber":
+        sub.send_signal(signal.SIGKILL)
+        sub.wait(WAIT)
+        seen.drain(sub)
+        sub = chain.subscriber()
+    elif fault in ("b_kill", "c_kill"):
+        name = "B" if fault == "b_kill" else "C"
+        node = chain.nodes[name]
+        node.send_signal(signal.SIGKILL)
+        node.wait(WAIT)
+        peer = "A" if name == "B" else "B"
+        assert wait_until(lambda: links_up(ep(peer), 0 if name == "B" else 1), WAIT)
+        chain.start(name, wait_ready)
+    elif fault == "b_stop":
+        node = chain.nodes["B"]
+        node.send_signal(signal.SIGSTOP)
+        try:
+            # A declares its link to B down; C too (its heartbeats go unanswered)
+            assert wait_until(lambda: links_up(ep("A"), 0), WAIT)
+            cut = time.monotonic()
+            assert wait_until(lambda: time.monotonic() - cut >= 5.0, 10.0)
+        finally:
+            node.send_signal(signal.SIGCONT)
+    return sub
+
+
 def run_fault(
     fault: str,
     procs: Any,
@@ -218,29 +257,7 @@ def run_fault(
 
     # steady state first: messages flow end to end
     assert wait_until(lambda: progress(N // 4), WAIT), seen.events[-5:]
-    if fault == "subscriber":
-        sub.send_signal(signal.SIGKILL)
-        sub.wait(WAIT)
-        seen.drain(sub)
-        sub = chain.subscriber()
-    elif fault in ("b_kill", "c_kill"):
-        name = "B" if fault == "b_kill" else "C"
-        node = chain.nodes[name]
-        node.send_signal(signal.SIGKILL)
-        node.wait(WAIT)
-        peer = "A" if name == "B" else "B"
-        assert wait_until(lambda: links_up(ep(peer), 0 if name == "B" else 1), WAIT)
-        chain.start(name, wait_ready)
-    elif fault == "b_stop":
-        node = chain.nodes["B"]
-        node.send_signal(signal.SIGSTOP)
-        try:
-            # A declares its link to B down; C too (its heartbeats go unanswered)
-            assert wait_until(lambda: links_up(ep("A"), 0), WAIT)
-            cut = time.monotonic()
-            assert wait_until(lambda: time.monotonic() - cut >= 5.0, 10.0)
-        finally:
-            node.send_signal(signal.SIGCONT)
+    sub = inject(fault, chain, sub, seen, wait_ready, wait_until)
     assert wait_until(lambda: progress(N - 1), WAIT * 2), (
         pub.sent,
         pub.error,

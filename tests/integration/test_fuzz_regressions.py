@@ -44,7 +44,7 @@ def _assert_survives(
 def _send_msgs_entry(raw: RawPeer, caplog: pytest.LogCaptureFixture, entry: list[Any]) -> int:
     """Send one MSGS entry on a fresh link; return how much bad input the node counted."""
     raw.handshake()
-    before = counters(raw.b)["bad_input"]
+    before: int = counters(raw.b)["bad_input"]
     raw.link.send(wire.encode_link(wire.MSGS, [entry]))
     _assert_survives(raw, caplog, raw.link)
     after: int = counters(raw.b)["bad_input"]

@@ -93,6 +93,32 @@ def _up_to(client: Client, peer: str) -> bool:
     return any(lk["peer"] == peer and lk["state"] == "up" for lk in client.status()["links"])
 
 
+def _start_chain(
+    procs: Any, tmp_path: Path, ports: dict[str, int], wait_ready: Callable[..., Any]
+) -> dict[str, Any]:
+    """The node processes of the chain A <- B <- C <- D (each dials the one before)."""
+    dials = {"A": None, "B": "A", "C": "B", "D": "C"}
+    nodes: dict[str, Any] = {}
+    for name, peer in dials.items():
+        links = "" if peer is None else LINK.format(name=f"to-{peer}", port=ports[peer])
+        cfg = tmp_path / f"{name}.toml"
+        cfg.write_text(NODE.format(id=name, port=ports[name], data=tmp_path / name, links=links))
+        nodes[name] = procs.zbroker("start", "--config", str(cfg))
+        wait_ready(f"tcp://127.0.0.1:{ports[name]}", proc=nodes[name])
+    return nodes
+
+
+def _assert_cli_told_one_gap(cli_sub: Any) -> None:
+    """``zbroker sub --json`` printed its messages and one gap notice, from C's link to B."""
+    lines = [json.loads(line) for line in cli_sub.stdout_text().splitlines()]
+    gaps = [line for line in lines if "gap" in line]
+    assert len(gaps) == 1, gaps
+    said = gaps[0]["gap"]
+    assert gaps[0]["pattern"] == "G.>" and said.pop("reason")  # (why it died: said, not empty)
+    assert said == {"node": "C", "link": "to-B", "peer": "B"}
+    assert len(lines) > 200
+
+
 def test_a_dying_link_counts_its_loss_and_tells_subscribers_downstream(
     procs: Any,
     tmp_path: Path,
@@ -102,14 +128,7 @@ def test_a_dying_link_counts_its_loss_and_tells_subscribers_downstream(
     client_factory: Callable[..., Client],
 ) -> None:
     ports = {n: free_port() for n in "ABCD"}
-    dials = {"A": None, "B": "A", "C": "B", "D": "C"}
-    nodes: dict[str, Any] = {}
-    for name, peer in dials.items():
-        links = "" if peer is None else LINK.format(name=f"to-{peer}", port=ports[peer])
-        cfg = tmp_path / f"{name}.toml"
-        cfg.write_text(NODE.format(id=name, port=ports[name], data=tmp_path / name, links=links))
-        nodes[name] = procs.zbroker("start", "--config", str(cfg))
-        wait_ready(f"tcp://127.0.0.1:{ports[name]}", proc=nodes[name])
+    nodes = _start_chain(procs, tmp_path, ports, wait_ready)
     clients = {n: client_factory(f"tcp://127.0.0.1:{ports[n]}", timeout=10.0) for n in "ACD"}
     watch = {n: Watch(clients[n]) for n in "ACD"}
     a = clients["A"]
@@ -136,13 +155,7 @@ def test_a_dying_link_counts_its_loss_and_tells_subscribers_downstream(
         assert len(gaps) == 1, (name, gaps)
         assert (gaps[0].node, gaps[0].peer) == (node, "B"), (name, gaps)
         assert watch[name].sub.gaps == 1
-    lines = [json.loads(line) for line in cli_sub.stdout_text().splitlines()]
-    gaps = [line for line in lines if "gap" in line]
-    assert len(gaps) == 1, gaps
-    said = gaps[0]["gap"]
-    assert gaps[0]["pattern"] == "G.>" and said.pop("reason")  # (why it died: said, not empty)
-    assert said == {"node": "C", "link": "to-B", "peer": "B"}
-    assert len(lines) > 200
+    _assert_cli_told_one_gap(cli_sub)
     st = a.status()
     sent = st["counters"]["forwarded"]  # A's only link was to B
     lost = sent - watch["C"].messages

@@ -86,6 +86,37 @@ def check_once(events: list[tuple[int, bool]], n: int) -> None:
     assert seen == set(range(n)), f"missing {sorted(set(range(n)) - seen)[:20]}"
 
 
+class Nodes:
+    """The ``zbroker start`` processes of DIALS, by name; H and K host ``SAF.>``."""
+
+    def __init__(
+        self,
+        procs: Any,
+        tmp_path: Path,
+        free_port: Callable[[], int],
+        wait_ready: Callable[..., Any],
+    ) -> None:
+        self.procs = procs
+        self.wait_ready = wait_ready
+        self.ports = {n: free_port() for n in DIALS}
+        self.configs: dict[str, Path] = {}
+        self.nodes: dict[str, Any] = {}
+        for name, peers in DIALS.items():
+            links = "".join(
+                LINK.format(name=f"{name.lower()}{p.lower()}", port=self.ports[p]) for p in peers
+            )
+            text = NODE.format(id=name, port=self.ports[name], data=tmp_path / name, links=links)
+            self.configs[name] = tmp_path / f"{name}.toml"
+            self.configs[name].write_text(text + (HOST if name in "HK" else ""))
+
+    def ep(self, name: str) -> str:
+        return f"tcp://127.0.0.1:{self.ports[name]}"
+
+    def start(self, name: str) -> None:
+        self.nodes[name] = self.procs.zbroker("start", "--config", str(self.configs[name]))
+        self.wait_ready(self.ep(name), proc=self.nodes[name])
+
+
 def test_a_host_killed_under_a_persistent_stream(
     procs: Any,
     tmp_path: Path,
@@ -93,25 +124,8 @@ def test_a_host_killed_under_a_persistent_stream(
     wait_ready: Callable[..., Any],
     wait_until: Callable[..., bool],
 ) -> None:
-    ports = {n: free_port() for n in DIALS}
-    configs: dict[str, Path] = {}
-    for name, peers in DIALS.items():
-        links = "".join(
-            LINK.format(name=f"{name.lower()}{p.lower()}", port=ports[p]) for p in peers
-        )
-        text = NODE.format(id=name, port=ports[name], data=tmp_path / name, links=links)
-        configs[name] = tmp_path / f"{name}.toml"
-        configs[name].write_text(text + (HOST if name in "HK" else ""))
-
-    def ep(name: str) -> str:
-        return f"tcp://127.0.0.1:{ports[name]}"
-
-    nodes = {}
-
-    def start(name: str) -> None:
-        nodes[name] = procs.zbroker("start", "--config", str(configs[name]))
-        wait_ready(ep(name), proc=nodes[name])
-
+    net = Nodes(procs, tmp_path, free_port, wait_ready)
+    ep, start, nodes = net.ep, net.start, net.nodes
     for name in DIALS:
         start(name)
     assert wait_until(lambda: links_up(ep("P"), 2) and links_up(ep("C"), 2), WAIT)

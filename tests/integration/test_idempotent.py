@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +235,21 @@ class Nodes:
         with Client(self.ep(name), timeout=5.0) as c:
             return durable_stored(c, "d")
 
+    def nothing_held(self, name: str) -> bool:
+        """Has ``name`` no message held in its forward queues?"""
+        return bool(self.status(name)["forward"]["held"] == 0)
+
+    def publisher_on_a(self) -> Client:
+        """A client whose address list names A and B, placed on A: a client picks a node
+        of its list at random, so open clients until one is on A (each try is a coin
+        toss; 30 misses in a row would be a bug, which the caller's check shows)."""
+        for _ in range(30):
+            pub = Client(f"{self.ep('A')},{self.ep('B')}", timeout=5.0, publish_timeout=WAIT)
+            if pub.hello["broker_id"] == "A":
+                break
+            pub.close()
+        return pub
+
 
 @pytest.mark.slow
 def test_retry_across_a_node_restart_is_stored_once(
@@ -286,14 +302,8 @@ def test_retry_after_failover_is_stored_once(
     with Client(nodes.ep("C"), timeout=5.0) as c:
         c.subscribe("IP.>", lambda m: None, durable="d").unsubscribe()
     for name in "AB":
-        assert wait_until(lambda name=name: nodes.routed(name), WAIT), name
-    # A first: a client picks a node of its list at random, so open clients until one is
-    # on A (each try is a coin toss; 30 misses in a row would be a bug)
-    for _ in range(30):
-        pub = Client(f"{nodes.ep('A')},{nodes.ep('B')}", timeout=5.0, publish_timeout=WAIT)
-        if pub.hello["broker_id"] == "A":
-            break
-        pub.close()
+        assert wait_until(partial(nodes.routed, name), WAIT), name
+    pub = nodes.publisher_on_a()  # A first
     c_proc = nodes.running["C"]
     try:
         assert pub.hello["broker_id"] == "A"
@@ -319,7 +329,7 @@ def test_retry_after_failover_is_stored_once(
         assert wait_until(lambda: nodes.durable("C") == 1, WAIT)
         nodes.start("A")  # its queue toward C (A's copy, if still there) goes on
         for name in "AB":
-            assert wait_until(lambda name=name: nodes.status(name)["forward"]["held"] == 0, WAIT)
+            assert wait_until(partial(nodes.nothing_held, name), WAIT)
     finally:
         c_proc.send_signal(signal.SIGCONT)
         pub.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypedDict
 
 import pytest
 import zmq
@@ -33,12 +34,22 @@ def test_the_internal_prefixes_are_the_ones_the_nodes_use() -> None:
     assert set(INTERNAL_PREFIXES) == {GROUP_PREFIX, HOME_PREFIX, SD_PREFIX, HOST_PREFIX}
 
 
+class Kind(TypedDict, total=False):
+    """What makes a subscription durable or a queue member (neither: a plain one)."""
+
+    durable: str
+    queue: str
+
+
+KINDS: tuple[Kind, ...] = ({}, {"durable": "d"}, {"queue": "w"})
+
+
 def test_the_client_refuses_internal_patterns_and_keeps_the_others(
     broker: Broker, client_factory: Callable[..., Client]
 ) -> None:
     client = client_factory(broker.endpoint)
     for pattern in ("$ZB.Q.w.jobs.>", "$ZB.DURABLE.billing", "$ZB.SD.A", "$ZB.HOST.>", "$ZB.Q"):
-        for kw in ({}, {"durable": "d"}, {"queue": "w"}):
+        for kw in KINDS:
             with pytest.raises(ReservedTopic, match="internal to the nodes"):
                 client.subscribe(pattern, Collector(), **kw)
     # the node's other $ZB topics are still for clients to subscribe to by name

@@ -72,6 +72,40 @@ class Diamond:
         self.nodes[name] = self.procs.zbroker("start", "--config", str(self.configs[name]))
         wait_ready(self.ep(name), proc=self.nodes[name])
 
+    def start_all(self, wait_ready: Callable[..., Any], wait_until: Callable[..., bool]) -> None:
+        """Start the four nodes; return once P and D have both their links up."""
+        for name in ("P", "M1", "M2", "D"):
+            self.start(name, wait_ready)
+        assert wait_until(lambda: links_up(self.ep("P"), 2) and links_up(self.ep("D"), 2), WAIT)
+
+
+def all_held_sent(net: Diamond) -> bool:
+    """Have P, M1 and M2 nothing left in their link queues?"""
+    return all(status(net.ep(name))["forward"]["held"] == 0 for name in ("P", "M1", "M2"))
+
+
+def assert_m2_carried_and_m1_is_back(net: Diamond, held: int) -> None:
+    """The stream was not held back for M1: M2 carried part of it, counted on both ends;
+    and M1 back: P's link to it is a new accepted link (M1 handshook again), which carried
+    what had waited in P's queue toward M1 (``held``), its counters on the live link."""
+    assert link(net.ep("P"), "m2-p")["msgs_out"] > 0
+    assert link(net.ep("M2"), "d-m2")["msgs_out"] > 0
+    assert link(net.ep("D"), "d-m2")["msgs_in"] > 0
+    assert link(net.ep("P"), "m1-p")["state"] == "up"
+    if held:
+        assert link(net.ep("P"), "m1-p")["msgs_out"] > 0
+
+
+def first_deliveries(seen: Seen) -> list[int]:
+    """Each message's first delivery, in order; a repeat must carry the redelivered flag."""
+    firsts: list[int] = []
+    for p, redelivered in seen.events:
+        if p in firsts:
+            assert redelivered, f"message {p} delivered twice without the redelivered flag"
+            continue
+        firsts.append(p)
+    return firsts
+
 
 def has_route(ep: str) -> bool:
     with Client(ep, timeout=5.0) as c:
@@ -81,7 +115,8 @@ def has_route(ep: str) -> bool:
 def link(ep: str, name: str) -> dict[str, Any]:
     """The status of link ``name`` (an accepted link is a new one after each handshake,
     with its own counters)."""
-    (found,) = [ln for ln in status(ep)["links"] if ln["name"] == name]
+    links: list[dict[str, Any]] = [ln for ln in status(ep)["links"] if ln["name"] == name]
+    (found,) = links
     return found
 
 
@@ -100,9 +135,7 @@ def test_a_relay_dying_in_a_mesh_keeps_exactly_once_and_order_per_route(
     wait_until: Callable[..., bool],
 ) -> None:
     net = Diamond(procs, tmp_path, free_port)
-    for name in ("P", "M1", "M2", "D"):
-        net.start(name, wait_ready)
-    assert wait_until(lambda: links_up(net.ep("P"), 2) and links_up(net.ep("D"), 2), WAIT)
+    net.start_all(wait_ready, wait_until)
     script = tmp_path / "sub.py"
     script.write_text(SUBSCRIBER)
     sub = procs.start([sys.executable, str(script), net.ep("D")])
@@ -143,32 +176,12 @@ def test_a_relay_dying_in_a_mesh_keeps_exactly_once_and_order_per_route(
     assert wait_until(all_seen, WAIT * 2), (pub.sent, pub.error, len(seen.events))
     pub.join(WAIT)
     assert pub.error is None and pub.sent == N, (pub.sent, pub.error)
-    assert wait_until(
-        lambda: (
-            status(net.ep("P"))["forward"]["held"] == 0
-            and status(net.ep("M1"))["forward"]["held"] == 0
-            and status(net.ep("M2"))["forward"]["held"] == 0
-        ),
-        WAIT,
-    )
-    # the stream was not held back for M1: M2 carried part of it, counted on both ends
-    assert link(net.ep("P"), "m2-p")["msgs_out"] > 0
-    assert link(net.ep("M2"), "d-m2")["msgs_out"] > 0
-    assert link(net.ep("D"), "d-m2")["msgs_in"] > 0
-    # and M1 back: P's link to it is a new accepted link (M1 handshook again), which
-    # carried what had waited in P's queue toward M1, its counters on the live link
-    assert link(net.ep("P"), "m1-p")["state"] == "up"
-    if held:
-        assert link(net.ep("P"), "m1-p")["msgs_out"] > 0
+    assert wait_until(lambda: all_held_sent(net), WAIT)
+    assert_m2_carried_and_m1_is_back(net, held)
     sub.stop()
     seen.drain(sub)
     # exactly once: flagged repeats skipped, each message once
-    firsts: list[int] = []
-    for p, redelivered in seen.events:
-        if p in firsts:
-            assert redelivered, f"message {p} delivered twice without the redelivered flag"
-            continue
-        firsts.append(p)
+    firsts = first_deliveries(seen)
     assert sorted(firsts) == list(range(N)), sorted(set(range(N)) - set(firsts))[:20]
     # in order along each route: at most one increasing run per route taken
     assert increasing_runs(firsts) <= 3, increasing_runs(firsts)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -60,11 +61,16 @@ def fan(broker_factory: BrokerFactory, tiers: int = 1, **options: Any) -> list[B
         link = LinkConfig(name="fan", uri=nodes[-1].endpoint, replicate=("PRICE.>",), **FAST_LINK)
         nodes.append(broker_factory(broker_id=f"S{i + 1}", links=(link,), **options))
     for node in nodes[1:]:
-        wait_for(
-            lambda n=node: n.status()["replication"]["fan"]["state"] == "in sync",
-            lambda n=node: n.status()["replication"],
-        )
+        wait_for(partial(_fan_in_sync, node), partial(_replication, node))
     return nodes
+
+
+def _replication(node: Broker) -> Any:
+    return node.status()["replication"]
+
+
+def _fan_in_sync(node: Broker) -> bool:
+    return bool(_replication(node)["fan"]["state"] == "in sync")
 
 
 def test_proceed_cancel_and_the_most_specific_handler(

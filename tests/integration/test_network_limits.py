@@ -201,7 +201,7 @@ def test_an_interest_table_fits_the_limit_of_the_neighbour_it_goes_to(
 
     n = 4_000
     a = net.start("A", max_frame_bytes=LARGE_FRAMES)
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.LINGER, 0)
     sub.setsockopt(zmq.SNDHWM, 0)
@@ -231,7 +231,7 @@ def test_a_large_interest_table_reaches_a_new_neighbour(net: Net, wait_until: Wa
 
     n = 30_000
     a = net.start("A")
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     sub = ctx.socket(zmq.SUB)  # subscribes as the client library does (pattern NUL)
     sub.setsockopt(zmq.LINGER, 0)
     sub.setsockopt(zmq.SNDHWM, 0)  # no subscription may be lost on our side
@@ -286,7 +286,11 @@ def test_a_reply_through_a_relay_never_overtakes_the_interest_in_it(
     lost = []
     for i in range(600):
         got = threading.Event()
-        sub = requester.subscribe(f"REPLY.{i}", lambda m, got=got: got.set())
+
+        def on_reply(m: Any, got: threading.Event = got) -> None:
+            got.set()
+
+        sub = requester.subscribe(f"REPLY.{i}", on_reply)
         requester.publish(f"REQ.{i}", f"REPLY.{i}".encode())
         background.publish("NOISE.X", b"n")  # traffic in the same passes
         if not got.wait(2.0):

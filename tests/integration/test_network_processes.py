@@ -229,7 +229,7 @@ def test_msgs_before_the_handshake_are_counted_in_messages(
 
     from zbroker import wire
 
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     peer = ctx.socket(zmq.ROUTER)  # plays the node the broker dials
     peer.setsockopt(zmq.LINGER, 0)
     try:

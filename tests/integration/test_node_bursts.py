@@ -186,7 +186,7 @@ def test_a_burst_is_delivered_in_batch_frames_numbered_per_message(
     order, their pattern sequence numbers 1..n without a gap."""
     n = 20_000
     pub = client_factory(broker.endpoint)
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.LINGER, 0)
     sub.setsockopt(zmq.RCVHWM, 0)  # nothing may be dropped toward this test's socket

@@ -34,7 +34,7 @@ def test_a_batch_of_runs_is_taken_as_the_publishes_it_holds(
         [5, []],  # bad_shape (a run without entries: its topic is not looked at)
         ["PR.a", [[b"6", 0, None]]],
     ]
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 0)
     try:

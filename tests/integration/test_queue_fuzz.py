@@ -44,7 +44,7 @@ def valid_entry(rng: random.Random, me: str) -> list[Any]:
     ]
 
 
-ODD = [None, -1, (1 << 64) - 1, -(1 << 63), "s", b"b", [], {}, [[]], 1.5, float("nan")]
+ODD: list[Any] = [None, -1, (1 << 64) - 1, -(1 << 63), "s", b"b", [], {}, [[]], 1.5, float("nan")]
 ODD += [True, {"a": [1]}]
 
 

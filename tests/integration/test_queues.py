@@ -238,7 +238,7 @@ def test_queues_and_routes_commands(
 ) -> None:
     import json
 
-    from tests.integration.test_cli import invoke
+    from tests.integration.cli_runs import invoke
 
     a = broker_factory(broker_id="A")
     b = broker_factory(broker_id="B", links=(link("ba", a),))

@@ -75,7 +75,10 @@ def test_seed_004_load_balancing(
         assert wait_until(lambda: members() == {"A": 1, "B": 2}, WAIT), members()
         for i in range(N):
             producer.publish("jobs.work", i)
-        counts = lambda: [len(lines(c)) for c in consumers]  # noqa: E731
+
+        def counts() -> list[int]:
+            return [len(lines(c)) for c in consumers]
+
         assert wait_until(lambda: sum(counts()) >= N, WAIT), counts()
         time.sleep(0.5)
         got = [m["payload"] for c in consumers for m in lines(c)]

@@ -19,7 +19,7 @@ from zbroker.wire.gaps import decode_gap_notice
 
 from .fuzz_common import HOST, WAIT, RawPeer, _entry, counters
 from .fuzz_common import raw as raw  # (the fixture: a node and raw sockets to it)
-from .fuzz_oracle import as_runs
+from .fuzz_link_oracle import as_runs
 
 Subscriber = tuple[list[tuple[str, str, int]], threading.Lock]
 

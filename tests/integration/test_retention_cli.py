@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from click.testing import CliRunner, Result
-from zbroker.cli.main import cli
 
 from tests.integration.retention import (
     BrokerFactory,
@@ -21,6 +21,11 @@ from zbroker import (
     Broker,
 )
 from zbroker.config import RetainRule
+
+if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
+    from cli.main import cli
+else:
+    from zbroker.cli.main import cli
 
 # -- CLI ------------------------------------------------------------------------------------------
 

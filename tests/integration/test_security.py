@@ -11,12 +11,12 @@ import re
 import shutil
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import zmq
-from zbroker.cli.format import format_status
 
 from tests.integration.secure_nodes import (
     Keys,
@@ -30,6 +30,11 @@ from zbroker import Broker, BrokerUnreachable, Client
 from zbroker.config import LinkConfig
 from zbroker.errors import ConfigError, PermissionDenied
 from zbroker.security import load_key_pair
+
+if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
+    from cli.format import format_status
+else:
+    from zbroker.cli.format import format_status
 
 
 def test_allowlisted_nodes_link_and_clients_get_every_message(
@@ -81,6 +86,30 @@ def test_node_without_allowlisted_key_cannot_link_and_existing_link_is_unaffecte
     assert b.status()["counters"]["links_up"] == 1
 
 
+def _attempt(
+    ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, **curve: bytes
+) -> zmq.Socket[bytes]:
+    """One connection attempt to ``endpoint`` (CURVE options by name, if any) that sends a
+    HELLO request, which must never reach the node."""
+    s: zmq.Socket[bytes] = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.RECONNECT_IVL, 60_000)  # one attempt within the test
+    for name, value in curve.items():
+        s.setsockopt(getattr(zmq, name), value)
+    s.connect(endpoint)
+    s.send(b"\x93\x01\x01\x80")  # a HELLO request: must never reach the node
+    return s
+
+
+def _settle(b: Broker, cond: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """The node's status once ``cond`` holds of it (5 s at most) and a moment more."""
+    deadline = time.monotonic() + 5
+    while not cond(b.status()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)  # a second count would show now
+    return b.status()
+
+
 def test_each_failed_handshake_is_counted_once(
     broker_factory: Callable[..., Broker], keys: Keys, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -90,25 +119,9 @@ def test_each_failed_handshake_is_counted_once(
     caplog.set_level(logging.WARNING, logger="zbroker.security")
     b = broker_factory(broker_id="b", **keys.options("b"))
     c_pub, c_sec = load_key_pair(keys.root / "c")
-    ctx = zmq.Context()
-
-    def attempt(**curve: bytes) -> zmq.Socket[bytes]:
-        s = ctx.socket(zmq.DEALER)
-        s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.RECONNECT_IVL, 60_000)  # one attempt within the test
-        for name, value in curve.items():
-            s.setsockopt(getattr(zmq, name), value)
-        s.connect(b.endpoint)
-        s.send(b"\x93\x01\x01\x80")  # a HELLO request: must never reach the node
-        return s
-
-    def settle(cond: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-        deadline = time.monotonic() + 5
-        while not cond(b.status()) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(0.3)  # a second count would show now
-        return b.status()
-
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    attempt = partial(_attempt, ctx, b.endpoint)
+    settle = partial(_settle, b)
     socks = []
     try:
         server = keys.node_public("b").encode()

@@ -130,7 +130,7 @@ def test_a_publish_batch_with_a_stray_element_is_still_checked(
     (Before, such a batch passed the filter unchecked: bob published where he may not.)"""
     b = broker_factory(broker_id="b", **keys.options("b"))
     public, secret = load_key_pair(keys.client("bob"))
-    push = zmq.Context.instance().socket(zmq.PUSH)
+    push: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 0)
     push.curve_publickey, push.curve_secretkey = public, secret
     push.curve_serverkey = keys.node_public("b").encode()

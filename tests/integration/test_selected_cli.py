@@ -6,13 +6,19 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from click.testing import CliRunner
-from zbroker.cli.main import cli
 
 from zbroker import Broker, Client
+
+if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
+    from cli.format import format_routes
+    from cli.main import cli
+else:
+    from zbroker.cli.format import format_routes
+    from zbroker.cli.main import cli
 
 WAIT = 20.0
 
@@ -56,8 +62,6 @@ def test_sub_selector_prints_only_what_it_selects(
 
 
 def test_routes_table_marks_selectors_and_local_branches() -> None:
-    from zbroker.cli.format import format_routes
-
     rows = [
         {"pattern": "A.>", "origin": "N2", "hops": 1, "path": ["N2"], "link": "l1",
          "selectors": ["(q > 1)", "(r = 'x')"]},

@@ -26,7 +26,8 @@ def endpoint(port: int) -> str:
 
 
 def link_to(client: Client, peer: str) -> dict[str, Any]:
-    (link,) = [ln for ln in client.status()["links"] if ln["peer"] == peer]
+    links: list[dict[str, Any]] = [ln for ln in client.status()["links"] if ln["peer"] == peer]
+    (link,) = links
     return link
 
 

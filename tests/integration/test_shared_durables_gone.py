@@ -51,6 +51,12 @@ def probe_pushed_off(node: Node) -> bool:
     return bool(_durables(node)._next_probe > time.monotonic() + 60.0)
 
 
+def attached(node: Node, name: str) -> bool:
+    """Is the durable ``name`` attached in the node's store?"""
+    assert node.store is not None
+    return name in node.store.durable_queues._attached
+
+
 def shared_row(broker: Broker, name: str) -> dict[str, Any]:
     return dict(next(d for d in broker.status()["durables"] if d["name"] == name))
 
@@ -111,7 +117,7 @@ def test_last_consumer_dead_detaches_the_durable(
         ("work", "subscriber gone")
     ]
     assert shared_row(broker, "work")["attached"] is False
-    assert not broker.call(lambda node: "work" in node.store.durable_queues._attached)
+    assert not broker.call(lambda node: attached(node, "work"))
     # the message waits for the next consumer, flagged
     late = Collector()
     client_factory(broker.endpoint).subscribe("jobs.>", late, durable="work", shared=True)

@@ -42,7 +42,7 @@ def queue_row(broker: Broker, name: str) -> dict[str, Any] | None:
 
 
 def stored(broker: Broker, name: str) -> int:
-    return next(d["stored"] for d in broker.status()["durables"] if d["name"] == name)
+    return int(next(d["stored"] for d in broker.status()["durables"] if d["name"] == name))
 
 
 def homed(
@@ -137,7 +137,10 @@ def test_consumer_moves_from_a_to_c_with_a_backlog(
     assert not any(moved.redelivered())
     # none left on A: with no consumer of its own for redistribution_delay, A moved the
     # durable to C (tests/integration/test_durable_moves.py moves a backlog)
-    holds = lambda b: any(d["name"] == "billing" for d in b.status()["durables"])  # noqa: E731
+
+    def holds(b: Broker) -> bool:
+        return any(d["name"] == "billing" for d in b.status()["durables"])
+
     assert wait_until(lambda: holds(c) and not holds(a), WAIT)
     assert stored(c, "billing") == 0
 

@@ -71,6 +71,11 @@ def once_but_flagged(deliveries: list[tuple[Any, bool]], total: int) -> set[Any]
     return {p for p, flagged in deliveries if flagged}
 
 
+def billing_stored(client: Client) -> int:
+    """Messages the durable "billing" stores on the client's node."""
+    return int(next(d["stored"] for d in client.status()["durables"] if d["name"] == "billing"))
+
+
 @pytest.mark.slow
 def test_remote_consumer_sigkilled_mid_stream(
     procs: Any,
@@ -112,10 +117,8 @@ def test_remote_consumer_sigkilled_mid_stream(
         assert wait_until(
             lambda: set(killed) | set(survivor.payloads()) == set(range(total)), WAIT
         ), len(set(killed) | set(survivor.payloads()))
-        stored = lambda: next(  # noqa: E731
-            d["stored"] for d in on_a.status()["durables"] if d["name"] == "billing"
-        )
-        assert wait_until(lambda: stored() == 0, WAIT)
+
+        assert wait_until(lambda: billing_stored(on_a) == 0, WAIT)
         time.sleep(GRACE)
         seen = Counter(survivor.payloads())
         assert all(n == 1 for n in seen.values())  # the survivor never got one twice
@@ -176,10 +179,7 @@ def test_home_killed_and_restarted_with_a_backlog(
             {p for p, _ in deliveries}
         )
         with Client(endpoint(pa), timeout=10.0) as on_a:
-            stored = lambda: next(  # noqa: E731
-                d["stored"] for d in on_a.status()["durables"] if d["name"] == "billing"
-            )
-            assert wait_until(lambda: stored() == 0, WAIT), stored()
+            assert wait_until(lambda: billing_stored(on_a) == 0, WAIT), billing_stored(on_a)
             time.sleep(GRACE)
             flagged = once_but_flagged(list(deliveries), total)
             assert queue_row(on_a, "billing")["redelivered"] == len(flagged)
@@ -220,14 +220,15 @@ def test_consumer_moves_from_a_to_c_with_a_backlog_processes(
         assert wait_until(lambda: queue_row(on_a, "billing").get("members") == {"A": 0}, WAIT)
         for i in range(total):
             on_a.publish("bill.x", i, persistent=True, confirm=i % 500 == 499)
-        stored = lambda: next(  # noqa: E731
-            d["stored"] for d in on_a.status()["durables"] if d["name"] == "billing"
-        )
-        assert stored() == total
+
+        assert billing_stored(on_a) == total
         homed(wait_until, [on_c], "billing", "A")
         moved = procs.zbroker(*sub, endpoint(pc))
         assert moved.wait_stderr("subscribed to", WAIT), moved.stderr_text()
-        got = lambda: [json.loads(x) for x in moved.stdout_text().splitlines() if x]  # noqa: E731
+
+        def got() -> list[dict[str, Any]]:
+            return [json.loads(x) for x in moved.stdout_text().splitlines() if x]
+
         assert wait_until(lambda: len(got()) >= total, WAIT), len(got())
         time.sleep(GRACE)
         payloads = [m["payload"] for m in got()]
@@ -235,7 +236,10 @@ def test_consumer_moves_from_a_to_c_with_a_backlog_processes(
         assert not any(m.get("redelivered") for m in got())
         # none left on A: after redistribution_delay (1 s) with no consumer of its own,
         # A moved the durable (and what it still held) to C, its consumer's node
-        holds = lambda c: any(d["name"] == "billing" for d in c.status()["durables"])  # noqa: E731
+
+        def holds(c: Client) -> bool:
+            return any(d["name"] == "billing" for d in c.status()["durables"])
+
         assert wait_until(lambda: holds(on_c) and not holds(on_a), WAIT)
         assert queue_row(on_c, "billing")["members"] == {"C": 1}
         assert queue_row(on_c, "billing")["stored"] == 0

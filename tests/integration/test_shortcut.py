@@ -7,7 +7,7 @@ be advertised take the general path."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sized
 from typing import Any
 
 import msgpack
@@ -153,7 +153,7 @@ def _routed_here(b: Broker) -> None:
         time.sleep(0.02)
 
 
-def _received(got: list[int], count: int) -> None:
+def _received(got: Sized, count: int) -> None:
     deadline = time.monotonic() + WAIT
     while len(got) < count and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -34,11 +34,13 @@ def node(broker_factory: BrokerFactory) -> Iterator[tuple[Broker, Peer, zmq.Sock
 
 
 def publish_frame(topic: str, payload: bytes, headers: dict[str, str] | None = None) -> bytes:
-    return msgpack.packb([topic, payload, 0, headers])
+    frame: bytes = msgpack.packb([topic, payload, 0, headers])
+    return frame
 
 
 def run_frame(topic: str, payloads: list[bytes]) -> bytes:
-    return msgpack.packb([[topic, [[p, 0, None] for p in payloads]]])
+    frame: bytes = msgpack.packb([[topic, [[p, 0, None] for p in payloads]]])
+    return frame
 
 
 def test_publishes_go_on_as_they_came_numbered_here(

@@ -46,14 +46,10 @@ def b_and_c(
     return b, at_b, at_c
 
 
-def test_a_large_frame_goes_on_as_it_came(
-    broker_factory: Callable[..., Broker],
-    client_factory: Callable[..., Client],
-    wait_until: Callable[..., bool],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # frames with a relayed run's bytes spliced in, by run width (6: MSGR, 4: delivery;
-    # not those whose entries were only written: zbroker/wire/entries.py)
+def _count_splices(monkeypatch: pytest.MonkeyPatch) -> Counter[int]:
+    """Counts, from now on, the frames with a relayed run's bytes spliced in, by run width
+    (6: MSGR, 4: delivery; not those whose entries were only written:
+    zbroker/wire/entries.py), and (under 0) the runs sent by the delivery's shortcut."""
     made: Counter[int] = Counter()
     real = splice.spliced
 
@@ -76,6 +72,16 @@ def test_a_large_frame_goes_on_as_it_came(
         real_send_run(self, pattern, head, entries, k)
 
     monkeypatch.setattr(Delivery, "send_run", counting_send_run)
+    return made
+
+
+def test_a_large_frame_goes_on_as_it_came(
+    broker_factory: Callable[..., Broker],
+    client_factory: Callable[..., Client],
+    wait_until: Callable[..., bool],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made = _count_splices(monkeypatch)
     b, at_b, at_c = b_and_c(broker_factory, client_factory, wait_until, "SPL.>")
     peer = RawPeer(b)
     o1, o2 = _run("o1", "SPL.a", 40), _run("o2", "SPL.b", 35)

@@ -11,15 +11,19 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from zbroker.cli.format import format_status
 
 from tests.helpers import Inbox
 from zbroker import Broker, Client, RequestError, wire
 from zbroker.config import RetainRule
 from zbroker.writer import StagedWriter, abort_staged, commit_staged
+
+if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
+    from cli.format import format_status
+else:
+    from zbroker.cli.format import format_status
 
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
@@ -228,7 +232,8 @@ def test_publishes_cannot_take_the_room_of_a_commit_being_published(
         w.add_raw("OUT.A", b"r", 0, None)
     token = w.finish()
     publisher = client_factory(broker.endpoint)
-    confirmed, refused = [], []
+    confirmed: list[dict[str, Any] | str] = []  # (the commit's reply, then each publish)
+    refused: list[RequestError] = []
     committing = threading.Thread(target=lambda: confirmed.append(commit_staged(writer, [token])))
     committing.start()
     while committing.is_alive():  # publishing all along the commit

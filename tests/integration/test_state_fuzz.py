@@ -87,7 +87,7 @@ def test_valid_frames_pass() -> None:
     assert wstate.check_missing_reply([58, "m", "none"]) == ("m", "none")
 
 
-BAD_LINK_FRAMES = [
+BAD_LINK_FRAMES: list[list[Any]] = [
     [wire.STATE_QUERY],
     [wire.STATE_QUERY, "q", "explode", "T.>", "N"],
     [wire.STATE_QUERY, "q", "fetch", "T..>", "N"],

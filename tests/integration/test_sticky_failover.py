@@ -23,7 +23,7 @@ from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 
 from .durables import FAST_LINK, WAIT, endpoint
-from .test_forward import routes_to
+from .forward_chain import routes_to
 
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]

@@ -104,12 +104,14 @@ def _monitor(broker: Broker) -> Monitor:
 def _churn(a: Broker, broker_factory: BrokerFactory, peers: list[str]) -> None:
     """Each of ``peers`` dials A (an accepted link on A), then stops (the link goes)."""
     for peer in peers:
-        b = broker_factory(
-            broker_id=peer, links=(LinkConfig(name="up", uri=a.endpoint, **FAST_LINK),)
-        )
-        assert wait_until(lambda p=peer: _linked(a, p), WAIT)
-        b.stop()
-        assert wait_until(lambda p=peer: not _linked(a, p), WAIT)
+        _dial_then_stop(a, broker_factory, peer)
+
+
+def _dial_then_stop(a: Broker, broker_factory: BrokerFactory, peer: str) -> None:
+    b = broker_factory(broker_id=peer, links=(LinkConfig(name="up", uri=a.endpoint, **FAST_LINK),))
+    assert wait_until(lambda: _linked(a, peer), WAIT)
+    b.stop()
+    assert wait_until(lambda: not _linked(a, peer), WAIT)
 
 
 def _linked(broker: Broker, peer: str) -> bool:

@@ -57,7 +57,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 
 def _drawn(driver: Any) -> dict[str, Any]:
     """What the page draws now: nodes, links with their states, refresh count."""
-    return driver.execute_script(
+    drawn: dict[str, Any] = driver.execute_script(
         """
         const links = {};
         for (const g of document.querySelectorAll('#map [data-link]'))
@@ -72,6 +72,7 @@ def _drawn(driver: Any) -> dict[str, Any]:
         };
         """
     )
+    return drawn
 
 
 def _wait_drawn(driver: Any, cond: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ class _Engine:
 
 def test_internal_interest_only_from_its_maker() -> None:
     engine = _Engine()
-    interest = LocalInterest(engine)  # type: ignore[arg-type]
+    interest = LocalInterest(engine)  # type: ignore[arg-type]  # (a stub: handle() only)
     made = [
         (group_key("w", "jobs.>"), "queue"),
         (home_key("billing"), homes.SOURCE + "billing"),

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from types import MethodType
 
 from zbroker.routing import (
     AdvertIn,
@@ -83,7 +84,7 @@ def test_flush_sends_changes_only_and_never_repeats() -> None:
     key = ("X", "B")
     propagation.advertise(links, key, (None, ()), ("B",), sticky=True)
     (out,) = propagation.flush(links)
-    assert (out.full, out.entries, out.sticky) == (False, (("X", "B", ("B",)),), {key})
+    assert (out.full, out.entries, out.sticky) == (False, (("X", "B", ("B",)),), frozenset({key}))
     propagation.advertise(links, key, (None, ()), ("B",), sticky=True)
     assert propagation.flush(links) == []  # the same as last sent
     propagation.withdraw(links, key)
@@ -107,8 +108,9 @@ def test_offer_table_skips_split_horizon_and_filtered_patterns() -> None:
 def test_route_is_the_routers_own_method_on_the_hot_path() -> None:
     e = RoutingEngine("B")
     # no wrapper between a node and Router.route: the engine binds it
-    assert e.route.__func__ is Router.route  # type: ignore[attr-defined]
-    assert e.local_matches.__func__ is Router.local_matches  # type: ignore[attr-defined]
+    route, matches = e.route, e.local_matches
+    assert isinstance(route, MethodType) and route.__func__ is Router.route
+    assert isinstance(matches, MethodType) and matches.__func__ is Router.local_matches
 
 
 def test_routes_are_cached_until_the_table_changes() -> None:

@@ -34,7 +34,7 @@ class _Engine:
 
 def test_a_selected_durable_is_sticky_and_selected() -> None:
     engine = _Engine()
-    interest = LocalInterest(engine)  # type: ignore[arg-type]
+    interest = LocalInterest(engine)  # type: ignore[arg-type]  # (a stub: handle() only)
     eu = selected_source("durable:eu", "(region = 'EU')")
     interest.add("ORD.>", eu)
     interest.add("ORD.>", "select:(qty > 1)")  # a live subscriber with a selector

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -24,6 +24,11 @@ from zbroker.topics import match, patterns_overlap
 
 from .test_sim_properties import Topology, draw_topic, name, patterns, settle, topologies
 from .test_sim_selectors import SELECTORS, headers
+
+if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
+    from cli.format import format_routes
+else:
+    from zbroker.cli.format import format_routes
 
 MsgId = tuple[str, int, int]
 # hosted branches over the segments the patterns draw from (a, b)
@@ -227,7 +232,7 @@ def test_every_shape_of_interest_exactly_once_while_hosts_fail_and_return(
             node = name(data.draw(st.integers(0, topo.n - 1)))
             if net.nodes[node].alive:
                 held = sorted(net.nodes[node].subs)
-                if held and data.draw(st.booleans(), label="unsubscribe"):
+                if held and bool(data.draw(st.booleans(), label="unsubscribe")):
                     net.unsubscribe(node, data.draw(st.sampled_from(held)))
                 else:
                     net.subscribe(
@@ -248,8 +253,6 @@ def test_every_shape_of_interest_exactly_once_while_hosts_fail_and_return(
 
 
 def test_routes_table_marks_a_hosted_part() -> None:
-    from zbroker.cli.format import format_routes
-
     net = line("WPH", "H")
     net.subscribe("W", ">")
     settle(net)

@@ -1,4 +1,6 @@
-"""Named scenarios on the network simulator, each with exact counts.
+"""Named scenarios on the network simulator, each with exact counts: multi-hop interest,
+rings and meshes, TTL, one-way links, include/exclude filters, static routes and conduits.
+Subscribers and nodes that leave, and failover: ``tests/routing/test_sim_churn.py``.
 
 Every scenario runs real routing engines wired by :class:`zbroker.sim.Network`; counts are
 deliveries per subscriber, message frames per (link, direction) and duplicates dropped.
@@ -6,70 +8,18 @@ deliveries per subscriber, message frames per (link, direction) and duplicates d
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 
+from tests.routing.scenarios import (
+    assert_tables_consistent,
+    frames_of,
+    got,
+    hops_of,
+    network,
+    publish,
+)
 from zbroker.routing import LinkOptions
 from zbroker.sim import Network
-
-MsgId = tuple[str, int, int]
-
-
-def network(nodes: str, links: list[tuple[str, str]], seed: int = 1) -> Network:
-    net = Network(seed=seed)
-    for n in nodes:
-        net.add_node(n)
-    for d, a in links:
-        net.add_link(d, a)
-    net.run()
-    return net
-
-
-def frames_of(net: Network, msg_id: MsgId) -> dict[tuple[str, str], int]:
-    """(link, direction) -> frames of one message."""
-    return {(link, way): n for (m, link, way), n in net.stats.crossings.items() if m == msg_id}
-
-
-def got(net: Network, msg_id: MsgId) -> Counter[tuple[str, int]]:
-    """(node, subscriber) -> deliveries of one message."""
-    return Counter((d.node, d.subscriber) for d in net.deliveries if d.msg_id == msg_id)
-
-
-def hops_of(net: Network, msg_id: MsgId) -> dict[str, int]:
-    return {d.node: d.hops for d in net.deliveries if d.msg_id == msg_id}
-
-
-def publish(net: Network, node: str, topic: str) -> MsgId:
-    msg_id = net.publish(node, topic)
-    net.run()
-    return msg_id
-
-
-def assert_tables_consistent(net: Network) -> None:
-    """Every best entry names a live subscription over a live, shortest path."""
-    live = {n for n, node in net.nodes.items() if node.alive}
-    up_links = {
-        name: link
-        for name, link in net.links.items()
-        if link.up and link.dialer in live and link.acceptor in live
-    }
-    for node_id, e in net.best_entries():
-        origin = str(e["origin"])
-        path = [str(p) for p in e["path"]]  # type: ignore[attr-defined]
-        assert origin in live, (node_id, e)
-        assert e["pattern"] in net.nodes[origin].engine.local_patterns, (node_id, e)
-        assert e["pattern"] in net.nodes[origin].refs, (node_id, e)
-        assert set(path) <= live, (node_id, e)
-        if origin == node_id:
-            assert path == [] and e["link"] is None
-            continue
-        link = up_links[str(e["link"])]
-        assert {link.dialer, link.acceptor} == {node_id, path[-1]}
-        assert path[0] == origin
-        assert e["hops"] == len(path) == net.distances(node_id)[origin], (node_id, e)
-        assert net.nodes[node_id].engine.links.keys() <= up_links.keys()
-
 
 # -- multi-hop interest ---------------------------------------------------------------------
 
@@ -278,144 +228,3 @@ def test_conduit_on_off(conduit: bool, frames: int, dropped: int) -> None:
     m2 = publish(net, "A", "T.Y")
     assert frames_of(net, m2) == {("A-B", "A>B"): frames - 1 if not conduit else 1}
     assert sorted(d.pattern for d in net.deliveries if d.msg_id == m2) == ["T.*", "T.>"]
-
-
-# -- unsubscribe ----------------------------------------------------------------------------
-
-
-def test_subscriber_leaving_empties_every_table() -> None:
-    net = network("ABCD", [("A", "B"), ("B", "C"), ("C", "D"), ("D", "A"), ("A", "C")])
-    sids = [
-        ("A", net.subscribe("A", "X.>")),
-        ("C", net.subscribe("C", "X.*")),
-        ("D", net.subscribe("D", "X.>")),
-        ("D", net.subscribe("D", "X.>")),  # second subscriber on the same pattern
-    ]
-    net.run()
-    assert net.interest_entries() > 0
-    assert_tables_consistent(net)
-    # one of two subscribers of D leaves: D's interest stays
-    net.unsubscribe(*sids[3])
-    net.run()
-    assert [(e["pattern"], e["origin"]) for e in net.nodes["B"].engine.interest()] == [
-        ("X.*", "C"),
-        ("X.>", "A"),
-        ("X.>", "D"),
-    ]
-    for node, sid in sids[:3]:
-        net.unsubscribe(node, sid)
-    net.run()
-    for sim_node in net.nodes.values():
-        assert sim_node.engine.interest() == []
-        assert sim_node.engine.entry_count() == 0
-    assert net.interest_entries() == 0
-    m = publish(net, "A", "X.1")
-    assert frames_of(net, m) == {}
-    assert got(net, m) == {}
-
-
-# -- node restart ---------------------------------------------------------------------------
-
-
-def test_middle_node_killed_and_restarted() -> None:
-    # A - M - B is the short way; A - C - D - B the long one
-    net = network("AMBCD", [("A", "M"), ("M", "B"), ("A", "C"), ("C", "D"), ("D", "B")])
-    sb = net.subscribe("B", "X")
-    net.subscribe("M", "X")  # dies with M
-    net.run()
-    m = publish(net, "A", "X")
-    assert frames_of(net, m) == {("A-M", "A>M"): 1, ("M-B", "M>B"): 1}
-    assert hops_of(net, m) == {"M": 1, "B": 2}
-
-    net.remove_node("M")
-    net.run()
-    assert_tables_consistent(net)
-    for n in "ABCD":
-        assert all(
-            e["origin"] != "M" and "M" not in e["path"]  # type: ignore[operator]
-            for e in net.nodes[n].engine.interest()
-        )
-    m = publish(net, "A", "X")
-    assert got(net, m) == {("B", sb): 1}
-    assert hops_of(net, m) == {"B": 3}
-    assert frames_of(net, m) == {("A-C", "A>C"): 1, ("C-D", "C>D"): 1, ("D-B", "D>B"): 1}
-
-    net.add_node("M")
-    net.run()
-    assert net.nodes["M"].incarnation == 2
-    assert net.nodes["M"].engine.local_patterns == frozenset()
-    assert_tables_consistent(net)
-    assert net.nodes["A"].engine.interest() == [
-        {"pattern": "X", "origin": "B", "path": ["B", "M"], "hops": 2, "link": "A-M"}
-    ]
-    m = publish(net, "A", "X")
-    assert got(net, m) == {("B", sb): 1}  # the old M subscription is gone
-    assert frames_of(net, m) == {("A-M", "A>M"): 1, ("M-B", "M>B"): 1}
-    # the restarted node publishes as a new incarnation, and B does not drop it
-    m = publish(net, "M", "X")
-    assert m == ("M", 2, 1)
-    assert got(net, m) == {("B", sb): 1}
-    assert net.stats.duplicates_dropped == 0
-
-
-def test_restart_before_drain_leaves_no_stale_interest() -> None:
-    # frames of a dead incarnation still in flight must not land on the new session
-    stale = []
-    for seed in range(10):
-        net = network("AB", [("A", "B")], seed=seed)
-        net.subscribe("B", "X")
-        net.run(until=net.now + 0.001)  # B's advert has left, not arrived ...
-        assert net._queue
-        net.remove_node("B")  # ... when B dies
-        net.add_node("B")  # and comes back without that subscription
-        net.run()
-        if net.nodes["A"].engine.interest():
-            stale.append(seed)
-    assert stale == []
-
-
-def test_link_flap_before_drain_leaves_no_stale_interest() -> None:
-    # a cut and restored link is a new session: its old frames are discarded
-    stale = []
-    for seed in range(10):
-        net = network("AB", [("A", "B")], seed=seed)
-        sid = net.subscribe("B", "X")
-        net.run(until=net.now + 0.001)  # B's advert has left, not arrived ...
-        assert net._queue
-        net.set_link("A-B", False)  # ... when the link flaps
-        net.set_link("A-B", True)
-        net.unsubscribe("B", sid)
-        net.run()
-        if net.nodes["A"].engine.interest():
-            stale.append(seed)
-    assert stale == []
-
-
-# -- failover -------------------------------------------------------------------------------
-
-
-def test_ring_failover_to_two_hop_path_and_back() -> None:
-    net = network("ABC", [("A", "B"), ("B", "C"), ("C", "A")])
-    sid = net.subscribe("C", "X")
-    net.run()
-    m = publish(net, "A", "X")
-    assert frames_of(net, m) == {("C-A", "A>C"): 1}
-    assert hops_of(net, m) == {"C": 1}
-
-    net.set_link("C-A", False)
-    net.run()
-    assert_tables_consistent(net)
-    m = publish(net, "A", "X")
-    assert got(net, m) == {("C", sid): 1}
-    assert hops_of(net, m) == {"C": 2}
-    assert frames_of(net, m) == {("A-B", "A>B"): 1, ("B-C", "B>C"): 1}
-
-    net.set_link("C-A", True)
-    net.run()
-    assert_tables_consistent(net)
-    m = publish(net, "A", "X")
-    assert got(net, m) == {("C", sid): 1}
-    assert hops_of(net, m) == {"C": 1}
-    assert frames_of(net, m) == {("C-A", "A>C"): 1}
-    assert net.stats.message_frames == 4
-    assert net.stats.duplicates_dropped == 0

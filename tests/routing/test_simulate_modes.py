@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from click.testing import CliRunner
-from zbroker.cli.main import cli
 
 from zbroker.errors import ConfigError
 from zbroker.simulate import load_topology
 from zbroker.simulate_modes import compare_modes, deep_size, parse_hosts
+
+if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
+    from cli.main import cli
+else:
+    from zbroker.cli.main import cli
 
 TOPOLOGY = """
 [simulation]

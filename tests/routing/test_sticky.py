@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from zbroker.routing import AdvertIn, LinkDown, LinkUp, LocalSubscribe, RoutingEngine
 
-from .test_engine import Wires
+from .wires import Wires
 
 
 class StickyWires(Wires):
@@ -69,6 +69,13 @@ def row(e: RoutingEngine, pattern: str) -> dict[str, object] | None:
     return rows[0] if rows else None
 
 
+def present_row(e: RoutingEngine, pattern: str) -> dict[str, object]:
+    """The row of ``pattern``, which must be there."""
+    found = row(e, pattern)
+    assert found is not None, pattern
+    return found
+
+
 def test_sticky_flag_travels_and_survives_a_cut() -> None:
     w, a, b, _ = chain()
     assert row(a, "D.>") == {
@@ -79,7 +86,7 @@ def test_sticky_flag_travels_and_survives_a_cut() -> None:
         "link": "ab",
         "sticky": True,
     }
-    assert row(a, "L.>") is not None and "sticky" not in row(a, "L.>")  # type: ignore[operator]
+    assert row(a, "L.>") is not None and "sticky" not in present_row(a, "L.>")
     w.cut("bc")
     w.pump()
     # B keeps routing D.> toward the down link; L.> is withdrawn at once, everywhere
@@ -96,7 +103,7 @@ def test_sticky_flag_travels_and_survives_a_cut() -> None:
     assert row(b, "L.>") is None and row(a, "L.>") is None
     assert b.route("D.x", ("A",), ("C",))[1] == [("bc", ("C",), 1)]
     # A still has the route via B (B advertises the ghost's entry like any best entry)
-    assert row(a, "D.>") is not None and row(a, "D.>")["link"] == "ab"  # type: ignore[index]
+    assert row(a, "D.>") is not None and present_row(a, "D.>")["link"] == "ab"
     assert a.route("D.x", (), None)[1] == [("ab", ("C",), 1)]
 
 
@@ -106,8 +113,8 @@ def test_the_link_coming_back_revives_then_the_full_table_decides() -> None:
     w.pump()
     w.up("C", "B", "bc")
     assert b.ghosts() == []
-    assert row(b, "D.>")["link"] == "bc"  # type: ignore[index]
-    assert "link_down" not in row(b, "D.>")  # type: ignore[operator]
+    assert present_row(b, "D.>")["link"] == "bc"
+    assert "link_down" not in present_row(b, "D.>")
     # C deleted the durable while away: its full table lacks D.>, so B withdraws it
     c.handle(LocalSubscribe(pattern="D.>", sticky=False))
     from zbroker.routing import LocalUnsubscribe
@@ -125,13 +132,13 @@ def test_a_live_path_beats_a_ghost_and_a_ghost_is_not_advertised_to() -> None:
     w.up("C", "B", "bc")
     c.handle(LocalSubscribe(pattern="D.>", sticky=True))
     w.pump()
-    assert row(a, "D.>")["link"] == "ac"  # type: ignore[index]
+    assert present_row(a, "D.>")["link"] == "ac"
     w.cut("ac")
     w.pump()
     # the ghost of ac holds the entry, but the live path through B wins
     assert a.ghosts() == ["ac"]
-    assert row(a, "D.>")["link"] == "ab"  # type: ignore[index]
-    assert row(a, "D.>")["path"] == ["C", "B"]  # type: ignore[index]
+    assert present_row(a, "D.>")["link"] == "ab"
+    assert present_row(a, "D.>")["path"] == ["C", "B"]
     sent_before = len(w.sent)
     a.handle(LocalSubscribe(pattern="X", sticky=True))
     w.pump()
@@ -139,8 +146,8 @@ def test_a_live_path_beats_a_ghost_and_a_ghost_is_not_advertised_to() -> None:
     # the live path goes too: the ghost takes over
     w.cut("ab")
     w.pump()
-    assert row(a, "D.>")["link"] == "ac"  # type: ignore[index]
-    assert row(a, "D.>")["link_down"] is True  # type: ignore[index]
+    assert present_row(a, "D.>")["link"] == "ac"
+    assert present_row(a, "D.>")["link_down"] is True
 
 
 def test_forget_and_restore_a_ghost() -> None:
@@ -156,7 +163,7 @@ def test_forget_and_restore_a_ghost() -> None:
     fresh = RoutingEngine("B")
     fresh.restore_ghost("bc", "C", entries)
     assert fresh.ghosts() == ["bc"]
-    assert row(fresh, "D.>")["link_down"] is True  # type: ignore[index]
+    assert present_row(fresh, "D.>")["link_down"] is True
     fresh.handle(LinkUp(link="ab", peer="A"))
     (advert,) = fresh.flush()
     assert advert.entries == (("D.>", "C", ("C", "B")),)
@@ -167,10 +174,10 @@ def test_stickiness_change_is_advertised() -> None:
     w, a, _, c = chain()
     c.handle(LocalSubscribe(pattern="L.>", sticky=True))
     w.pump()
-    assert row(a, "L.>")["sticky"] is True  # type: ignore[index]
+    assert present_row(a, "L.>")["sticky"] is True
     c.handle(LocalSubscribe(pattern="L.>", sticky=False))
     w.pump()
-    assert "sticky" not in row(a, "L.>")  # type: ignore[operator]
+    assert "sticky" not in present_row(a, "L.>")
     w.cut("bc")
     w.pump()
     assert row(a, "L.>") is None
@@ -202,14 +209,14 @@ def test_a_held_entry_ranks_below_a_live_path_beyond_the_ghosts_node() -> None:
     }  # fmt: skip
     assert p.route("D.x", (), None)[1] == [("pb", ("W",), 1)]
     # A too prefers the live path (through P, longer) to its own ghost
-    assert row(a, "D.>")["link"] == "pa"  # type: ignore[index]
+    assert present_row(a, "D.>")["link"] == "pa"
     held = [x for _, x in w.sent if x.held]
     assert held and all(x.link == "pa" for x in held)  # A told P; nobody passed it on
     w.up("A", "W", "aw")
     w.pump()
     assert a.ghosts() == []
-    assert row(p, "D.>")["link"] == "pa"  # type: ignore[index]
-    assert "held" not in row(p, "D.>")  # type: ignore[operator]
+    assert present_row(p, "D.>")["link"] == "pa"
+    assert "held" not in present_row(p, "D.>")
 
 
 def test_the_held_flag_travels_while_no_live_path_is_left() -> None:
@@ -223,10 +230,10 @@ def test_the_held_flag_travels_while_no_live_path_is_left() -> None:
     w.pump()
     w.cut("bc")
     w.pump()
-    assert row(b, "D.>")["link_down"] is True  # type: ignore[index]
-    assert row(a, "D.>")["held"] is True  # type: ignore[index]
-    assert row(d, "D.>")["held"] is True  # type: ignore[index]
+    assert present_row(b, "D.>")["link_down"] is True
+    assert present_row(a, "D.>")["held"] is True
+    assert present_row(d, "D.>")["held"] is True
     assert a.route("D.x", (), None)[1] == [("ab", ("C",), 1)]
     w.up("C", "B", "bc")
     w.pump()
-    assert "held" not in row(a, "D.>") and "held" not in row(d, "D.>")  # type: ignore[operator]
+    assert "held" not in present_row(a, "D.>") and "held" not in present_row(d, "D.>")

@@ -23,7 +23,10 @@ T, F, U = True, False, None
 def ref(node: Node, h: dict[str, Any]) -> Any:
     """The value of ``node`` (None: NULL/UNKNOWN), interpreted directly from the rules."""
     kind = node[0]
-    isnum = lambda v: type(v) in (int, float)  # noqa: E731
+
+    def isnum(v: Any) -> bool:
+        return type(v) in (int, float)
+
     if kind == "lit":
         return node[1]
     if kind == "id":

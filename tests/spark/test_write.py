@@ -68,7 +68,7 @@ def test_a_task_that_fails_once_is_retried_and_rows_arrive_once(
     client.subscribe("OUT.>", inbox)
     marker = str(tmp_path / "failed-once")
 
-    @udf("binary")  # type: ignore[misc]
+    @udf("binary")
     def fail_once(payload: bytes) -> bytes:
         ctx = TaskContext.get()
         assert ctx is not None
