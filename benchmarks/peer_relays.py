@@ -1,7 +1,7 @@
 """The floor beside the peers in ``bench_peers.py``: bare pyzmq relays, no broker.
 
 The same processes as zbroker's topologies with no broker code: each node is
-``bench_network.relay_hop_main`` (PULL, or SUB of the previous hop, -> PUB: a frame in, the
+``bnet_relays.relay_hop_main`` (PULL, or SUB of the previous hop, -> PUB: a frame in, the
 same frame out, in one Python loop), the publisher a PUSH socket sending one frame per
 message (``topic SP payload``), the subscriber a SUB socket on the last hop whose thread
 runs the callbacks, as a zbroker client's thread does. Nothing batches, routes, numbers

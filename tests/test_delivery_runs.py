@@ -78,4 +78,4 @@ def test_runs_carrying_their_bytes_go_whole(shapes: list[tuple[list[int], bool]]
             size = sum(len(e[0]) for r in before for e in r[3])
             # a carried run joined a frame only where it fit under the bounds
             assert not carrying or size < wire.DELIVERY_BATCH_BYTES
-            assert not carried or sum(len(r[3]) for r in before) < wire.DELIVERY_BATCH
+            assert not carrying or sum(len(r[3]) for r in before) < wire.DELIVERY_BATCH

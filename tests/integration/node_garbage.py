@@ -13,9 +13,9 @@ import random
 from collections import Counter
 from collections.abc import Callable
 
-import msgpack
 import zmq
 
+from tests.integration.fuzz_common import pack
 from tests.integration.one_node import HOST
 from zbroker import Broker, wire
 from zbroker.const import LINK_FRAME_SLACK
@@ -101,11 +101,6 @@ def _padded(build: Callable[[bytes], bytes], size: int) -> bytes:
         if len(frame) == size:
             return frame
     raise AssertionError(f"cannot pad to exactly {size} bytes")
-
-
-def pack(value: object) -> bytes:
-    packed: bytes = msgpack.packb(value)
-    return packed
 
 
 class Garbage:

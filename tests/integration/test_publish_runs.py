@@ -66,7 +66,7 @@ def test_a_client_publishes_runs_to_a_node_that_reads_them(
 ) -> None:
     """Through real clients: the node says client_protocol 3 in its HELLO reply, so a
     burst on three topics travels as batches of runs (the form is checked on a raw socket
-    in tests/test_publish_runs.py) and arrives whole, in order, headers and all."""
+    in tests/test_publisher_batches.py) and arrives whole, in order, headers and all."""
     assert CLIENT_PROTOCOL >= PUBLISH_RUNS
     pub = client_factory(broker.endpoint)
     assert pub.status()["broker_id"] == broker.broker_id  # connected (HELLO answered)
