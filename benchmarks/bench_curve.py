@@ -48,6 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import snapshot_sources
+from bn_child import guard
 
 HOST = "127.0.0.1"
 TOPIC = "BENCH.DATA"
@@ -63,16 +64,7 @@ def log(*args: Any) -> None:
 
 def _guard_child() -> None:
     """Exit this child if the parent disappears or the hard deadline passes."""
-    parent = os.getppid()
-    end = time.monotonic() + CHILD_DEADLINE_S
-
-    def watch() -> None:
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != parent or time.monotonic() > end:
-                os._exit(3)
-
-    threading.Thread(target=watch, daemon=True).start()
+    guard(CHILD_DEADLINE_S)
 
 
 def _cpu_s() -> float:

@@ -46,6 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import snapshot_sources
+from bn_child import guard
 
 HOST = "127.0.0.1"
 TOPIC = "BENCH.DATA"
@@ -64,16 +65,8 @@ def log(*args: Any) -> None:
 
 
 def _guard_child() -> None:
-    parent = os.getppid()
-    end = time.monotonic() + CHILD_DEADLINE_S
-
-    def watch() -> None:
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != parent or time.monotonic() > end:
-                os._exit(3)
-
-    threading.Thread(target=watch, daemon=True).start()
+    """Exit this child if the parent disappears or the hard deadline passes."""
+    guard(CHILD_DEADLINE_S)
 
 
 def node_main(q: Any, name: str, data_dir: str, peer: str | None, stop: Any) -> None:
