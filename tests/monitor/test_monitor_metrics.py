@@ -108,14 +108,24 @@ def _churn(a: Broker, broker_factory: BrokerFactory, peers: list[str]) -> None:
 
 
 def _dial_then_stop(a: Broker, broker_factory: BrokerFactory, peer: str) -> None:
+    """``peer`` dials A and stops once A's link has carried bytes both ways (its first
+    heartbeat out may come up to an interval after the link is up: a peer stopped at once
+    could leave A's bytes out at 0, which the callers do not mean to test)."""
     b = broker_factory(broker_id=peer, links=(LinkConfig(name="up", uri=a.endpoint, **FAST_LINK),))
-    assert wait_until(lambda: _linked(a, peer), WAIT)
+    assert wait_until(lambda: _carried_both_ways(a, peer), WAIT)
     b.stop()
     assert wait_until(lambda: not _linked(a, peer), WAIT)
 
 
 def _linked(broker: Broker, peer: str) -> bool:
     return any(ln["peer"] == peer for ln in broker.status()["links"])
+
+
+def _carried_both_ways(broker: Broker, peer: str) -> bool:
+    return any(
+        ln["peer"] == peer and ln["bytes_in"] > 0 and ln["bytes_out"] > 0
+        for ln in broker.status()["links"]
+    )
 
 
 def test_links_gone_are_not_held_by_a_monitor_nobody_reads(broker_factory: BrokerFactory) -> None:
