@@ -36,7 +36,6 @@ import datetime as dt
 import json
 import multiprocessing as mp
 import os
-import queue
 import shutil
 import statistics
 import sys
@@ -49,6 +48,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import snapshot_sources
 from bn_child import guard
+from bn_procs import _Inbox
 
 HOST = "127.0.0.1"
 TOPIC = "BENCH.DATA"
@@ -146,25 +146,6 @@ def pub_main(q: Any, endpoint: str, secure: dict[str, str] | None, n: int) -> No
             publish(TOPIC, PAYLOAD)
         t1 = time.perf_counter_ns()
         q.put(("pub", {"t0_ns": t0, "t1_ns": t1, "cpu_s": _cpu_s() - cpu0}))
-
-
-class _Inbox:
-    def __init__(self, q: Any) -> None:
-        self.q = q
-        self.stash: dict[str, Any] = {}
-
-    def get(self, key: str, timeout: float) -> Any:
-        end = time.monotonic() + timeout
-        while key not in self.stash:
-            left = end - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"no '{key}' from a child within {timeout:g} s")
-            try:
-                tag, value = self.q.get(timeout=min(left, 1.0))
-            except queue.Empty:
-                continue
-            self.stash[tag] = value
-        return self.stash.pop(key)
 
 
 def _stop(procs: list[Any]) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from zbroker import Broker
 
 from .durables import WAIT, numbers
@@ -37,7 +39,6 @@ def test_reject_new_link_queues_push_back_to_the_publisher_and_lose_nothing(
     toward C fills, B stops taking from A (no acknowledgement: A keeps them), A's queue
     fills, and A refuses the next persistent publish with a clear error. When C is back
     everything confirmed arrives, once, in order; nothing was dropped anywhere."""
-    import pytest
 
     from zbroker import RequestError
 
