@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,8 @@ from types import ModuleType
 from typing import Any
 
 import zbroker
-from zbroker import Message
+from tests.processes import Proc
+from zbroker import BrokerUnreachable, Client, Message
 
 ROOT = Path(zbroker.__file__).resolve().parent.parent
 
@@ -90,3 +92,42 @@ def from_source(module: ModuleType) -> ModuleType:
     sys.modules[spec.name] = source  # (a dataclass looks its module up by name)
     spec.loader.exec_module(source)
     return source
+
+
+def wait_ready(endpoint: str, timeout: float = 20.0, proc: Proc | None = None) -> dict[str, Any]:
+    """Poll the node at ``endpoint`` until a HELLO succeeds; return the HELLO reply.
+
+    Raises TimeoutError after ``timeout`` seconds (each attempt is bounded too), or
+    RuntimeError at once if ``proc`` (the node's process) has exited.
+    """
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(
+                f"{proc.describe()} exited with {proc.returncode} before it was ready; "
+                f"stderr: {proc.stderr_text()!r}"
+            )
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no node answered HELLO at {endpoint} within {timeout:g} s") from (
+                last
+            )
+        try:
+            # A DEALER queues the HELLO until the connection is up, so one attempt
+            # succeeds as soon as the node binds within the attempt's timeout.
+            with Client(endpoint, timeout=max(0.2, min(left, 2.0))) as client:
+                return dict(client.hello)
+        except BrokerUnreachable as exc:
+            last = exc
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 15.0, interval: float = 0.01) -> bool:
+    """Poll ``cond`` until it is true (returns True) or ``timeout`` passes (returns False)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if cond():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)

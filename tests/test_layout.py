@@ -4,7 +4,10 @@
   (shared machinery, such as the credit window, is a module of its own);
 * no file in ``zbroker/``, ``cli/``, ``tests/``, ``benchmarks/`` or ``examples/`` is over 400
   lines, no function over 60 (a test or a benchmark is read as often as the code it measures);
-* every module opens with a docstring saying what it owns.
+* every module opens with a docstring saying what it owns;
+* no test, benchmark or example imports a ``conftest`` module: pytest imports each as a
+  module of its own, so an import makes a second copy with its own state (two registries
+  of handed-out ports could hand out the same port).
 """
 
 from __future__ import annotations
@@ -86,7 +89,30 @@ def test_module_size_and_docstring(path: Path) -> None:
     assert long == [], f"functions over {MAX_FUNCTION_LINES} lines: {long}"
 
 
+def _conftest_imports(source: str) -> list[str]:
+    """The ``conftest`` modules a source imports (``import``/``from ... import``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        found += [n for n in names if n.split(".")[-1] == "conftest"]
+    return found
+
+
+def test_nothing_imports_a_conftest() -> None:
+    bad = {
+        p.relative_to(ROOT).as_posix(): found
+        for p in _sources()
+        if (found := _conftest_imports(p.read_text("utf-8")))
+    }
+    assert bad == {}, "import the helper from the module that owns it (tests.ports, ...)"
+
+
 def test_the_checks_can_fail() -> None:
+    assert _conftest_imports("from tests.conftest import free_port") == ["tests.conftest"]
+    assert _conftest_imports("import conftest") == ["conftest"]
+    assert _conftest_imports("from tests.ports import free_port") == []
     assert _feature_of("zbroker.features.durables.pump") == "durables"
     assert _feature_of("zbroker.features") is None
     assert _feature_of("zbroker.node.kernel") is None

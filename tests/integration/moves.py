@@ -9,7 +9,6 @@ import threading
 import time
 from typing import Any
 
-from tests.conftest import free_port
 from tests.helpers import Collector
 from tests.integration.test_shared_remote import (
     GRACE,
@@ -20,6 +19,7 @@ from tests.integration.test_shared_remote import (
     link,
     queue_row,
 )
+from tests.ports import free_port
 from zbroker import Broker, Client
 from zbroker.client import Message
 

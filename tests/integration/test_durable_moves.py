@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import free_port
 from tests.helpers import Collector
 from tests.integration.moves import (
     Slow,
@@ -35,6 +34,7 @@ from tests.integration.test_shared_remote import (
     link,
     queue_row,
 )
+from tests.ports import free_port
 from zbroker import Broker
 
 

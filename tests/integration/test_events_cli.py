@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import Procs
+from tests.processes import Procs
 from zbroker import Client
 
 HOST = "127.0.0.1"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fault_mesh import NODES, run
 
-from tests.conftest import ZBROKER_SCRIPT
+from tests.processes import ZBROKER_SCRIPT
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_ready, wait_until
+from tests.helpers import wait_ready, wait_until
 from zbroker import Broker, Client, ClientClosed, PublishTimeout, RequestError, wire
 from zbroker.store import RetainRule
 

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_until
-from tests.helpers import Collector
+from tests.helpers import Collector, wait_until
 from zbroker import Broker, Client
 from zbroker.errors import ConfigError, RequestError
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_ready, wait_until
+from tests.helpers import wait_ready, wait_until
 from zbroker import Client, wire
 from zbroker.writer import StagedWriter, commit_staged
 

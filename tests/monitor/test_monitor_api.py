@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import wait_until
-from tests.helpers import Collector
+from tests.helpers import Collector, wait_until
 from tests.monitor.helpers import (
     FAST_LINK,
     FAST_MONITOR,

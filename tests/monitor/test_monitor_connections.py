@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.helpers import wait_until
 from tests.monitor.helpers import FAST_MONITOR, get, monitor_url
 from zbroker import Broker
 from zbroker.features.monitor import server

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.helpers import wait_until
 from tests.monitor.helpers import FAST_MONITOR, get, monitor_url, sample, scrape
 from zbroker import Broker
 from zbroker.features.monitor import Monitor

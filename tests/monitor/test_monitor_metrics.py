@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import free_port, wait_until
+from tests.helpers import wait_until
 from tests.monitor.helpers import (
     FAST_LINK,
     FAST_MONITOR,
@@ -19,6 +19,7 @@ from tests.monitor.helpers import (
     sample,
     scrape,
 )
+from tests.ports import free_port
 from zbroker import Broker
 from zbroker.config import LinkConfig
 from zbroker.features.monitor import Monitor, snapshot

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Procs
 from tests.helpers import Collector
 from tests.monitor.helpers import get
+from tests.processes import Procs
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 
