@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         "open_slowdown": round(open_slowdown, 3),
         "cpu_ratio": {
             mode: {
-                role: round(med[mode][f"cpu_{role}"] / med["plain"][f"cpu_{role}"], 3)
+                role: _cpu_ratio(med[mode][f"cpu_{role}"], med["plain"][f"cpu_{role}"])
                 for role in ("node", "publisher", "subscriber")
             }
             for mode in ("curve", "curve-open")
@@ -285,6 +285,16 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print_result(result, (slowdown, pub_slowdown, open_slowdown))
     return 0
+
+
+def _cpu_ratio(mode: float, plain: float) -> float | None:
+    """mode/plain CPU, or None when plain measured no CPU (a run of a few messages can
+    end within one tick of the CPU clock)."""
+    return round(mode / plain, 3) if plain else None
+
+
+def _times(ratio: float | None) -> str:
+    return "n/a (too short to measure)" if ratio is None else f"{ratio:.2f}x"
 
 
 def run_all(repeat: int, messages: int) -> list[dict[str, Any]]:
@@ -349,8 +359,8 @@ def print_result(result: dict[str, Any], slowdowns: tuple[float, float, float]) 
     for mode in ("curve", "curve-open"):
         c = result["cpu_ratio"][mode]
         print(
-            f"  CPU {mode}/plain: node {c['node']:.2f}x, publisher {c['publisher']:.2f}x, "
-            f"subscriber {c['subscriber']:.2f}x"
+            f"  CPU {mode}/plain: node {_times(c['node'])}, publisher {_times(c['publisher'])}, "
+            f"subscriber {_times(c['subscriber'])}"
         )
     verdict = "OK" if result["ok"] else "MISSED"
     print(
