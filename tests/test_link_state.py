@@ -141,6 +141,10 @@ def test_hello_round_trip_and_refusals() -> None:
         ("heartbeat_timeout", 0),
         ("heartbeat_timeout", 1.0),  # not above the interval (1.0): silent between beats
         ("heartbeat_interval", 5.0),
+        ("incarnation", -1),
+        ("incarnation", 1 << 63),  # beyond what a message's incarnation may be on the wire
+        ("incarnation", 1.0),
+        ("incarnation", None),
     ],
 )
 def test_a_malformed_hello_names_its_field(field: str, value: Any) -> None:

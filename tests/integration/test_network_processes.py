@@ -260,3 +260,34 @@ def test_msgs_before_the_handshake_are_counted_in_messages(
         assert c["delivered"] == 0 and c["forwarded"] == 0
     finally:
         peer.close()
+
+
+@pytest.mark.parametrize("bad", [-1, 1 << 63, "7"])
+def test_a_welcome_with_a_bad_incarnation_is_bad_input_and_no_link(
+    broker_factory: BrokerFactory, wait_until: WaitUntil, bad: Any
+) -> None:
+    """A peer whose LINK_WELCOME states an incarnation that is not an integer in
+    0..2**63-1 (what every message's incarnation must be on the wire): the frame is bad
+    input (``bad_type``), the link does not come up and the node keeps running."""
+    import zmq
+
+    from zbroker import wire
+
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+    peer = ctx.socket(zmq.ROUTER)  # plays the node the broker dials
+    peer.setsockopt(zmq.LINGER, 0)
+    try:
+        port = peer.bind_to_random_port(f"tcp://{HOST}")
+        b = broker_factory(links=(LinkConfig(name="odd", uri=endpoint(port)),))
+        assert peer.poll(int(WAIT * 1000)), "the broker never dialled"
+        ident, hello = peer.recv_multipart()
+        info = dict(wire.decode_frame(hello)[1])
+        welcome = {**info, "id": "rawpeer", "name": "odd", "incarnation": bad}
+        peer.send_multipart([ident, wire.encode_link(wire.LINK_WELCOME, welcome)])
+        assert wait_until(lambda: counters(b)["bad_input"] == 1, WAIT), counters(b)
+        assert counters(b)["dropped"]["bad_input.bad_type"] == 1
+        assert [x["state"] for x in b.status()["links"]] != ["up"]
+        assert counters(b)["links_up"] == 0
+        assert b.status()["broker_id"] == b.broker_id  # still answering
+    finally:
+        peer.close()

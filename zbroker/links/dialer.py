@@ -29,6 +29,7 @@ from .handshake import (
     Repeats,
     describe,
     hello_body,
+    incarnation_of,
     instance_of,
     peer_frame_max,
     problem,
@@ -160,9 +161,9 @@ class Dialer:
             raise ProtocolError("unexpected", f"frame type {op} before the handshake finished")
         info = wire.check_link_map(value)
         peer = info.get("id")
-        inc = info.get("incarnation")
-        if not isinstance(peer, str) or type(inc) is not int:
-            raise ProtocolError("bad_type", "LINK_WELCOME needs id and incarnation")
+        if not isinstance(peer, str):
+            raise ProtocolError("bad_type", "LINK_WELCOME needs an id string")
+        inc = incarnation_of(info, "LINK_WELCOME")
         trouble = problem(self._table.me, peer, info)
         peer_max = 0
         instance = ""

@@ -124,9 +124,7 @@ def parse_hello(info: dict[str, Any], own_max: int) -> Hello:
         raise ProtocolError("bad_type", "LINK_HELLO needs id and name strings")
     validate_broker_id(peer)
     validate_broker_id(name)
-    inc = info.get("incarnation")
-    if type(inc) is not int:
-        raise ProtocolError("bad_type", "LINK_HELLO incarnation must be an integer")
+    inc = incarnation_of(info, "LINK_HELLO")
     options = LinkOptions(
         ttl=_int(info, "ttl", 1, 255),
         conduit=_bool(info, "conduit"),
@@ -172,6 +170,15 @@ def problem(me: Me, peer: str, info: dict[str, Any]) -> str | None:
     if version != PROTOCOL_VERSION:
         return f"refused peer {peer}: protocol version {version!r}, we speak {PROTOCOL_VERSION}"
     return None
+
+
+def incarnation_of(info: dict[str, Any], frame: str) -> int:
+    """The incarnation a HELLO or WELCOME states: an integer in 0..2**63-1, as every
+    message's incarnation is on the wire (it is compared with theirs)."""
+    v = info.get("incarnation")
+    if type(v) is not int or not 0 <= v < 1 << 63:
+        raise ProtocolError("bad_type", f"{frame} incarnation must be an integer in 0..2**63-1")
+    return v
 
 
 def instance_of(info: dict[str, Any]) -> str:
