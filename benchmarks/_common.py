@@ -57,6 +57,14 @@ def build_copy(tmp: Path, repo: Path = REPO) -> None:
     does: the build's own files go beside the copy, and only the modules whose source no
     longer matches its extension's stamp are rebuilt (the changed ones)."""
     shutil.copytree(repo / "cli", tmp / "cli", ignore=shutil.ignore_patterns("__pycache__"))
+    # The repo's last build: Cython's C files and setuptools' build tree, whose extensions
+    # an in-place build compiles and then copies beside the sources. Copied with their
+    # mtimes (as the sources' are), the unchanged modules are up to date for Cython and
+    # setuptools alike; without them every module is translated and compiled again.
+    built = repo / "build"
+    for part in sorted(built.glob("cython")) + sorted(built.glob("lib.*")):
+        if not (tmp / "build" / part.name).exists():
+            shutil.copytree(part, tmp / "build" / part.name)
     for name in ("setup.py", "pyproject.toml", "README.md"):
         shutil.copy(repo / name, tmp / name)
     done = subprocess.run(
