@@ -30,6 +30,8 @@ from .errors import (
     PublishTimeout,
     RequestError,
     ReservedTopic,
+    SelectorError,
+    SubscriptionCancelled,
     ZBrokerError,
 )
 from .process import tune_gc, tune_malloc
@@ -56,7 +58,9 @@ __all__ = [
     "PublishTimeout",
     "RequestError",
     "ReservedTopic",
+    "SelectorError",
     "Subscription",
+    "SubscriptionCancelled",
     "ZBrokerError",
     "__version__",
     "load_config",
