@@ -117,6 +117,8 @@ def _identity_rows(status: dict[str, Any]) -> Rows:
         ("broker id", str(status.get("broker_id"))),
         ("incarnation", str(status.get("incarnation"))),
     ]
+    if "version" in status:  # linked nodes must speak the same one
+        rows.append(("protocol version", str(status["version"])))
     if "group" in status:
         rows.append(("group", str(status["group"])))
     rows.append(("uptime", f"{status.get('uptime', 0):.1f} s"))
@@ -136,7 +138,16 @@ def _counter_rows(c: dict[str, Any]) -> Rows:
         rows.append(("no subscriber", str(c["unrouted"])))
     for reason, n in c.get("dropped", {}).items():
         rows.append((f"dropped: {reason}", str(n)))
+    # every other counter under its own name (as --json, the docs and the metrics name
+    # them): forwarded, duplicates, links_up, shortcut, durable_moves, ...
+    rows += [(k, str(v)) for k, v in c.items() if k not in _COUNTERS_SHOWN and type(v) is int]
     return rows
+
+
+#: counters the rows above (or the security rows, which show auth failures) already show
+_COUNTERS_SHOWN = frozenset(
+    {"received", "delivered", "bad_input", "unrouted", "dropped", "auth_failures"}
+)
 
 
 def _security_rows(sec: dict[str, Any]) -> Rows:

@@ -35,6 +35,11 @@ def test_status_table(broker: Broker, client_factory: ClientFactory) -> None:
     assert re.search(r"^received\s+1$", out, re.M), out
     assert re.search(r"^subscriptions\s+1$", out, re.M), out
     assert "TABLE.>" in out
+    # what the README says the text shows: the protocol version, and every other counter
+    # under the name --json, the docs and the metrics give it
+    assert re.search(rf"^protocol version\s+{broker.status()['version']}$", out, re.M), out
+    for name in ("forwarded", "duplicates", "shortcut", "durable_moves", "durable_adopted"):
+        assert re.search(rf"^{name}\s+\d+$", out, re.M), (name, out)
 
 
 def test_status_text_lists_a_few_patterns_and_counts_the_rest(
