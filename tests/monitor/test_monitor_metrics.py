@@ -1,4 +1,5 @@
-"""/metrics against what the node counts: refusals under the right reason, one series
+"""/metrics against what the node counts: publishes nobody wanted (not drops), refusals
+under the right reason, one series
 per link (two links of one name to one peer are two series), and per-link totals that
 neither hold on to links gone nor mix two links up."""
 
@@ -20,7 +21,7 @@ from tests.monitor.helpers import (
     scrape,
 )
 from tests.ports import free_port
-from zbroker import Broker
+from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 from zbroker.features.monitor import Monitor, snapshot
 
@@ -34,6 +35,22 @@ def _failures(url: str) -> dict[str, float]:
         for (name, labels), value in scrape(url).items()
         if name == "zbroker_handshake_failures_total"
     }
+
+
+def test_publishes_nobody_wanted_are_unrouted_not_dropped(
+    broker_factory: BrokerFactory, client_factory: Callable[..., Client]
+) -> None:
+    """A publish no subscriber anywhere wanted is not lost to a fault: Prometheus sees it
+    under its own counter, as ``zbroker status`` shows it, and no drop reason moves."""
+    b = broker_factory(monitor=FAST_MONITOR)
+    url = monitor_url(b)
+    pub = client_factory(b.endpoint)
+    for i in range(5):
+        pub.publish("NOBODY.WANTS", b"%d" % i)
+    assert wait_until(lambda: sample(scrape(url), "zbroker_messages_unrouted_total") == 5, WAIT)
+    assert b.status()["counters"]["unrouted"] == 5
+    dropped = [k for k in scrape(url) if k[0] == "zbroker_messages_dropped_total"]
+    assert dropped == [], dropped
 
 
 def test_a_refused_handshake_is_not_called_a_duplicate_broker_id(

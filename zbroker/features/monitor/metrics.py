@@ -30,6 +30,10 @@ _COUNTERS = {
     ),
     "forwarded": ("zbroker_messages_forwarded_total", "Message copies sent on links."),
     "delivered": ("zbroker_messages_delivered_total", "Messages delivered to local subscribers."),
+    "unrouted": (
+        "zbroker_messages_unrouted_total",
+        "Client publishes no subscriber anywhere wanted (not a drop: nobody asked).",
+    ),
     "duplicates": ("zbroker_messages_duplicate_total", "Relayed messages dropped as duplicates."),
     "bad_input": ("zbroker_bad_input_total", "Malformed frames or requests, counted and dropped."),
     "links_up": ("zbroker_link_ups_total", "Times a link came up."),
@@ -141,7 +145,9 @@ def _gauges(snap: Snapshot, status: dict[str, Any]) -> Iterator[Metric]:
     info.add_metric([status["broker_id"], str(status["version"])], 1)
     yield info
     yield gauge(
-        "zbroker_incarnation", "Starts of this node's data directory.", status["incarnation"]
+        "zbroker_incarnation",
+        "This node's incarnation: larger on every start (seconds since 2024, or above the last).",
+        status["incarnation"],
     )
     yield gauge("zbroker_uptime_seconds", "Seconds since the node started.", status["uptime"])
     links = status.get("links", [])
