@@ -30,7 +30,9 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group, context_settings={"auto_envvar_prefix": "ZBROKER"})
-@click.version_option(package_name="zbroker")
+# the switch reads no ZBROKER_VERSION: a variable of that name (a deployment's version, say)
+# must not turn every command into printing the version, or into a usage error
+@click.version_option(package_name="zbroker", allow_from_autoenv=False)
 def cli() -> None:
     """zbroker: a peer-to-peer message broker on ZeroMQ."""
 

@@ -5,6 +5,7 @@ the [[link]] tables (URIs, static patterns against the filters, redial delays)."
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,18 @@ def test_load_errors_name_file_and_key(tmp_path: Path, text: str, message: str) 
         load_config(path)
     assert str(info.value).startswith(f"{path}: ")
     assert message in str(info.value)
+
+
+def test_an_unknown_table_error_lists_exactly_the_tables_a_file_may_have(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(write_config(tmp_path, "[nodes]\nport = 1\n"))
+    match = re.search(r"\(known: (.*)\)$", str(info.value))
+    assert match, str(info.value)
+    listed = match.group(1).split(", ")
+    assert len(listed) == 15 and "[discovery]" in listed and "[[retain]]" in listed
+    for name in listed:  # each one listed is taken: an empty table or array is valid
+        empty = f"{name.strip('[]')} = []\n" if name.startswith("[[") else f"{name}\n"
+        load_config(write_config(tmp_path, empty))
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ File layout (all keys optional)::
     id = "alpha"                  # broker ID; generated once and persisted if absent
     host = "127.0.0.1"            # interface to bind
     port = 7100                   # well-known port; PORT+1 publish, PORT+2 deliver; 0 = any
-    data_dir = "/var/lib/zbroker" # identity (and later, the store)
+    data_dir = "/var/lib/zbroker" # identity and store
     log_level = "info"
 
     group = "default"             # only nodes of the same network group link
@@ -24,7 +24,8 @@ File layout (all keys optional)::
     max_frame_bytes = 1048576     # larger frames are counted and dropped (links: +64 KiB)
     hwm = 100000                  # socket high-water marks, messages
 
-    [discovery]                   # LAN discovery over mDNS (zbroker start: on by default)
+    [discovery]                   # LAN discovery over mDNS (zbroker start: on unless the
+                                  # host is a loopback address)
     enabled = true
     interfaces = ["192.168.1.5"]  # default: the bound host address, or every interface
                                   # when the node binds 0.0.0.0

@@ -51,7 +51,8 @@ class NodeConfig:
     #: seconds a subscribe or fetch waits for missing-topic handlers (then proceeds)
     missing_topic_timeout: float = 2.0
     #: LAN discovery (mDNS). Off for an embedded Broker unless asked; ``zbroker start``
-    #: turns it on unless --no-discovery.
+    #: turns it on when neither a flag nor the file says, unless the host is a loopback
+    #: address.
     discovery: bool = False
     #: addresses discovery runs on; empty = derived from ``host`` (see discovery.py)
     interfaces: tuple[str, ...] = ()

@@ -49,6 +49,19 @@ _SCHEMA: dict[str, dict[str, str]] = {
     "state": {"missing_topic_timeout": "missing_topic_timeout"},
 }
 
+#: the tables config_from_mapping reads with readers of their own (named as a file has them)
+_OTHER_TABLES = (
+    "[discovery]",
+    "[security]",
+    "[monitor]",
+    "[advisories]",
+    "[[link]]",
+    "[[retain]]",
+    "[[queue]]",
+    "[[host]]",
+    "[[flood]]",
+)
+
 
 def config_from_mapping(data: dict[str, Any], source: str) -> NodeConfig:
     """Build a NodeConfig from parsed TOML; unknown tables and keys are errors."""
@@ -82,8 +95,7 @@ def config_from_mapping(data: dict[str, Any], source: str) -> NodeConfig:
         if keys is None:
             raise ConfigError(
                 f"{source}: unknown table [{table}] (known: "
-                f"{', '.join(f'[{t}]' for t in _SCHEMA)}, [monitor], [advisories], [[queue]], "
-                "[[link]], [[host]], [[flood]])"
+                f"{', '.join([*(f'[{t}]' for t in _SCHEMA), *_OTHER_TABLES])})"
             )
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: {table} must be a table, not {type(value).__name__}")
