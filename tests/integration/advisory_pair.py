@@ -18,6 +18,7 @@ import pytest
 import zmq
 
 from tests.helpers import Collector
+from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client, wire
 from zbroker.config import LinkConfig
 
@@ -25,12 +26,7 @@ HOST = "127.0.0.1"
 WAIT = 20.0
 GRACE = 0.3
 
-FAST: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "heartbeat_timeout": 1.0,
-    "reconnect_initial_delay": 0.1,
-    "reconnect_max_delay": 0.5,
-}
+FAST = FAST_LINK
 
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]

@@ -1,7 +1,7 @@
 """The harness of the durable-subscription tests (``test_durable*.py``) and of the network
-tests that lean on durables: the node's limits for them, short link timers (``FAST_LINK``),
-readers of a durable's status, and a subscriber in another process (``subscriber_script``:
-one JSON line per event, ``--kill-at`` to die before an acknowledgement).
+tests that lean on durables: the node's limits for them, readers of a durable's status, and
+a subscriber in another process (``subscriber_script``: one JSON line per event,
+``--kill-at`` to die before an acknowledgement). Link timings: ``tests.node_configs``.
 
 In-thread brokers (``broker_factory``) and real Clients on 127.0.0.1; tests marked ``slow``
 also run subprocesses (the subscriber script run with ``sys.executable``, the ``zbroker``
@@ -34,12 +34,6 @@ ClientFactory = Callable[..., Client]
 WaitUntil = Callable[..., bool]
 
 #: short heartbeats and redials for links, where liveness matters
-FAST_LINK: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "heartbeat_timeout": 1.0,
-    "reconnect_initial_delay": 0.1,
-    "reconnect_max_delay": 0.5,
-}
 
 
 def endpoint(port: int) -> str:

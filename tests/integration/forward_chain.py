@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import Collector
+from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 
-from .durables import FAST_LINK, WAIT, endpoint
+from .durables import WAIT, endpoint
 
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import Collector
+from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 
@@ -29,12 +30,7 @@ GRACE = 0.3  # seconds: extra time granted to a message that must *not* arrive
 N = 200  # distinct payloads per publish phase
 
 #: short heartbeats and redials, for tests where liveness matters
-FAST: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "heartbeat_timeout": 1.0,
-    "reconnect_initial_delay": 0.1,
-    "reconnect_max_delay": 0.5,
-}
+FAST = FAST_LINK
 
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]

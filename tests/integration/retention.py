@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tests.node_configs import FAST_LINK
 from zbroker import (
     Broker,
     Client,
@@ -23,12 +24,7 @@ HOST = "127.0.0.1"
 WAIT = 20.0  # seconds: upper bound of any condition wait
 GRACE = 0.3  # seconds: extra time granted to a message that must *not* arrive
 
-FAST: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "heartbeat_timeout": 1.0,
-    "reconnect_initial_delay": 0.1,
-    "reconnect_max_delay": 0.5,
-}
+FAST = FAST_LINK
 
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]

@@ -20,16 +20,12 @@ from typing import Any
 import pytest
 
 from tests.helpers import Collector
+from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 
 #: short heartbeats and redials: a flapping link shows within a few seconds
-FAST: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "heartbeat_timeout": 1.0,
-    "reconnect_initial_delay": 0.1,
-    "reconnect_max_delay": 0.5,
-}
+FAST = FAST_LINK
 N = 300
 
 

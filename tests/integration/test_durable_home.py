@@ -27,6 +27,7 @@ from typing import Any, TypedDict
 
 import pytest
 
+from tests.node_configs import link_toml, node_toml
 from zbroker import Client, Message, RequestError
 
 pytestmark = pytest.mark.slow
@@ -35,25 +36,6 @@ WAIT = 60.0
 RATE = 100.0  # persistent messages per second
 N = 600  # published on O; H is killed after N // 4 are delivered
 M = 50  # published on H at the end, after O is killed
-
-NODE = """
-[node]
-id = "{id}"
-host = "127.0.0.1"
-port = {port}
-data_dir = "{data}"
-{links}
-"""
-
-LINK = """
-[[link]]
-name = "ba"
-uri = "tcp://127.0.0.1:{port}"
-heartbeat_interval = 0.2
-heartbeat_timeout = 1.0
-reconnect_initial_delay = 0.1
-reconnect_max_delay = 0.5
-"""
 
 
 class ClientTimers(TypedDict):
@@ -83,11 +65,9 @@ class Pair:
         self.ports = {"A": free_port(), "B": free_port()}
         self.configs: dict[str, Path] = {}
         for name in "AB":
-            links = LINK.format(port=self.ports["A"]) if name == "B" else ""
+            links = link_toml("ba", self.ports["A"]) if name == "B" else ""
             path = tmp_path / f"{name}.toml"
-            path.write_text(
-                NODE.format(id=name, port=self.ports[name], data=tmp_path / name, links=links)
-            )
+            path.write_text(node_toml(name, self.ports[name], tmp_path / name, links))
             self.configs[name] = path
         self.nodes: dict[str, Any] = {}
 

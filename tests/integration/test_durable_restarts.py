@@ -14,7 +14,6 @@ import pytest
 
 from tests.helpers import Collector
 from tests.integration.durables import (
-    FAST_LINK,
     WAIT,
     BrokerFactory,
     ClientFactory,
@@ -27,6 +26,7 @@ from tests.integration.durables import (
     publish_all,
     route_patterns,
 )
+from tests.node_configs import FAST_LINK
 from zbroker import Client
 from zbroker.config import LinkConfig
 

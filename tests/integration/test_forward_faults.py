@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from tests.node_configs import link_toml, node_toml
 from zbroker import Client
 
 pytestmark = pytest.mark.slow
@@ -58,25 +59,6 @@ import threading
 threading.Event().wait()
 """
 
-NODE = """
-[node]
-id = "{id}"
-host = "127.0.0.1"
-port = {port}
-data_dir = "{data}"
-{links}
-"""
-
-LINK = """
-[[link]]
-name = "{name}"
-uri = "tcp://127.0.0.1:{port}"
-heartbeat_interval = 0.2
-heartbeat_timeout = 1.0
-reconnect_initial_delay = 0.1
-reconnect_max_delay = 0.5
-"""
-
 
 class Chain:
     def __init__(self, procs: Any, tmp_path: Path, free_port: Callable[[], int]) -> None:
@@ -86,11 +68,9 @@ class Chain:
         peers = {"A": None, "B": ("ba", "A"), "C": ("cb", "B")}
         self.configs: dict[str, Path] = {}
         for name, peer in peers.items():
-            links = "" if peer is None else LINK.format(name=peer[0], port=self.ports[peer[1]])
+            links = "" if peer is None else link_toml(peer[0], self.ports[peer[1]])
             path = tmp_path / f"{name}.toml"
-            path.write_text(
-                NODE.format(id=name, port=self.ports[name], data=tmp_path / name, links=links)
-            )
+            path.write_text(node_toml(name, self.ports[name], tmp_path / name, links))
             self.configs[name] = path
         self.nodes: dict[str, Any] = {}
         self.script = tmp_path / "saf_sub.py"

@@ -26,31 +26,13 @@ from typing import Any
 
 import pytest
 
+from tests.node_configs import link_toml, node_toml
 from zbroker import Client, Gap
 
 pytestmark = pytest.mark.slow
 
 RATE = 500.0
 WAIT = 60.0
-
-NODE = """
-[node]
-id = "{id}"
-host = "127.0.0.1"
-port = {port}
-data_dir = "{data}"
-{links}
-"""
-
-LINK = """
-[[link]]
-name = "{name}"
-uri = "tcp://127.0.0.1:{port}"
-heartbeat_interval = 0.2
-heartbeat_timeout = 1.0
-reconnect_initial_delay = 0.2
-reconnect_max_delay = 0.5
-"""
 
 
 class Watch:
@@ -100,9 +82,13 @@ def _start_chain(
     dials = {"A": None, "B": "A", "C": "B", "D": "C"}
     nodes: dict[str, Any] = {}
     for name, peer in dials.items():
-        links = "" if peer is None else LINK.format(name=f"to-{peer}", port=ports[peer])
+        links = (
+            ""
+            if peer is None
+            else link_toml(f"to-{peer}", ports[peer], reconnect_initial_delay=0.2)
+        )
         cfg = tmp_path / f"{name}.toml"
-        cfg.write_text(NODE.format(id=name, port=ports[name], data=tmp_path / name, links=links))
+        cfg.write_text(node_toml(name, ports[name], tmp_path / name, links))
         nodes[name] = procs.zbroker("start", "--config", str(cfg))
         wait_ready(f"tcp://127.0.0.1:{ports[name]}", proc=nodes[name])
     return nodes

@@ -22,10 +22,11 @@ from typing import Any
 
 import pytest
 
+from tests.node_configs import link_toml, node_toml
 from zbroker import Client
 from zbroker.routing.hosts import choose
 
-from .test_forward_faults import LINK, NODE, SUBSCRIBER, WAIT, Publisher, Seen, links_up, status
+from .test_forward_faults import SUBSCRIBER, WAIT, Publisher, Seen, links_up, status
 
 pytestmark = pytest.mark.slow
 
@@ -102,10 +103,8 @@ class Nodes:
         self.configs: dict[str, Path] = {}
         self.nodes: dict[str, Any] = {}
         for name, peers in DIALS.items():
-            links = "".join(
-                LINK.format(name=f"{name.lower()}{p.lower()}", port=self.ports[p]) for p in peers
-            )
-            text = NODE.format(id=name, port=self.ports[name], data=tmp_path / name, links=links)
+            links = "".join(link_toml(f"{name.lower()}{p.lower()}", self.ports[p]) for p in peers)
+            text = node_toml(name, self.ports[name], tmp_path / name, links)
             self.configs[name] = tmp_path / f"{name}.toml"
             self.configs[name].write_text(text + (HOST if name in "HK" else ""))
 

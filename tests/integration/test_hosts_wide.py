@@ -26,10 +26,11 @@ from typing import Any
 import pytest
 
 from tests.helpers import Collector
+from tests.node_configs import link_toml, node_toml
 from zbroker import Client
 from zbroker.routing.hosts import HOST_PREFIX
 
-from .test_forward_faults import LINK, NODE, status
+from .test_forward_faults import status
 
 pytestmark = pytest.mark.slow
 
@@ -67,10 +68,8 @@ def test_a_wide_subscriber_whose_way_crosses_the_publishers_gets_each_message_on
         return f"tcp://127.0.0.1:{ports[name]}"
 
     for name, peers in DIALS.items():
-        links = "".join(
-            LINK.format(name=f"{name.lower()}{p.lower()}", port=ports[p]) for p in peers
-        )
-        text = NODE.format(id=name, port=ports[name], data=tmp_path / name, links=links)
+        links = "".join(link_toml(f"{name.lower()}{p.lower()}", ports[p]) for p in peers)
+        text = node_toml(name, ports[name], tmp_path / name, links)
         config = tmp_path / f"{name}.toml"
         config.write_text(text + (HOST if name == "H" else ""))
         proc = procs.zbroker("start", "--config", str(config))

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import wait_ready, wait_until
+from tests.node_configs import link_toml, node_toml
 from zbroker import Broker, Client, ClientClosed, PublishTimeout, RequestError, wire
 from zbroker.store import RetainRule
 
@@ -153,27 +154,9 @@ def test_a_retry_older_than_the_window_is_refused(
 
 # -- real processes: a node restart, a client failover ----------------------------------------
 
-NODE = """
-[node]
-id = "{id}"
-host = "127.0.0.1"
-port = {port}
-data_dir = "{data}"
-{retain}{links}
-"""
 RETAIN = """
 [[retain]]
 pattern = "IP.>"
-"""
-
-LINK = """
-[[link]]
-name = "{name}"
-uri = "tcp://127.0.0.1:{port}"
-heartbeat_interval = 0.2
-heartbeat_timeout = 1.0
-reconnect_initial_delay = 0.1
-reconnect_max_delay = 0.5
 """
 
 
@@ -191,16 +174,15 @@ class Nodes:
             links = ""
             if name == "C":
                 links = "".join(
-                    LINK.format(name=f"c{o.lower()}", port=self.ports[o]) for o in names if o != "C"
+                    link_toml(f"c{o.lower()}", self.ports[o]) for o in names if o != "C"
                 )
             path = tmp_path / f"{name}.toml"
             path.write_text(
-                NODE.format(
-                    id=name,
-                    port=self.ports[name],
-                    data=tmp_path / name,
-                    retain=RETAIN if name in retain else "",
-                    links=links,
+                node_toml(
+                    name,
+                    self.ports[name],
+                    tmp_path / name,
+                    (RETAIN if name in retain else "") + links,
                 )
             )
             self.configs[name] = path

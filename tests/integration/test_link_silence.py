@@ -15,24 +15,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 import zmq
 from cutproxy import CutProxy
 
 from tests.helpers import Collector
+from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 from zbroker.const import SILENT_GRACE
 
 WAIT = 20.0
-FAST: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "heartbeat_timeout": 1.0,
-    "reconnect_initial_delay": 0.1,
-    "reconnect_max_delay": 0.5,
-}
+FAST = FAST_LINK
 #: how long after the cut the link must be down: the grace, and slack for a loaded machine
 BOUND = SILENT_GRACE * FAST["heartbeat_timeout"] + 6.0
 

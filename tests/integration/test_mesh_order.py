@@ -25,8 +25,6 @@ import pytest
 from fault_mesh import increasing_runs
 
 from tests.integration.test_forward_faults import (
-    LINK,
-    NODE,
     SUBSCRIBER,
     WAIT,
     Publisher,
@@ -34,6 +32,7 @@ from tests.integration.test_forward_faults import (
     links_up,
     status,
 )
+from tests.node_configs import link_toml, node_toml
 from zbroker import Client
 
 pytestmark = pytest.mark.slow
@@ -55,13 +54,9 @@ class Diamond:
         dials = {"P": (), "M1": ("P",), "M2": ("P",), "D": ("M1", "M2")}
         self.configs: dict[str, Path] = {}
         for name, peers in dials.items():
-            links = "".join(
-                LINK.format(name=f"{name.lower()}-{p.lower()}", port=self.ports[p]) for p in peers
-            )
+            links = "".join(link_toml(f"{name.lower()}-{p.lower()}", self.ports[p]) for p in peers)
             path = tmp_path / f"{name}.toml"
-            path.write_text(
-                NODE.format(id=name, port=self.ports[name], data=tmp_path / name, links=links)
-            )
+            path.write_text(node_toml(name, self.ports[name], tmp_path / name, links))
             self.configs[name] = path
         self.nodes: dict[str, Any] = {}
 

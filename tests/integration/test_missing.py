@@ -13,12 +13,11 @@ from typing import Any
 import pytest
 
 from tests.helpers import Collector
+from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client
 from zbroker.client.state import MissingTopic
 from zbroker.config import LinkConfig
 from zbroker.errors import SubscriptionCancelled
-
-from .durables import FAST_LINK
 
 WAIT = 30.0
 BrokerFactory = Callable[..., Broker]

@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 
 from tests.helpers import Collector
+from tests.node_configs import link_toml, node_toml
 from zbroker import Client
 from zbroker.client.state import MissingTopic
 from zbroker.errors import SubscriptionCancelled
 
-from .test_replication_procs import LINK, NODE, ep
+from .test_replication_procs import ep
 
 pytestmark = pytest.mark.slow
 
@@ -38,9 +39,9 @@ def test_two_tiers_of_fan_out_reach_the_primary_handler(
     ports = {n: free_port() for n in ("P", "S1", "S2")}
     up = {"P": None, "S1": "P", "S2": "S1"}
     for name, primary in up.items():
-        links = "" if primary is None else LINK.format(port=ports[primary])
+        links = "" if primary is None else link_toml("fan", ports[primary], replicate=["PRICE.>"])
         cfg = tmp_path / f"{name}.toml"
-        cfg.write_text(NODE.format(id=name, port=ports[name], data=tmp_path / name, links=links))
+        cfg.write_text(node_toml(name, ports[name], tmp_path / name, links))
         wait_ready(ep(ports[name]), WAIT, procs.zbroker("start", "--config", str(cfg)))
     for name in ("S1", "S2"):
         deadline = time.monotonic() + WAIT

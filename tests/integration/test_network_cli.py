@@ -18,15 +18,11 @@ import pytest
 
 from tests.helpers import Collector
 from tests.integration.cli_runs import WAIT, assert_one_line_error, endpoint, invoke, table
+from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 
-FAST: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "heartbeat_timeout": 1.0,
-    "reconnect_initial_delay": 0.1,
-    "reconnect_max_delay": 0.5,
-}
+FAST = FAST_LINK
 
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import Collector
+from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig, QueueRule
 from zbroker.errors import BrokerUnreachable, ConfigError, RequestError
@@ -24,12 +25,7 @@ from zbroker.errors import BrokerUnreachable, ConfigError, RequestError
 WAIT = 20.0
 GRACE = 0.5
 N = 300
-FAST: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "heartbeat_timeout": 1.0,
-    "reconnect_initial_delay": 0.1,
-    "reconnect_max_delay": 0.5,
-}
+FAST = FAST_LINK
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
 WaitUntil = Callable[..., bool]

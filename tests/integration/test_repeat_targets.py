@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
+from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client, wire
 from zbroker.config import LinkConfig
 
-from .durables import FAST_LINK, WAIT, endpoint
+from .durables import WAIT, endpoint
 from .test_seen_restart import Middle
 
 BrokerFactory = Callable[..., Broker]

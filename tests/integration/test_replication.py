@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 
 from tests.helpers import Collector
+from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig, NodeConfig, load_config
 from zbroker.errors import ConfigError
-
-from .durables import FAST_LINK
 
 WAIT = 30.0
 BrokerFactory = Callable[..., Broker]

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.node_configs import FAST_LINK
 from zbroker.config import LinkConfig
 from zbroker.features.state import feature as state_feature
 from zbroker.features.state import replication as state_replication
 
-from .durables import FAST_LINK
 from .test_replication_sync import (
     BrokerFactory,
     ClientFactory,

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import Collector
+from tests.node_configs import link_toml, node_toml
 from zbroker import Client
 from zbroker.stateful import REMOVED, SESSION_LOST
 
@@ -24,26 +25,6 @@ from .test_state import Writer
 pytestmark = pytest.mark.slow
 
 WAIT = 60.0
-
-NODE = """
-[node]
-id = "{id}"
-host = "127.0.0.1"
-port = {port}
-data_dir = "{data}"
-{links}
-"""
-
-LINK = """
-[[link]]
-name = "fan"
-uri = "tcp://127.0.0.1:{port}"
-replicate = ["PRICE.>"]
-heartbeat_interval = 0.2
-heartbeat_timeout = 1.0
-reconnect_initial_delay = 0.1
-reconnect_max_delay = 0.5
-"""
 
 
 def ep(port: int) -> str:
@@ -55,11 +36,12 @@ class Fan:
         self.procs, self.wait_ready = procs, wait_ready
         self.ports = {"P": free_port(), "S": free_port()}
         self.cfg = {}
-        for name, links in (("P", ""), ("S", LINK.format(port=self.ports["P"]))):
+        for name, links in (
+            ("P", ""),
+            ("S", link_toml("fan", self.ports["P"], replicate=["PRICE.>"])),
+        ):
             path = tmp / f"{name}.toml"
-            path.write_text(
-                NODE.format(id=name, port=self.ports[name], data=tmp / name, links=links)
-            )
+            path.write_text(node_toml(name, self.ports[name], tmp / name, links))
             self.cfg[name] = path
         self.proc: dict[str, Any] = {}
 
@@ -177,10 +159,10 @@ def test_zbroker_start_refuses_overlapping_branches_naming_both(
     procs: Any, tmp_path: Path, free_port: Callable[[], int]
 ) -> None:
     cfg = tmp_path / "s.toml"
-    links = LINK.format(port=free_port()) + LINK.replace('"fan"', '"fan2"').replace(
-        '["PRICE.>"]', '["PRICE.EUR.*"]'
-    ).format(port=free_port())
-    cfg.write_text(NODE.format(id="S", port=free_port(), data=tmp_path / "S", links=links))
+    links = link_toml("fan", free_port(), replicate=["PRICE.>"]) + link_toml(
+        "fan2", free_port(), replicate=["PRICE.EUR.*"]
+    )
+    cfg.write_text(node_toml("S", free_port(), tmp_path / "S", links))
     rc, _, err = procs.run("start", "--config", str(cfg), timeout=WAIT)
     assert rc != 0
     assert "'fan2' replicates 'PRICE.EUR.*'" in err and "'PRICE.>' replicated by link 'fan'" in err

@@ -13,13 +13,12 @@ from typing import Any
 import pytest
 
 from tests.helpers import Collector
+from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 from zbroker.features.state import feature as state_feature
 from zbroker.features.state.queries import Query
 from zbroker.node import Node
-
-from .durables import FAST_LINK
 
 WAIT = 30.0
 BrokerFactory = Callable[..., Broker]

@@ -14,17 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.helpers import Collector
+from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 
 WAIT = 30.0
 GRACE = 0.5
-FAST: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "heartbeat_timeout": 1.0,
-    "reconnect_initial_delay": 0.1,
-    "reconnect_max_delay": 0.5,
-}
+FAST = FAST_LINK
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
 WaitUntil = Callable[..., bool]

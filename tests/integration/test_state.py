@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 from tests.helpers import Collector
+from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client, Message
 from zbroker.config import LinkConfig
 from zbroker.errors import RequestError
 
-from .durables import FAST_LINK, endpoint
+from .durables import endpoint
 
 WAIT = 30.0
 BrokerFactory = Callable[..., Broker]

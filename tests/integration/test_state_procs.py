@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.node_configs import link_toml, node_toml
 from zbroker import Client
 
 from .test_state import Writer
@@ -22,25 +23,6 @@ from .test_state import Writer
 pytestmark = pytest.mark.slow
 
 WAIT = 60.0
-
-NODE = """
-[node]
-id = "{id}"
-host = "127.0.0.1"
-port = {port}
-data_dir = "{data}"
-{links}
-"""
-
-LINK = """
-[[link]]
-name = "{name}"
-uri = "tcp://127.0.0.1:{port}"
-heartbeat_interval = 0.2
-heartbeat_timeout = 1.0
-reconnect_initial_delay = 0.1
-reconnect_max_delay = 0.5
-"""
 
 
 def ep(port: int) -> str:
@@ -50,9 +32,9 @@ def ep(port: int) -> str:
 def start_chain(procs: Any, tmp: Path, free_port: Callable[[], int], wait_ready: Any) -> list[int]:
     ports = [free_port() for _ in range(3)]
     for i, name in enumerate("ABC"):
-        links = "" if i == 0 else LINK.format(name=f"to{i - 1}", port=ports[i - 1])
+        links = "" if i == 0 else link_toml(f"to{i - 1}", ports[i - 1])
         cfg = tmp / f"{name}.toml"
-        cfg.write_text(NODE.format(id=name, port=ports[i], data=tmp / name, links=links))
+        cfg.write_text(node_toml(name, ports[i], tmp / name, links))
         wait_ready(ep(ports[i]), WAIT, procs.zbroker("start", "--config", str(cfg)))
     for port, n in zip(ports, (1, 2, 1), strict=True):
         deadline = time.monotonic() + WAIT

@@ -19,10 +19,11 @@ import pytest
 from cutproxy import CutProxy
 
 from tests.helpers import Collector
+from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 
-from .durables import FAST_LINK, WAIT, endpoint
+from .durables import WAIT, endpoint
 from .forward_chain import routes_to
 
 BrokerFactory = Callable[..., Broker]

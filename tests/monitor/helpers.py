@@ -10,18 +10,12 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.node_configs import FAST_LINK as FAST_LINK
 from zbroker import Broker
 from zbroker.config import LinkConfig, MonitorConfig
 
 #: a monitor on a free port, publishing snapshots often (tests wait on their values)
 FAST_MONITOR = MonitorConfig(listen="127.0.0.1:0", interval=0.1)
-#: link timers short enough for a test to see a link go down and come back
-FAST_LINK: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "heartbeat_timeout": 1.0,
-    "reconnect_initial_delay": 0.1,
-    "reconnect_max_delay": 0.5,
-}
 
 
 def dialling_each_other(

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import Collector
-from tests.monitor.helpers import FAST_LINK, FAST_MONITOR, dialling_each_other, get, monitor_url
+from tests.monitor.helpers import FAST_MONITOR, dialling_each_other, get, monitor_url
+from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 

@@ -20,6 +20,7 @@ import pytest
 
 from tests.helpers import Collector
 from tests.monitor.helpers import get
+from tests.node_configs import FAST_LINK
 from tests.processes import Procs
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
@@ -27,12 +28,6 @@ from zbroker.config import LinkConfig
 pytestmark = pytest.mark.slow
 
 WAIT = 60.0
-FAST_LINK: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "heartbeat_timeout": 1.0,
-    "reconnect_initial_delay": 0.1,
-    "reconnect_max_delay": 0.5,
-}
 
 
 class Prometheus:
