@@ -7,7 +7,8 @@ starts, so without a copy one run could measure several code states under one di
 to a temporary directory once, at the start, and puts it first on ``sys.path`` and on
 ``PYTHONPATH``: the benchmark, its multiprocessing children (spawn passes ``sys.path``)
 and its subprocesses (``zbroker simulate``) all import that copy, and the digest printed
-is the copy's.
+is the copy's. :func:`end_on_signals` bounds a run: its deadline and SIGTERM end it
+through its ``finally`` blocks, which stop every child by PID.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 __all__ = ["REPO", "build_copy", "snapshot_sources"]
 
@@ -75,3 +78,19 @@ def build_copy(tmp: Path, repo: Path = REPO) -> None:
     )
     if done.returncode != 0:
         raise RuntimeError(f"the copy's build failed: {(done.stderr or done.stdout)[-2000:]}")
+
+
+def end_on_signals(deadline_s: int, what: str = "benchmark") -> None:
+    """SIGALRM after ``deadline_s`` raises TimeoutError and SIGTERM KeyboardInterrupt, so a
+    run past its deadline, or told to stop, leaves through its ``finally`` blocks (which
+    stop its children) instead of dying with them still running."""
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"{what} exceeded {deadline_s} s")
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.signal(signal.SIGTERM, on_term)
+    signal.alarm(deadline_s)

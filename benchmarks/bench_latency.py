@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_network as bnet  # the chain, the relays and their runs
 import bench_node as bn
-from _common import snapshot_sources
+from _common import end_on_signals, snapshot_sources
 
 log = bn.log
 DEADLINE_PER_ROUND_S = 120
@@ -75,21 +75,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.rounds < 1 or args.seconds <= 0:
         ap.error("--rounds must be at least 1 and --seconds positive")
     return args
-
-
-def _install_deadline(rounds: int) -> None:
-    """SIGALRM after a deadline that grows with the rounds; SIGTERM as an interrupt: either
-    way the ``finally`` block of the rounds runs and stops every child."""
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise TimeoutError("benchmark exceeded its deadline")
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.signal(signal.SIGTERM, on_term)
-    signal.alarm(60 + DEADLINE_PER_ROUND_S * rounds)
 
 
 def _one_round(
@@ -224,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_snapshot:
         snapshot_sources()
     sources = "checkout" if args.no_snapshot else "copy taken at the start"
-    _install_deadline(args.rounds)
+    end_on_signals(60 + DEADLINE_PER_ROUND_S * args.rounds)
 
     info = bn.machine_info()
     result: dict[str, Any] = {

@@ -56,7 +56,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_node as bn  # the single-node benchmark: roles and helpers
-from _common import REPO, snapshot_sources
+from _common import REPO, end_on_signals, snapshot_sources
 
 # the chain, its runs, the relay line, the simulator and the summary live in their own
 # modules; what other benchmarks use as ``bnet.NAME`` is re-exported from here
@@ -158,24 +158,12 @@ class _Session:
                 bn._stop_procs([p], 5.0)
 
 
-def _install_signals() -> None:
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"benchmark exceeded {RUN_DEADLINE_S} s")
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.signal(signal.SIGTERM, on_term)
-    signal.alarm(RUN_DEADLINE_S)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if not args.no_snapshot:
         snapshot_sources()
     run = _Session(args)
-    _install_signals()
+    end_on_signals(RUN_DEADLINE_S)
     info = bn.machine_info()
     info["sources"] = "checkout" if args.no_snapshot else "copy taken at the start"
     result: dict[str, Any] = {

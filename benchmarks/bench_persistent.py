@@ -55,7 +55,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_node as bn  # the single-node benchmark: roles and helpers
-from _common import snapshot_sources
+from _common import end_on_signals, snapshot_sources
 from persist_report import print_drain, print_persistent, print_profiles, print_summary, summarize
 from persist_roles import PAYLOAD_SIZE, RETAIN_PATTERN
 from persist_runs import RUN_DEADLINE_S, run_drain, run_persistent, start_pnode
@@ -96,20 +96,6 @@ def _parser() -> argparse.ArgumentParser:
         help="import zbroker from the checkout instead of a copy taken at the start",
     )
     return ap
-
-
-def _on_signals() -> None:
-    """SIGALRM past the overall deadline and SIGTERM end the run through its finally blocks."""
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"benchmark exceeded {RUN_DEADLINE_S} s")
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.signal(signal.SIGTERM, on_term)
-    signal.alarm(RUN_DEADLINE_S)
 
 
 def _profile_run(ctx: Any, tmp: str, stop: Any, args: argparse.Namespace, n: int) -> None:
@@ -198,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         snapshot_sources()
     n = 10_000 if args.quick and args.messages == 100_000 else args.messages
     repeat = 1 if args.quick else max(1, args.repeat)
-    _on_signals()
+    end_on_signals(RUN_DEADLINE_S)
     info = bn.machine_info()
     info["sources"] = "checkout" if args.no_snapshot else "copy taken at the start"
     result: dict[str, Any] = {

@@ -45,12 +45,11 @@ import os
 import signal
 import sys
 import time
-from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_node as bn  # helpers: machine info, process start/stop, CPU accounting
-from _common import snapshot_sources
+from _common import end_on_signals, snapshot_sources
 from soak_report import print_summary
 from soak_run import DRAIN_TIMEOUT_S, SETUP_S, Soak
 
@@ -109,20 +108,6 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _on_signals(run_deadline: int) -> None:
-    """SIGALRM past the overall deadline and SIGTERM end the run through its finally blocks."""
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"soak exceeded {run_deadline} s")
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.signal(signal.SIGTERM, on_term)
-    signal.alarm(run_deadline)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.rate is None:
@@ -130,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_snapshot:
         snapshot_sources()
     run_deadline = int(args.minutes * 60 + SETUP_S + DRAIN_TIMEOUT_S)
-    _on_signals(run_deadline)
+    end_on_signals(run_deadline, "soak")
     info = bn.machine_info()
     info["sources"] = "checkout" if args.no_snapshot else "copy taken at the start"
     t_begin = time.monotonic()
