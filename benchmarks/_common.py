@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REPO", "build_copy", "snapshot_sources"]
+__all__ = ["REPO", "build_copy", "end_on_signals", "snapshot_sources"]
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import snapshot_sources
+from _common import end_on_signals, snapshot_sources
 
 MODES = ("python", "tuned")
 DEADLINE_S = 900
@@ -99,11 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     snapshot_sources()
     import bench_node as bn
 
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"benchmark exceeded {DEADLINE_S} s")
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(DEADLINE_S)
+    end_on_signals(DEADLINE_S)
     info = bn.machine_info()
     log(f"zbroker GC benchmark: chain flood of {args.messages:,} x {args.rounds} per mode")
     log(f"  {info}")

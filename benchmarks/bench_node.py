@@ -158,21 +158,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def _install_deadline() -> None:
-    """SIGALRM after ``RUN_DEADLINE_S``; SIGTERM as an interrupt: either way the caller's
-    ``finally`` block runs and stops every child."""
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"benchmark exceeded {RUN_DEADLINE_S} s")
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.signal(signal.SIGTERM, on_term)  # run the finally block: stop every child
-    signal.alarm(RUN_DEADLINE_S)
-
-
 def _profile_run(s: _Session, n: int, top: int) -> None:
     """``--profile``: one zbroker flood with every role under cProfile, then the tables."""
     node, endpoint, nconn = _start_node(s.ctx, s.tmp, s.stop, True)
@@ -279,15 +264,15 @@ def _end_session(s: _Session) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    if not args.no_snapshot:
-        from _common import snapshot_sources
+    from _common import end_on_signals, snapshot_sources
 
+    if not args.no_snapshot:
         snapshot_sources()
     n = 20_000 if args.quick and args.messages == 200_000 else args.messages
     repeat = 1 if args.quick else max(1, args.repeat)
     lat_s = 1.0 if args.quick else args.latency_seconds
     lat_rate = args.latency_rate
-    _install_deadline()
+    end_on_signals(RUN_DEADLINE_S)
 
     info = machine_info()
     info["sources"] = "checkout" if args.no_snapshot else "copy taken at the start"
