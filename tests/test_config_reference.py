@@ -318,7 +318,7 @@ def test_every_option_and_argument_is_documented(name: str) -> None:
         in_shared = in_shared or shared
         assert set(param_names(param)) <= named(row), f"zbroker {name}: {param.name} names"
         envvars = expected_envvars(name, param, shared)
-        assert envvars <= spans(row.get("env", "")), f"zbroker {name}: {param.name} env"
+        assert spans(row.get("env", "")) == envvars, f"zbroker {name}: {param.name} env"
     if in_shared:
         assert "connection options" in text, f"zbroker {name}: say it takes the connection options"
     documented = {n for row in table_rows(text) for n in named(row)}
@@ -329,7 +329,10 @@ def test_every_option_and_argument_is_documented(name: str) -> None:
 @pytest.mark.parametrize("name", COMMANDS)
 def test_command_defaults_match_the_code(name: str) -> None:
     for param in cli.commands[name].params:
-        if plain_default(param.default):
+        # a switch's default is "off"/"on" in the doc; click before 8.3 gives False, later
+        # versions an UNSET marker: neither is a value to look for
+        is_switch = isinstance(param, click.Option) and param.is_flag
+        if plain_default(param.default) and not is_switch:
             row, _ = param_row(name, param)
             assert shows_default(row, param.default), f"zbroker {name}: {param.name} default"
 

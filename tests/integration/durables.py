@@ -33,8 +33,6 @@ BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
 WaitUntil = Callable[..., bool]
 
-#: short heartbeats and redials for links, where liveness matters
-
 
 def endpoint(port: int) -> str:
     return f"tcp://{HOST}:{port}"
