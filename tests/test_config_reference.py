@@ -145,20 +145,6 @@ def set_literals(fn: Callable[..., Any]) -> set[str]:
     return found
 
 
-def special_tables() -> set[str]:
-    """The tables ``config_from_mapping`` hands to a reader of their own (``table ==
-    "link"``, ``table in ("host", "flood")``): those ``_SCHEMA`` does not hold."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(toml_config.config_from_mapping)))
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name):
-            if node.left.id == "table":
-                for comp in node.comparators:
-                    items = comp.elts if isinstance(comp, ast.Tuple) else [comp]
-                    out |= {t for i in items if (t := _string(i)) is not None}
-    return out
-
-
 def file_tables() -> dict[str, set[str]]:
     """Each table of the config file and the keys the parser accepts in it."""
     tables = {table: set(keys) for table, keys in toml_config._SCHEMA.items()}
@@ -236,11 +222,9 @@ def spark_options() -> dict[str, object]:
 
 
 def test_the_parser_tables_are_all_collected() -> None:
-    """A table given a reader of its own in ``config_from_mapping`` and not collected by
+    """A table given a reader of its own (``_READERS``) and not collected by
     :func:`file_tables` would go unchecked: this fails first."""
-    assert special_tables() - set(toml_config._SCHEMA) == set(file_tables()) - set(
-        toml_config._SCHEMA
-    )
+    assert set(toml_config._READERS) == set(file_tables()) - set(toml_config._SCHEMA)
 
 
 @pytest.mark.parametrize("table", sorted(file_tables()))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Set
+from collections.abc import Callable, Set
 from pathlib import Path
 from typing import Any
 
@@ -49,53 +49,19 @@ _SCHEMA: dict[str, dict[str, str]] = {
     "state": {"missing_topic_timeout": "missing_topic_timeout"},
 }
 
-#: the tables config_from_mapping reads with readers of their own (named as a file has them)
-_OTHER_TABLES = (
-    "[discovery]",
-    "[security]",
-    "[monitor]",
-    "[advisories]",
-    "[[link]]",
-    "[[retain]]",
-    "[[queue]]",
-    "[[host]]",
-    "[[flood]]",
-)
-
 
 def config_from_mapping(data: dict[str, Any], source: str) -> NodeConfig:
     """Build a NodeConfig from parsed TOML; unknown tables and keys are errors."""
     kwargs: dict[str, Any] = {}
     for table, value in data.items():
-        if table == "link":
-            kwargs["links"] = _links_from_toml(value, source)
-            continue
-        if table == "discovery":
-            kwargs.update(_discovery_from_toml(value, source))
-            continue
-        if table == "retain":
-            kwargs["retain"] = _retain_from_toml(value, source)
-            continue
-        if table == "queue":
-            kwargs["queues"] = queue_rules_from_toml(value, source)
-            continue
-        if table == "security":
-            kwargs.update(_security_from_toml(value, source))
-            continue
-        if table == "monitor":
-            kwargs["monitor"] = MonitorConfig.from_toml(value, source)
-            continue
-        if table == "advisories":
-            kwargs["advisories"] = AdvisoryConfig.from_mapping(value, source)
-            continue
-        if table in ("host", "flood"):
-            kwargs[f"{table}_branches"] = hosts_from_toml(value, source, table)
+        reader = _READERS.get(table)
+        if reader is not None:
+            kwargs.update(reader[0](value, source))
             continue
         keys = _SCHEMA.get(table)
         if keys is None:
             raise ConfigError(
-                f"{source}: unknown table [{table}] (known: "
-                f"{', '.join([*(f'[{t}]' for t in _SCHEMA), *_OTHER_TABLES])})"
+                f"{source}: unknown table [{table}] (known: {', '.join(known_tables())})"
             )
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: {table} must be a table, not {type(value).__name__}")
@@ -235,3 +201,26 @@ def load_config(path: str | os.PathLike[str]) -> NodeConfig:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p}: not valid TOML: {exc}") from exc
     return config_from_mapping(data, str(p))
+
+
+_Reader = Callable[[Any, str], dict[str, Any]]
+
+#: the tables with a reader of their own (the others are _SCHEMA's): table -> (its
+#: NodeConfig keywords from its value, whether a file writes it as an array [[table]])
+_READERS: dict[str, tuple[_Reader, bool]] = {
+    "discovery": (_discovery_from_toml, False),
+    "security": (_security_from_toml, False),
+    "monitor": (lambda v, src: {"monitor": MonitorConfig.from_toml(v, src)}, False),
+    "advisories": (lambda v, src: {"advisories": AdvisoryConfig.from_mapping(v, src)}, False),
+    "link": (lambda v, src: {"links": _links_from_toml(v, src)}, True),
+    "retain": (lambda v, src: {"retain": _retain_from_toml(v, src)}, True),
+    "queue": (lambda v, src: {"queues": queue_rules_from_toml(v, src)}, True),
+    "host": (lambda v, src: {"host_branches": hosts_from_toml(v, src, "host")}, True),
+    "flood": (lambda v, src: {"flood_branches": hosts_from_toml(v, src, "flood")}, True),
+}
+
+
+def known_tables() -> list[str]:
+    """Every table a file may have, written as a file writes it (``[node]``, ``[[link]]``)."""
+    readers = [f"[[{t}]]" if array else f"[{t}]" for t, (_, array) in _READERS.items()]
+    return [f"[{t}]" for t in _SCHEMA] + readers
