@@ -26,7 +26,6 @@ HOST = "127.0.0.1"
 WAIT = 20.0
 GRACE = 0.3
 
-FAST = FAST_LINK
 
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
@@ -73,7 +72,7 @@ class Pair:
         **a_options: Any,
     ) -> None:
         self.b = factory(broker_id="b")
-        link = LinkConfig(name="ab", uri=self.b.endpoint, **FAST)
+        link = LinkConfig(name="ab", uri=self.b.endpoint, **FAST_LINK)
         self.a = factory(broker_id="a", links=(link,), **a_options)
         self.wait_until = wait_until
         assert wait_until(lambda: link_up(self.a, "ab"), WAIT)

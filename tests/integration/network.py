@@ -29,8 +29,6 @@ WAIT = 20.0  # seconds: upper bound of any condition wait (generous: CI machines
 GRACE = 0.3  # seconds: extra time granted to a message that must *not* arrive
 N = 200  # distinct payloads per publish phase
 
-#: short heartbeats and redials, for tests where liveness matters
-FAST = FAST_LINK
 
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
@@ -66,7 +64,7 @@ class Net:
     def link(self, src: str, dst: str, name: str | None = None, **options: Any) -> LinkConfig:
         """A link ``src`` dials to ``dst`` (named ``srcdst`` in lower case by default)."""
         return LinkConfig(
-            name=name or f"{src}{dst}".lower(), uri=self.uri(dst), **{**FAST, **options}
+            name=name or f"{src}{dst}".lower(), uri=self.uri(dst), **{**FAST_LINK, **options}
         )
 
     def start(self, name: str, *links: LinkConfig, **options: Any) -> Broker:

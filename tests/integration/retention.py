@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tests.node_configs import FAST_LINK
 from zbroker import (
     Broker,
     Client,
@@ -24,7 +23,6 @@ HOST = "127.0.0.1"
 WAIT = 20.0  # seconds: upper bound of any condition wait
 GRACE = 0.3  # seconds: extra time granted to a message that must *not* arrive
 
-FAST = FAST_LINK
 
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]

@@ -15,7 +15,6 @@ from typing import Any
 
 from tests.helpers import Collector
 from tests.integration.advisory_pair import (
-    FAST,
     GRACE,
     WAIT,
     BrokerFactory,
@@ -31,6 +30,7 @@ from tests.integration.advisory_pair import (
     report_gaps,
 )
 from tests.integration.advisory_pair import pair as pair  # (the fixture)
+from tests.node_configs import FAST_LINK
 from zbroker import Gap
 from zbroker.config import LinkConfig
 
@@ -48,8 +48,8 @@ def test_link_down_and_up_reach_another_node(
     # stops) and comes back (c starts again on the same port)
     c_opts: dict[str, Any] = {"broker_id": "c", "port": free_port(), "data_dir": tmp_path / "c"}
     c = broker_factory(**c_opts)
-    b = broker_factory(broker_id="b", links=(LinkConfig(name="bc", uri=c.endpoint, **FAST),))
-    a = broker_factory(broker_id="a", links=(LinkConfig(name="ab", uri=b.endpoint, **FAST),))
+    b = broker_factory(broker_id="b", links=(LinkConfig(name="bc", uri=c.endpoint, **FAST_LINK),))
+    a = broker_factory(broker_id="a", links=(LinkConfig(name="ab", uri=b.endpoint, **FAST_LINK),))
     assert wait_until(lambda: link_up(a, "ab") and link_up(b, "bc"), WAIT)
     seen = Collector()
     watcher = client_factory(a.endpoint)
@@ -264,7 +264,7 @@ def test_handshake_refused(
     p = pair()
     # a node of another network group dials a: a refuses every handshake it tries
     stranger = broker_factory(
-        broker_id="x", group="other", links=(LinkConfig(name="xa", uri=p.a.endpoint, **FAST),)
+        broker_id="x", group="other", links=(LinkConfig(name="xa", uri=p.a.endpoint, **FAST_LINK),)
     )
     assert p.seen.wait_until(
         lambda ms: "HANDSHAKE_REFUSED" in [m.payload["kind"] for m in ms], WAIT

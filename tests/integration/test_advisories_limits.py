@@ -19,7 +19,6 @@ import pytest
 
 from tests.helpers import Collector
 from tests.integration.advisory_pair import (
-    FAST,
     GRACE,
     WAIT,
     BrokerFactory,
@@ -33,6 +32,7 @@ from tests.integration.advisory_pair import (
     report_gaps,
 )
 from tests.integration.advisory_pair import pair as pair  # (the fixture)
+from tests.node_configs import FAST_LINK
 from zbroker import wire
 from zbroker.config import AdvisoryConfig, LinkConfig, RetainRule
 from zbroker.errors import RequestError
@@ -259,7 +259,7 @@ def test_auth_refused_with_security(
     root = tmp_path / "keys"
     secure = _security(root)
     b = broker_factory(broker_id="b", **secure("b"))
-    link = LinkConfig(name="ab", uri=b.endpoint, peer="b", **FAST)
+    link = LinkConfig(name="ab", uri=b.endpoint, peer="b", **FAST_LINK)
     a = broker_factory(broker_id="a", **secure("a", links=(link,)))
     assert wait_until(lambda: link_up(a, "ab"), WAIT)
     seen = Collector()

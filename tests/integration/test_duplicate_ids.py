@@ -24,8 +24,6 @@ from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 
-#: short heartbeats and redials: a flapping link shows within a few seconds
-FAST = FAST_LINK
 N = 300
 
 
@@ -52,7 +50,7 @@ class Trio:
         return f"tcp://127.0.0.1:{self.ports[name]}"
 
     def link(self, name: str, to: str) -> LinkConfig:
-        return LinkConfig(name=self.dialled[name][1], uri=self.uri(to), **FAST)
+        return LinkConfig(name=self.dialled[name][1], uri=self.uri(to), **FAST_LINK)
 
     def start_dup(self, name: str) -> Broker:
         by_t = self.dialled[name][0]

@@ -27,9 +27,8 @@ from zbroker.config import LinkConfig
 from zbroker.const import SILENT_GRACE
 
 WAIT = 20.0
-FAST = FAST_LINK
 #: how long after the cut the link must be down: the grace, and slack for a loaded machine
-BOUND = SILENT_GRACE * FAST["heartbeat_timeout"] + 6.0
+BOUND = SILENT_GRACE * FAST_LINK["heartbeat_timeout"] + 6.0
 
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
@@ -95,7 +94,7 @@ def test_a_cut_link_goes_down_while_junk_floods_the_router(
     w = broker_factory(broker_id="w")
     proxy = CutProxy(int(w.endpoint.rsplit(":", 1)[1]))
     try:
-        link = LinkConfig(name="dw", uri=f"tcp://127.0.0.1:{proxy.port}", **FAST)
+        link = LinkConfig(name="dw", uri=f"tcp://127.0.0.1:{proxy.port}", **FAST_LINK)
         d = broker_factory(broker_id="d", links=(link,))
         assert wait_until(lambda: link_up(w, "dw"), WAIT)
         client_factory(d.endpoint).subscribe("g.>", Collector())

@@ -22,8 +22,6 @@ from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig
 
-FAST = FAST_LINK
-
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
 WaitUntil = Callable[..., bool]
@@ -74,13 +72,13 @@ def chain(
         broker_id="A",
         port=pa,
         data_dir=tmp_path / "A",
-        links=(LinkConfig(name="ab", uri=endpoint(pb), **FAST),),
+        links=(LinkConfig(name="ab", uri=endpoint(pb), **FAST_LINK),),
     )
     b = broker_factory(
         broker_id="B",
         port=pb,
         data_dir=tmp_path / "B",
-        links=(LinkConfig(name="bc", uri=endpoint(pc), **FAST),),
+        links=(LinkConfig(name="bc", uri=endpoint(pc), **FAST_LINK),),
     )
     c = broker_factory(broker_id="C", port=pc, data_dir=tmp_path / "C")
     client_factory(a.endpoint).subscribe("HERE", Collector())
@@ -202,7 +200,7 @@ def test_status_shows_a_link_that_is_not_up(
     broker_factory: BrokerFactory, free_port: Callable[[], int], wait_until: WaitUntil
 ) -> None:
     nobody = endpoint(free_port())  # no node there: the link keeps redialling
-    a = broker_factory(links=(LinkConfig(name="nowhere", uri=nobody, **FAST),))
+    a = broker_factory(links=(LinkConfig(name="nowhere", uri=nobody, **FAST_LINK),))
     assert wait_until(lambda: a.status()["links"][0]["state"] != "up", WAIT)
     result = invoke("status", "--broker", a.endpoint)
     assert result.exit_code == 0, result.output

@@ -15,7 +15,6 @@ import pytest
 
 from tests.helpers import Collector
 from tests.integration.network import (
-    FAST,
     HOST,
     WAIT,
     BrokerFactory,
@@ -37,6 +36,7 @@ from tests.integration.network import (
     wait_links,
 )
 from tests.integration.network import net as net  # (the fixture)
+from tests.node_configs import FAST_LINK
 from zbroker import Broker
 from zbroker.config import LinkConfig
 
@@ -246,9 +246,9 @@ def test_heartbeat_timeout_marks_a_killed_peer_down(
 
     t0 = time.monotonic()
     peer.send_signal(signal.SIGKILL)  # no goodbye: only missing heartbeats tell
-    assert wait_until(lambda: up_links(a) == set(), FAST["heartbeat_timeout"] + 5.0)
+    assert wait_until(lambda: up_links(a) == set(), FAST_LINK["heartbeat_timeout"] + 5.0)
     elapsed = time.monotonic() - t0
-    assert elapsed <= FAST["heartbeat_timeout"] + 1.0, elapsed
+    assert elapsed <= FAST_LINK["heartbeat_timeout"] + 1.0, elapsed
     assert routes(a) == []
     ln = link_named(a, "ap")
     assert "heartbeat" in (ln["last_error"] or ""), ln
@@ -285,9 +285,9 @@ def test_heartbeat_timeout_drops_the_link_of_a_killed_dialer(
 
     t0 = time.monotonic()
     peer.send_signal(signal.SIGKILL)
-    assert wait_until(lambda: links_of(a) == [], FAST["heartbeat_timeout"] + 5.0), links_of(a)
+    assert wait_until(lambda: links_of(a) == [], FAST_LINK["heartbeat_timeout"] + 5.0), links_of(a)
     elapsed = time.monotonic() - t0
-    assert elapsed <= FAST["heartbeat_timeout"] + 1.0, elapsed
+    assert elapsed <= FAST_LINK["heartbeat_timeout"] + 1.0, elapsed
     assert routes(a) == []
     assert counters(a)["links_down"] == 1
     assert peer.wait(5.0) == -signal.SIGKILL

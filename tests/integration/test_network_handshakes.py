@@ -15,7 +15,6 @@ import pytest
 
 from tests.helpers import Collector
 from tests.integration.network import (
-    FAST,
     GRACE,
     WAIT,
     BrokerFactory,
@@ -34,6 +33,7 @@ from tests.integration.network import (
     wait_links,
 )
 from tests.integration.network import net as net  # (the fixture)
+from tests.node_configs import FAST_LINK
 
 if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
     from cli.format import format_status
@@ -55,7 +55,7 @@ def test_link_to_self_is_refused_and_counted(
     # was refused
     assert wait_until(lambda: counters(a)["handshakes_refused"] == 2, WAIT), counters(a)
     # not retried: the count stays put (redials would come every 0.1-0.5 s)
-    time.sleep(4 * FAST["reconnect_initial_delay"] + GRACE)
+    time.sleep(4 * FAST_LINK["reconnect_initial_delay"] + GRACE)
     assert counters(a)["handshakes_refused"] == 2
     assert link_named(a, "self")["state"] == "refused"
     assert counters(a)["links_up"] == 0

@@ -13,7 +13,6 @@ import pytest
 
 from tests.helpers import Collector
 from tests.integration.network import (
-    FAST,
     HOST,
     WAIT,
     BrokerFactory,
@@ -25,6 +24,7 @@ from tests.integration.network import (
     endpoint,
     pump,
 )
+from tests.node_configs import FAST_LINK
 from zbroker import Client
 from zbroker.config import LinkConfig
 from zbroker.process import (
@@ -52,7 +52,7 @@ def start_node(procs: Any, how: str, port: int, data_dir: Path, node_id: str, *p
         config.write_text(
             "".join(
                 f'[[link]]\nname = "to-{p}"\nuri = "{endpoint(p)}"\n'
-                + "".join(f"{k} = {v}\n" for k, v in FAST.items())
+                + "".join(f"{k} = {v}\n" for k, v in FAST_LINK.items())
                 for p in peers
             )
         )

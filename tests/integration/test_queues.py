@@ -25,14 +25,13 @@ from zbroker.errors import BrokerUnreachable, ConfigError, RequestError
 WAIT = 20.0
 GRACE = 0.5
 N = 300
-FAST = FAST_LINK
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
 WaitUntil = Callable[..., bool]
 
 
 def link(name: str, to: Broker) -> LinkConfig:
-    return LinkConfig(name=name, uri=to.endpoint, **FAST)
+    return LinkConfig(name=name, uri=to.endpoint, **FAST_LINK)
 
 
 def group_row(broker: Broker, group: str) -> dict[str, Any] | None:

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from tests.integration.retention import (
-    FAST,
     GRACE,
     HOST,
     WAIT,
@@ -24,6 +23,7 @@ from tests.integration.retention import (
     store_stats,
     wait_log,
 )
+from tests.node_configs import FAST_LINK
 from zbroker import (
     Broker,
     Client,
@@ -51,7 +51,7 @@ def test_retention_rule_draws_messages_across_a_link(
     port_b = free_port()
     b = broker_factory(broker_id="B", port=port_b, retain=(RetainRule("CH.>"),))
     a = broker_factory(
-        broker_id="A", links=(LinkConfig(name="ab", uri=f"tcp://{HOST}:{port_b}", **FAST),)
+        broker_id="A", links=(LinkConfig(name="ab", uri=f"tcp://{HOST}:{port_b}", **FAST_LINK),)
     )
     assert wait_until(lambda: up_links(a) == {("ab", "B")} and up_links(b) == {("ab", "A")}, WAIT)
     # B has no subscriber: its retention rule alone is the interest A learns about

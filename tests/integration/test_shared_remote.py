@@ -20,14 +20,13 @@ from zbroker.config import LinkConfig
 
 WAIT = 30.0
 GRACE = 0.5
-FAST = FAST_LINK
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
 WaitUntil = Callable[..., bool]
 
 
 def link(name: str, to: Broker) -> LinkConfig:
-    return LinkConfig(name=name, uri=to.endpoint, **FAST)
+    return LinkConfig(name=name, uri=to.endpoint, **FAST_LINK)
 
 
 def queue_row(broker: Broker, name: str) -> dict[str, Any] | None:

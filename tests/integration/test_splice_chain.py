@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 
 from tests.helpers import Collector
+from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client, wire
 from zbroker.config import LinkConfig
 from zbroker.node.delivery import Delivery
 from zbroker.wire import splice
 
 from .fuzz_common import RawPeer
-from .network import FAST, WAIT, has_route
+from .network import WAIT, has_route
 
 
 def _run(origin: str, topic: str, n: int, first: int = 1) -> list[Any]:
@@ -38,7 +39,7 @@ def b_and_c(
     """Node B and node C dialing it, a subscriber to ``pattern`` on each (B's route to C's
     known): (B, what B's subscriber gets, what C's gets)."""
     b = broker_factory(broker_id="B")
-    c = broker_factory(broker_id="C", links=(LinkConfig(name="cb", uri=b.endpoint, **FAST),))
+    c = broker_factory(broker_id="C", links=(LinkConfig(name="cb", uri=b.endpoint, **FAST_LINK),))
     at_b, at_c = Collector(), Collector()
     client_factory(b.endpoint).subscribe(pattern, at_b)
     client_factory(c.endpoint).subscribe(pattern, at_c)
