@@ -80,10 +80,11 @@ def build_copy(tmp: Path, repo: Path = REPO) -> None:
         raise RuntimeError(f"the copy's build failed: {(done.stderr or done.stdout)[-2000:]}")
 
 
-def end_on_signals(deadline_s: int, what: str = "benchmark") -> None:
+def end_on_signals(deadline_s: int | None, what: str = "benchmark") -> None:
     """SIGALRM after ``deadline_s`` raises TimeoutError and SIGTERM KeyboardInterrupt, so a
     run past its deadline, or told to stop, leaves through its ``finally`` blocks (which
-    stop its children) instead of dying with them still running."""
+    stop its children) instead of dying with them still running. ``None``: no deadline
+    (a run whose length its arguments set), only SIGTERM."""
 
     def on_alarm(signum: int, frame: Any) -> None:
         raise TimeoutError(f"{what} exceeded {deadline_s} s")
@@ -91,6 +92,7 @@ def end_on_signals(deadline_s: int, what: str = "benchmark") -> None:
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
-    signal.signal(signal.SIGALRM, on_alarm)
     signal.signal(signal.SIGTERM, on_term)
-    signal.alarm(deadline_s)
+    if deadline_s is not None:
+        signal.signal(signal.SIGALRM, on_alarm)
+        signal.alarm(deadline_s)

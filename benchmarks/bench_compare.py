@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -109,7 +108,7 @@ def _node_figures(ctx: Any, tmp: str, stop: Any, n: int, n_lat: int) -> dict[str
 def child_main(tree: Path, n: int, lat_s: float) -> dict[str, Any]:
     """Measure ``tree``'s zbroker once: one node, then the chain. Runs in the tree's python."""
     sys.path.insert(0, str(HERE))
-    from _common import snapshot_sources
+    from _common import end_on_signals, snapshot_sources
 
     src = snapshot_sources(tree)  # before anything imports zbroker; checks the origin
     import multiprocessing as mp
@@ -119,10 +118,7 @@ def child_main(tree: Path, n: int, lat_s: float) -> dict[str, Any]:
     import bench_network as bnet
     import bench_node as bn
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_term)  # run the finally blocks: stop every child
+    end_on_signals(None, "comparison")  # SIGTERM runs the finally blocks: stop every child
     n_lat = int(bn.LATENCY_RATE * lat_s) + bn.LATENCY_LEAD_IN
     ctx = mp.get_context("spawn")
     tmp = tempfile.mkdtemp(prefix="zbroker-cmpbench-")
@@ -376,10 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.label_a == args.label_b:
         ap.error("--label-a and --label-b must differ")
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
+    from _common import end_on_signals  # (this script's directory is on sys.path)
 
-    signal.signal(signal.SIGTERM, on_term)  # run_tree's finally stops the running child
+    end_on_signals(None, "comparison")  # SIGTERM: run_tree's finally stops the running child
     try:
         result = compare(args)
     except KeyboardInterrupt as exc:  # the running child was stopped in run_tree

@@ -58,7 +58,6 @@ import importlib.util
 import multiprocessing as mp
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -69,7 +68,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_node as bn  # roles' helpers, /proc accounting, latency statistics
 import peer_relays  # the floors: bare pyzmq relays, C relays
 import peer_targets  # issue 19's targets, round by round
-from _common import snapshot_sources
+from _common import end_on_signals, snapshot_sources
 
 # the harness, the topologies and the tables live in their own modules; ``bare_hop`` uses
 # ``bp._start_zbroker``, ``bp.run_case`` and ``bp._stop_topology`` from here
@@ -188,10 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         print("nothing to run")
         return 1
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_term)
+    end_on_signals(None, "bench_peers")  # SIGTERM: the finally below stops every child
     n_lat = int(bn.LATENCY_RATE * args.latency_seconds) + bn.LATENCY_LEAD_IN
     ctx = mp.get_context("spawn")
     tmp = tempfile.mkdtemp(prefix="zbroker-peers-")

@@ -13,10 +13,13 @@ import pytest
 from tests.helpers import ROOT
 
 SCRIPT = """
-import sys, time
+import signal, sys, time
 sys.path.insert(0, sys.argv[1])
 from _common import end_on_signals
-end_on_signals(int(sys.argv[2]), "trial")
+deadline = None if sys.argv[2] == "none" else int(sys.argv[2])
+end_on_signals(deadline, "trial")
+if deadline is None:  # no deadline: no alarm set, SIGALRM left as it was
+    assert signal.alarm(0) == 0 and signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
 try:
     print("running", flush=True)
     time.sleep(30)
@@ -25,8 +28,8 @@ finally:
 """
 
 
-def _start(deadline_s: int) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-c", SCRIPT, str(ROOT / "benchmarks"), str(deadline_s)]
+def _start(deadline_s: int | None) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-c", SCRIPT, str(ROOT / "benchmarks"), str(deadline_s).lower()]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -36,10 +39,12 @@ def _start(deadline_s: int) -> subprocess.Popen[str]:
         (1, False, "TimeoutError: trial exceeded 1 s", 1),
         # an uncaught KeyboardInterrupt ends Python as SIGINT would
         (60, True, "KeyboardInterrupt: signal 15", -signal.SIGINT),
+        # bench_compare and bench_peers: no deadline, SIGTERM still ends through finally
+        (None, True, "KeyboardInterrupt: signal 15", -signal.SIGINT),
     ],
 )
 def test_a_run_ends_through_its_finally_blocks(
-    deadline_s: int, term: bool, reason: str, returncode: int
+    deadline_s: int | None, term: bool, reason: str, returncode: int
 ) -> None:
     proc = _start(deadline_s)
     try:
