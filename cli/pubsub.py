@@ -25,12 +25,25 @@ from .state import SnapshotMarks
 
 
 def _parse_headers(values: tuple[str, ...]) -> dict[str, Any] | None:
+    """``KEY=VALUE`` headers are strings; ``KEY:=JSON`` ones the JSON value (HTTPie's
+    convention), so a selector's ``qty > 100`` can compare a header given on the command
+    line as the number it is."""
     headers: dict[str, Any] = {}
     for item in values:
         key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--header")
-        headers[key] = value
+        if not sep or not key or key == ":":
+            raise click.BadParameter(
+                f"{item!r} is not KEY=VALUE or KEY:=JSON", param_hint="--header"
+            )
+        if key.endswith(":"):
+            try:
+                headers[key[:-1]] = json.loads(value)
+            except ValueError as exc:
+                raise click.BadParameter(
+                    f"{item!r}: {value!r} is not a JSON value ({exc})", param_hint="--header"
+                ) from None
+        else:
+            headers[key] = value
     return headers or None
 
 
@@ -52,7 +65,13 @@ def _parse_headers(values: tuple[str, ...]) -> dict[str, Any] | None:
     default=None,
     help="Messages per second (default: as fast as possible).",
 )
-@click.option("--header", "-H", "headers", multiple=True, help="Header KEY=VALUE (repeatable).")
+@click.option(
+    "--header",
+    "-H",
+    "headers",
+    multiple=True,
+    help="Header KEY=VALUE (a string) or KEY:=JSON (a number, true, ...; repeatable).",
+)
 @click.option(
     "--persistent", is_flag=True, help="Send as persistent: the node stores it before confirming."
 )

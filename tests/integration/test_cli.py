@@ -103,6 +103,40 @@ def test_pub_rejects_malformed_header(broker: Broker) -> None:
     assert received(broker) == 0
 
 
+def test_pub_typed_headers_are_what_selectors_compare(
+    broker: Broker, client_factory: ClientFactory
+) -> None:
+    # KEY=VALUE is a string, which `qty > 100` never accepts; KEY:=JSON is the value
+    client = client_factory(broker.endpoint)
+    got, every = Collector(), Collector()
+    client.subscribe("SEL.>", got, selector="region = 'EU' AND price * qty >= 1000 AND ok")
+    client.subscribe("SEL.>", every)
+    for typed in (False, True):
+        op = ":=" if typed else "="
+        result = invoke(
+            "pub", "SEL.A", "m", "--broker", broker.endpoint, "-H", "region=EU",
+            "-H", f"price{op}10", "-H", f"qty{op}200", "-H", f"ok{op}true", "-H", 'id:="007"',
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+    assert every.wait_for(2)
+    assert [m.headers for m in every.messages] == [
+        {"region": "EU", "price": "10", "qty": "200", "ok": "true", "id": "007"},
+        {"region": "EU", "price": 10, "qty": 200, "ok": True, "id": "007"},
+    ]
+    assert got.wait_for(1)
+    time.sleep(0.3)  # (the string-typed one, had it matched, came first)
+    assert [m.headers["qty"] for m in got.messages] == [200]
+
+
+@pytest.mark.parametrize("bad", ["qty:=2x0", ":=1", "qty:="])
+def test_pub_rejects_a_header_that_is_not_json(broker: Broker, bad: str) -> None:
+    result = invoke("pub", "HDR.X", "m", "--broker", broker.endpoint, "-H", bad)
+    assert result.exit_code == 2, result.output
+    assert repr(bad) in result.stderr
+    assert "Traceback" not in result.output
+    assert received(broker) == 0
+
+
 def test_sub_credit_is_for_queue_and_shared_consumers(broker: Broker) -> None:
     result = invoke("sub", "JOBS.>", "--credit", "5", "--broker", broker.endpoint)
     assert result.exit_code == 2
