@@ -31,14 +31,14 @@ from .format import format_simulation
     "hosts",
     multiple=True,
     metavar="PATTERN=NODE[,NODE...]",
-    help="With --compare: these nodes host the branch PATTERN (repeatable).",
+    help="These nodes host the branch PATTERN (repeatable; implies --compare).",
 )
 @click.option(
     "--flood",
     "flood",
     multiple=True,
     metavar="PATTERN",
-    help="With --compare: also run with this branch flooded on every node (repeatable).",
+    help="Also run with this branch flooded on every node (repeatable; implies --compare).",
 )
 def simulate(
     topology: Path,
@@ -58,6 +58,10 @@ def simulate(
     from zbroker.simulate import load_topology, run_simulation
 
     if compare or hosts or flood:
+        if svg_file is not None:  # (it used to be ignored, the command exiting 0)
+            raise click.UsageError(
+                "--svg draws one run; it does not go with --compare, --host or --flood"
+            )
         from zbroker.simulate_modes import compare_modes, format_modes, parse_hosts
 
         result = compare_modes(load_topology(topology), parse_hosts(hosts), flood)

@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
 from click.testing import CliRunner
 
 if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
@@ -77,3 +78,14 @@ def test_simulate_svg_unwritable_file_is_a_clear_error(tmp_path: Path) -> None:
     topo.write_text(TOPOLOGY)
     result = CliRunner().invoke(cli, ["simulate", str(topo), "--svg", str(tmp_path / "no/x.svg")])
     assert result.exit_code != 0 and "cannot write" in result.output
+
+
+@pytest.mark.parametrize("mode", [["--compare"], ["--host", "PRICE.>=B"], ["--flood", "PRICE.>"]])
+def test_simulate_svg_with_a_comparison_is_a_usage_error(tmp_path: Path, mode: list[str]) -> None:
+    # (it was ignored: the comparison ran, exited 0 and no file was written)
+    topo, out = tmp_path / "net.toml", tmp_path / "net.svg"
+    topo.write_text(TOPOLOGY)
+    result = CliRunner().invoke(cli, ["simulate", str(topo), *mode, "--svg", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "--svg draws one run" in result.output
+    assert not out.exists()
