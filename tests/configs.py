@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ID_RULE = (
-    "is not a valid broker ID (1-64 characters of letters, digits, '_', '.', '-', "
+    "is not a valid name (1-64 characters of letters, digits, '_', '.', '-', "
     "starting with a letter or digit)"
 )
 

@@ -187,7 +187,7 @@ def test_validate_broker_id_default_label() -> None:
     assert validate_id("alpha") == "alpha"
     with pytest.raises(ConfigError) as info:
         validate_id("a b")
-    assert str(info.value) == f"broker id: 'a b' {ID_RULE}"
+    assert str(info.value) == f"broker ID: 'a b' {ID_RULE}"
     with pytest.raises(ConfigError) as info:
         validate_id(None, "flag --id")
     assert str(info.value) == f"flag --id: None {ID_RULE}"

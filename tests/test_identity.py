@@ -177,7 +177,7 @@ def test_invalid_stored_id(tmp_path: Path, stored_id: object) -> None:
     path.write_text(json.dumps({"broker_id": stored_id, "incarnation": 3}), "utf-8")
     with pytest.raises(DataDirError) as info:
         open_identity(tmp_path, None)
-    assert str(info.value).startswith(f"{path}: {stored_id!r} is not a valid broker ID")
+    assert str(info.value).startswith(f"{path}: broker ID: {stored_id!r} is not a valid name")
     # a configured ID replaces the bad one
     ident, lock = open_identity(tmp_path, "alpha")
     lock.release()
@@ -185,7 +185,7 @@ def test_invalid_stored_id(tmp_path: Path, stored_id: object) -> None:
 
 
 def test_invalid_configured_id(tmp_path: Path) -> None:
-    with pytest.raises(DataDirError, match="'no way' is not a valid broker ID"):
+    with pytest.raises(DataDirError, match="'no way' is not a valid name"):
         open_identity(tmp_path, "no way")
     assert not (tmp_path / "identity.json").exists()
     # and the lock was released

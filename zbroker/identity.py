@@ -130,7 +130,7 @@ def open_identity(data_dir: Path, configured_id: str | None) -> tuple[Identity, 
                 raise DataDirError(f"{path} is unreadable or corrupt: {exc}") from exc
         broker_id = configured_id or stored.get("broker_id") or _generated_id()
         try:
-            validate_broker_id(broker_id, str(path))
+            validate_broker_id(broker_id, f"{path}: broker ID")
         except ConfigError as exc:
             raise DataDirError(str(exc)) from exc
         assert isinstance(broker_id, str)

@@ -222,7 +222,7 @@ def test_queue_config(tmp_path: Path) -> None:
     assert cfg.queues == (QueueRule(group="w", policy="weighted"),)
     with pytest.raises(ConfigError, match="policy 'rr' is not one of"):
         config_from_mapping({"queue": [{"group": "w", "policy": "rr"}]}, "n.toml")
-    with pytest.raises(ConfigError, match="not a valid broker ID"):
+    with pytest.raises(ConfigError, match="queue #1: group: 'w w' is not a valid name"):
         config_from_mapping({"queue": [{"group": "w w"}]}, "n.toml")
     with pytest.raises(ConfigError, match="unknown key"):
         config_from_mapping({"queue": [{"group": "w", "conduit": 1}]}, "n.toml")

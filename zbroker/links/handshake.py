@@ -123,7 +123,7 @@ def parse_hello(info: dict[str, Any], own_max: int) -> Hello:
     if not isinstance(peer, str) or not isinstance(name, str):
         raise ProtocolError("bad_type", "LINK_HELLO needs id and name strings")
     validate_broker_id(peer)
-    validate_broker_id(name)
+    validate_broker_id(name, "link name")
     inc = incarnation_of(info, "LINK_HELLO")
     options = LinkOptions(
         ttl=_int(info, "ttl", 1, 255),
