@@ -7,7 +7,7 @@ and registers itself on the group :data:`cli` when imported here:
 * :mod:`.pubsub` — ``pub``, ``sub``;
 * :mod:`.inspection` — ``status``, ``routes``, ``peers``, ``replay``;
 * :mod:`.simulate` — ``simulate``;
-* :mod:`.queues` — ``queues``;
+* :mod:`.queues` — ``queues``, ``delete-durable``;
 * :mod:`.events` — ``events``;
 * :mod:`.state` — ``set``, ``remove``, ``fetch``, ``topics`` (topics with state).
 

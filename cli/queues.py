@@ -2,7 +2,8 @@
 network advertised them) and shared durable subscriptions — with what is stored, in
 flight, delivered, redelivered and redistributed (moved between nodes with the durable's
 home: features/durables/moves.py). Text, or JSON with ``--json`` (the status section
-``queues`` as is)."""
+``queues`` as is). ``zbroker delete-durable``: a durable subscription deleted, with what
+it stored."""
 
 from __future__ import annotations
 
@@ -28,6 +29,21 @@ def queues(as_json: bool, **conn: Any) -> None:
     with connect(**conn) as client:
         rows = client.status().get("queues", [])
     click.echo(json.dumps(rows, indent=2) if as_json else format_queues(rows))
+
+
+@cli.command("delete-durable")
+@click.argument("name")
+@broker_option()
+@connection_options()
+def delete_durable(name: str, **conn: Any) -> None:
+    """Delete durable subscription NAME and the messages it stored (to change its
+    selector or pattern, or to drop what piled up). Its home node deletes it, wherever
+    the client is connected; a consumer still attached gets no more messages.
+
+    A name no node holds deletes nothing (0 messages)."""
+    with connect(**conn) as client:
+        deleted = client.delete_durable(name)
+    click.echo(f"deleted durable {name}: {deleted} stored message(s) went with it")
 
 
 def format_queues(rows: list[dict[str, Any]]) -> str:

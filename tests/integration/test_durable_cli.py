@@ -1,6 +1,8 @@
 """``zbroker sub --durable``: exactly the stored messages, ``--count`` leaving the rest
-stored, a usage error for two patterns, and a killed subscriber's messages coming again
-(:mod:`.durables`; every process through ``procs``, stopped by its PID)."""
+stored, a usage error for two patterns, and a killed subscriber's messages coming again;
+``zbroker delete-durable``: the durable and what it stored gone, so it can be made anew
+with another selector (:mod:`.durables`; every process through ``procs``, stopped by its
+PID)."""
 
 from __future__ import annotations
 
@@ -84,6 +86,30 @@ def test_cli_sub_durable_with_two_patterns_is_a_usage_error(procs: Any) -> None:
     assert "--durable takes exactly one PATTERN" in err
     assert "Traceback" not in err
     assert out == ""
+
+
+@pytest.mark.slow
+def test_cli_delete_durable_drops_it_and_its_messages(
+    broker: Broker, client_factory: ClientFactory, procs: Any, wait_until: WaitUntil
+) -> None:
+    # the selector-change error says "delete it first": this is how, from a shell
+    client = client_factory(broker.endpoint)
+    detach_and_sync(client, client.subscribe("DEL.>", lambda m: None, durable="del"))
+    publish_all(client, "DEL.X", numbers(7))
+    assert wait_until(lambda: durable_is(broker, "del", stored=7), WAIT)
+    args = ("delete-durable", "del", "--broker", broker.endpoint)
+    rc, out, err = procs.run(*args, timeout=WAIT)
+    assert (rc, out, err) == (0, "deleted durable del: 7 stored message(s) went with it\n", "")
+    assert durable_of(broker, "del") is None
+    rc, out, _ = procs.run(*args, timeout=WAIT)  # a second time: nothing left to delete
+    assert (rc, out) == (0, "deleted durable del: 0 stored message(s) went with it\n")
+    got = Collector()  # made anew, with a selector the old one did not have: nothing old
+    client.subscribe("DEL.>", got, durable="del", selector="n = 1")
+    client.publish("DEL.X", b"new", headers={"n": 1})
+    assert got.wait_for(1)
+    assert got.payloads() == [b"new"]
+    rc, _, err = procs.run("delete-durable", "no way", "--broker", broker.endpoint, timeout=WAIT)
+    assert rc == 1 and "durable subscription name: 'no way' is not a valid name" in err, err
 
 
 @pytest.mark.slow
