@@ -34,7 +34,9 @@ log = logging.getLogger("zbroker.client")
 
 
 class InitialMessage(Message):
-    """A stateful topic's current value as a snapshot (or a fetch) gave it."""
+    """A stateful topic's current value as a snapshot (or a fetch) gave it. A value is
+    not a message the network numbered: its ``id`` is ``OWNER:0:0`` (no live message
+    has seq 0); its topic and ``version`` name it."""
 
     __slots__ = ()
     initial = True
