@@ -1,6 +1,7 @@
 """Missing-topic notifications on in-thread nodes: proceed (the handler creates the
 topic), cancel, timeout, the most specific handler, several handlers, no handler
-reachable, across fan-out links (two tiers), and a link dropping mid-flight."""
+reachable, across fan-out links (two tiers), not across an ordinary link, and a link
+dropping mid-flight."""
 
 from __future__ import annotations
 
@@ -143,6 +144,26 @@ def test_no_handler_reachable_proceeds_counted(
     _, s = fan(broker_factory)
     assert client_factory(s.endpoint).fetch("PRICE.NONE") == []
     assert missing(s)["unhandled"] == 1
+
+
+def test_a_handler_on_a_plain_link_s_far_node_is_not_asked(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    """Handlers are per node (and its fan-out secondaries): over an ordinary link nobody
+    can be asked, so the fetch proceeds at once and nothing is counted on either node."""
+    a = broker_factory(broker_id="A", missing_topic_timeout=20.0)
+    link = LinkConfig(name="plain", uri=a.endpoint, **FAST_LINK)
+    c = broker_factory(broker_id="C", links=(link,), missing_topic_timeout=20.0)
+    on_a = Handler(client_factory(a.endpoint))
+    client_factory(a.endpoint).on_missing_topic("FX.>", on_a)
+    wait_for(lambda: c.status()["counters"]["links_up"] == 1, c.status)
+    t0 = time.monotonic()
+    assert client_factory(c.endpoint).fetch("FX.EURUSD") == []
+    assert time.monotonic() - t0 < 10.0  # not held for the 20 s timeout
+    assert on_a.notices == []
+    zeros = {"notified": 0, "cancelled": 0, "unhandled": 0, "link_lost": 0, "timeouts": 0}
+    for node in (a, c):
+        assert {k: missing(node)[k] for k in zeros} == zeros
 
 
 def test_a_link_dropping_mid_flight_proceeds_counted(
