@@ -95,7 +95,7 @@ def replay(
 
     validate_pattern(pattern)
     if start is not None and end is not None and start > end:
-        raise click.ClickException(f"--from {start} is after --to {end}: nothing to replay")
+        raise click.UsageError(f"--from {start} is after --to {end}: nothing to replay")
     with connect(**conn) as client:
         first, last = client.log_range()
         msgs = client.read(pattern, first if start is None else start, end, limit)

@@ -175,9 +175,17 @@ def _check_sub_options(
         raise click.UsageError("--queue and --durable exclude each other")
     if shared and durable is None:
         raise click.UsageError("--shared shares a durable subscription: it needs --durable")
+    from zbroker.errors import ConfigError
+    from zbroker.names import validate_broker_id
     from zbroker.selectors import SelectorError, canonical
     from zbroker.topics import validate_pattern
 
+    for name, hint, what in ((queue, "--queue", "queue group"), (durable, "--durable", "durable")):
+        try:
+            if name is not None:
+                validate_broker_id(name, f"{what} name")
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint=hint) from None
     for p in patterns:
         validate_pattern(p)
     try:

@@ -137,6 +137,23 @@ def test_pub_rejects_a_header_that_is_not_json(broker: Broker, bad: str) -> None
     assert received(broker) == 0
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("sub", "J.>", "--queue", "bad name"), "--queue: queue group name: 'bad name' is not"),
+        (("sub", "J.>", "--durable", "bad name"), "--durable: durable name: 'bad name' is not"),
+    ],
+)
+def test_a_bad_option_value_is_a_usage_error(
+    broker: Broker, args: tuple[str, ...], says: str
+) -> None:
+    # (these exited 1, as an unreachable node does; the reference says a usage error is 2)
+    result = invoke(*args, "--broker", broker.endpoint)
+    assert result.exit_code == 2, result.output
+    assert says in result.stderr and result.stderr.startswith("Usage: ")
+    assert received(broker) == 0
+
+
 def test_sub_credit_is_for_queue_and_shared_consumers(broker: Broker) -> None:
     result = invoke("sub", "JOBS.>", "--credit", "5", "--broker", broker.endpoint)
     assert result.exit_code == 2
