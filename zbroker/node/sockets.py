@@ -136,7 +136,7 @@ def _bind_one(sock: zmq.Socket[bytes], host: str, port: int, base: int) -> None:
         if exc.errno == zmq.EADDRINUSE:
             raise AddressInUse(
                 f"port {port} on {host} is already in use (a node on port {base} needs "
-                f"{base}, {base + 1} and {base + 2}; choose another with --port)"
+                f"{base}, {base + 1} and {base + 2}; choose another port, or 0 for free ones)"
             ) from exc
         raise AddressInUse(f"cannot bind {format_endpoint(host, port)}: {exc}") from exc
 
