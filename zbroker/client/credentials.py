@@ -21,7 +21,10 @@ __all__ = ["Credentials"]
 
 # why a node may not answer, said with BrokerUnreachable: a secure node answers only
 # clients with known keys, and a plain client's handshake fails there without a word
-_CURVE_HINT = " (check keys and server_key: the node refuses keys it does not know)"
+_CURVE_HINT = (
+    " (check keys and server_key: the node refuses a client key it does not know, and a"
+    " server_key that is not its own fails the handshake)"
+)
 _PLAIN_HINT = " (is a node running there? one with security on needs keys and server_key)"
 
 _ALL: Any = object()  # "no permissions sent": a node without security allows everything
