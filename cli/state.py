@@ -38,7 +38,9 @@ class SnapshotMarks:
             return
         self.marked.add(pattern)
         if pattern in self.valued and self.as_json:
-            click.echo(json.dumps({"snapshot": "complete", "pattern": pattern}))
+            click.echo(
+                json.dumps({"snapshot": "complete", "pattern": pattern}, separators=(",", ":"))
+            )
         elif pattern in self.valued:
             click.echo(f"snapshot of {pattern} complete", err=True)
 
