@@ -170,8 +170,8 @@ def _state_set_outcome(body: dict[str, Any]) -> str | None:
     return reason or _publish_request_outcome(body)
 
 
-# every op of the protocol is a request a client may send, except the two the node sends
-_REQUEST_OPS = frozenset(wire.OPS) - {wire.DELIVER, wire.QDELIVER, wire.ERROR}
+# every op of the protocol is a request a client may send, except those only the node sends
+_REQUEST_OPS = frozenset(wire.OPS) - {wire.DELIVER, wire.QDELIVER, wire.ERROR, wire.LEAVING}
 _STAGING_OPS = frozenset({wire.STAGE, wire.STAGE_COMMIT, wire.STAGE_ABORT})
 
 

@@ -77,10 +77,11 @@ class Client(StateMethods, LogMethods):
         ``broker`` is ``tcp://HOST:PORT``, a comma-separated list of them, or
         ``zeroconf://GROUP`` (find nodes of GROUP on the LAN; ``interfaces`` names the
         addresses to browse on, default all). With several candidates the client fails
-        over: when its node stops answering heartbeats (or, found by zeroconf, leaves the
-        group) it connects to another and re-subscribes its patterns; an endpoint that
-        fails is retried with exponential backoff. ``fanout=True`` publishes every message to every node found,
-        and connects only once ``min_brokers`` answer (subscriptions use one of them).
+        over: when its node stops answering heartbeats, or says it is stopping (LEAVING),
+        or, found by zeroconf, leaves the group, it connects to another and re-subscribes
+        its patterns; an endpoint that fails is retried with exponential backoff.
+        ``fanout=True`` publishes every message to every node found, and connects only
+        once ``min_brokers`` answer (subscriptions use one of them).
 
         Security (nodes with ``[security] enabled``): ``keys`` is this client's key pair,
         the path of its secret certificate (``zbroker keygen --out DIR --name NAME``

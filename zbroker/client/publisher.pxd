@@ -9,7 +9,8 @@ cimport cython
 cdef class Publisher:
     cdef object _address, _fanout, _credentials, _check, _wake
     cdef readonly object _lock
-    cdef object _push, _send, _run_head
+    cdef object _push, _send, _run_head, _ctx
+    cdef Py_ssize_t _hwm
     cdef dict _topic_heads
     cdef double _timeout, _batch_since, _last_send
     cdef bint _closed, _runs

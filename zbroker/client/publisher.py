@@ -1,7 +1,7 @@
 """The publisher: the PUSH socket(s), their lock, and publish batching.
 
 ``publish()`` sends on the caller's thread, under :class:`Publisher`'s own lock, on a
-socket nothing else touches; the client thread only connects and disconnects it (under the
+socket nothing else touches; the client thread only connects it and replaces it (under the
 same lock) as it fails over, and sends the tail of a batch nobody filled
 (:meth:`Publisher.flush_tail`). Publishes that come faster than ``PUBLISH_LINGER`` apart
 leave together in one frame (at most ``PUBLISH_BATCH``), sized for the node that answered
@@ -92,6 +92,7 @@ class Publisher:
         self._closed = False
         # msgpack fixarray(4) + the topic: the constant start of every frame on it
         self._topic_heads: dict[str, bytes] = {}
+        self._ctx, self._hwm = ctx, hwm  # (a new PUSH after each failover: detach)
         self._push = new_push(ctx, hwm, publish_timeout)
         # the backend's send, bound: skips pyzmq's Python-level Socket.send wrapper
         self._send: Callable[[bytes, int], Any] = zmq.backend.Socket.send.__get__(self._push)
@@ -320,33 +321,33 @@ class Publisher:
 
     # -- connections (the client thread) -------------------------------------------------
 
-    def attach(
-        self, endpoint: str, publish_endpoint: str, frame_max: int, client_protocol: Any
-    ) -> None:
-        """The node at ``endpoint`` became the client's primary: without fan-out,
-        publish to it, in batches sized for its ``frame_max`` (0: it takes none), as
-        runs if its ``client_protocol`` (from its HELLO) is 3 or more."""
+    def attach(self, endpoint: str, publish_endpoint: str, frame_max: int, protocol: Any) -> None:
+        """The node at ``endpoint`` became the client's primary: without fan-out, publish
+        to it, in batches for its ``frame_max`` (0: none), as runs if its client
+        ``protocol`` (from its HELLO) is 3 or more."""
         self.forget_topics()  # topics allowed by the last node: this one checks afresh
         if self._fanout is not None:
             return
         with self._lock:
             self._batch_limits(frame_max)
-            self._runs = type(client_protocol) is int and client_protocol >= PUBLISH_RUNS
+            self._runs = type(protocol) is int and protocol >= PUBLISH_RUNS
             if not self._closed:
                 self._credentials.secure(self._push, endpoint)
                 self._push.connect(publish_endpoint)
 
     def detach(self, publish_endpoint: str) -> None:
-        """The primary was lost: stop publishing to it."""
-        if self._fanout is not None:
-            return
-        with self._lock:
-            if not self._closed:
-                self._push.disconnect(publish_endpoint)
+        """The primary was lost: a new socket for the next node. The old one is closed,
+        not disconnected: a close sends what its pipe holds (a node that said LEAVING
+        takes it as it drains), a disconnect drops it."""
+        if self._fanout is None:
+            with self._lock:
+                if not self._closed:
+                    old, self._push = self._push, new_push(self._ctx, self._hwm, self._timeout)
+                    self._send = zmq.backend.Socket.send.__get__(self._push)
+                    old.close()  # (its linger, publish_timeout at most: in libzmq's reaper)
 
     def _batch_limits(self, frame_max: int) -> None:
-        """Size publish batches for a node that takes frames up to ``frame_max`` bytes
-        (under the lock). A node that does not announce it gets no batches."""
+        """Batches for a node taking frames up to ``frame_max`` bytes (0: none; locked)."""
         self._frame_max = frame_max  # no larger publish would be taken
         limit = min(PUBLISH_BATCH_BYTES, frame_max) - 64 if frame_max >= 1024 else 0
         # a batch of small frames that leaves once past `full` stays within `limit`
@@ -354,8 +355,7 @@ class Publisher:
         self._batch_full = limit - limit // 8
 
     def batch_state(self) -> tuple[int, bool]:
-        """(publishes waiting in the batch, whether the client thread's flusher is armed),
-        read together under the lock."""
+        """(publishes in the batch, whether the client thread's flusher is armed), at once."""
         with self._lock:
             return len(self._batch), self.armed
 

@@ -2,8 +2,9 @@
 
 A :class:`Session` is one node's control DEALER and liveness. :class:`Sessions` (owned by
 the client thread) opens sessions to the locator's candidates, says HELLO, pings, fails a
-session that stops answering heartbeats (or whose node said goodbye) and retries its
-endpoint with exponential backoff. One session is the *primary*: subscriptions, requests
+session that stops answering heartbeats, or whose node said goodbye (left the zeroconf
+group, or is stopping and said LEAVING), and retries its endpoint with exponential
+backoff. One session is the *primary*: subscriptions, requests
 and (without fan-out) publishing go through it; when it fails another one that is up
 takes its place, or a candidate is tried, chosen at random among those not waiting out
 a backoff (so the clients of one address list or group spread over its nodes).
@@ -263,6 +264,8 @@ class Sessions:
                 continue
             if req_id == 0 and op not in (wire.DELIVER, wire.QDELIVER, wire.STATE_MISSING):
                 self._on_node(session, op, body, now)
+                if not self.alive(session):
+                    return  # (LEAVING closed it)
                 continue
             self._events.control_frame(session, op, req_id, body)
             if not self.alive(session):
@@ -277,6 +280,10 @@ class Sessions:
                 session.hello = {**session.hello, "incarnation": inc}
                 if session is self.primary:
                     self._events.node_restarted(session)
+        elif op == wire.LEAVING:
+            # the node is stopping: move now, not after the heartbeat timeout (it still
+            # takes what was sent to it, the publish socket's linger flushes that)
+            self._fail(session, now, "it is stopping (it said LEAVING)")
         elif op == wire.HELLO and session.state == "hello":
             if not isinstance(body.get("ports"), dict):
                 return

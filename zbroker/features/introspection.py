@@ -4,12 +4,20 @@ HELLO (identity, endpoints, frame limit; with security, the client's permissions
 STATUS (the whole status), PING (liveness, with the incarnation so a client notices a
 restart its reconnect hid), ROUTES (the interest table, optionally narrowed by pattern).
 With security on, STATUS and ROUTES are for clients with ``monitor = true`` only.
+
+It also knows the node's clients, each connection that said HELLO or PING within
+``CLIENT_FORGET`` seconds: when the node is told to stop, each hears LEAVING (and so does
+one that says HELLO during the drain), so it moves to another node at once, while this one
+still takes what it sends on its way out (:mod:`zbroker.node.drain`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
+
+import zmq
 
 from .. import wire
 from ..const import CLIENT_PROTOCOL, CLIENT_READS_RUNS, PROTOCOL_VERSION
@@ -18,12 +26,16 @@ from ..node import Feature, Op, Request, monitored
 from ..node.context import Context
 from ..topics import patterns_overlap, validate_pattern
 
-__all__ = ["Introspection"]
+__all__ = ["CLIENT_FORGET", "Introspection"]
 
 log = logging.getLogger("zbroker.node")
 
+LEAVING_FRAME = wire.encode_control(wire.LEAVING, 0, {})
+
 #: clients (routing ids) already warned about their protocol: bounded, then no more warnings
 _WARNED_MAX = 1024
+#: a client connection not heard (HELLO, PING) for this long is no longer told LEAVING
+CLIENT_FORGET = 30.0
 
 
 class Introspection(Feature):
@@ -32,6 +44,8 @@ class Introspection(Feature):
     def attach(self, ctx: Context) -> None:
         self._ctx = ctx
         self._warned: set[bytes] = set()
+        self._clients: dict[bytes, float] = {}  # routing id -> when last heard
+        self._leaving = False
 
     def ops(self) -> Sequence[Op]:
         return (
@@ -67,6 +81,7 @@ class Introspection(Feature):
             hello["user"] = sec.user
             hello["permissions"] = sec.permissions(sec.user)
         ctx.reply(req, wire.HELLO, hello)
+        self._heard(req.ident)
 
     def _older_client(self, ident: bytes, said: object) -> None:
         """A client that does not say it reads delivery runs: its subscriptions would
@@ -84,6 +99,31 @@ class Introspection(Feature):
 
     def _ping(self, req: Request) -> None:
         self._ctx.reply(req, wire.PING, {"incarnation": self._ctx.incarnation})
+        self._heard(req.ident)
+
+    def _heard(self, ident: bytes) -> None:
+        if self._leaving:  # (a client that came during the drain: it moves on too)
+            self._tell_leaving(ident)
+        else:
+            self._clients[ident] = time.monotonic()
+
+    def tick(self, now: float) -> None:
+        gone = [i for i, t in self._clients.items() if now - t > CLIENT_FORGET]
+        for ident in gone:
+            del self._clients[ident]
+
+    def draining(self, now: float) -> bool:
+        """The node is stopping: every client hears LEAVING; True if any did."""
+        self._leaving = True
+        told = [self._tell_leaving(ident) for ident in self._clients]
+        self._clients.clear()
+        return any(told)
+
+    def _tell_leaving(self, ident: bytes) -> bool:
+        try:
+            return self._ctx.send_to(ident, LEAVING_FRAME)
+        except zmq.Again:  # (its queue is full: it will find out by its heartbeat)
+            return False
 
     def _routes(self, req: Request) -> None:
         pattern = req.body.get("pattern")

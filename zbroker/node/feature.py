@@ -132,6 +132,12 @@ class Feature:
     def status(self, out: dict[str, Any]) -> None:
         """Add this feature's figures to the node status ``out``."""
 
+    def draining(self, now: float) -> bool:
+        """The node was told to stop and serves on a moment, for clients to move away
+        (the kernel's drain): tell whoever should know; True if someone was told (the
+        kernel then waits for what they sent before they moved)."""
+        return False
+
     def stop(self) -> None:
         """The loop is ending (the node still has its sockets)."""
 

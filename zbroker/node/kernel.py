@@ -22,6 +22,9 @@ A pass of the loop, in this order, for these reasons:
    what it took; the durable pump sends what subscribers have credit for.
 7. **tick** — every TICK_INTERVAL: link heartbeats, handshake timeouts and redials, and
    the features' timers.
+
+Told to stop, the node first **drains** (:mod:`.drain`): its clients hear LEAVING and
+move, and the passes go on until what they sent on their way out is taken.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from .context import Context
 from .control import ControlDispatch
 from .counters import BadInputLog, Counters
 from .delivery import Delivery, raw_send
+from .drain import Drain
 from .events import AuthRefused, NodeEvent, PermissionRefused
 from .feature import Feature, Op, overrides
 from .hooks import KernelHooks
@@ -124,6 +128,7 @@ class Node:
         )
         self._running = False
         self._next_tick = 0.0
+        self.drain = Drain()  # told to stop, the node serves on a moment (.drain)
 
     # -- lifecycle (all in the node thread) ---------------------------------------------
 
@@ -146,6 +151,7 @@ class Node:
                 )
             )
         self.sockets = socks = NodeSockets(self.zmq_context, cfg, self._command_endpoint)
+        self._client_socks = (socks.publish, socks.control)  # what a drain waits on
         try:
             self._secure_sockets()
             socks.bind(cfg.host, cfg.port)
@@ -316,7 +322,10 @@ class Node:
         handlers = self.poller.handlers
         working = [f for f in self._busy if f.busy()] if self._busy else None
         timeout = 0 if working else int(TICK_INTERVAL * 1000) if self.links.any() else 1000
-        for sock, _ in self.poller.poller.poll(timeout):
+        if self.drain.until:
+            timeout = self.drain.poll_ms(timeout)
+        ready = self.poller.poller.poll(timeout)
+        for sock, _ in ready:
             try:
                 handlers[sock]()
             except Exception:  # a bug, not bad input: log it, count it, keep serving
@@ -347,6 +356,9 @@ class Node:
             self.links.tick(now, self.dialer.dial)
             for f in self._timers:
                 f.tick(now)
+        drain = self.drain
+        if drain.until and not drain.go_on(ready, self._client_socks, now):
+            self._running = False
 
     def _send_confirms(self) -> None:
         confirms, self.confirms = self.confirms, []
@@ -356,7 +368,8 @@ class Node:
     def _on_command(self) -> None:
         cmd = self.sockets.command.recv()
         if cmd == STOP:
-            self._running = False
+            if not self.drain.begin(self.features, time.monotonic()):
+                self._running = False
         elif cmd == CALL:
             # every queued call, not one per wake-up: a caller whose wake-up found the
             # pipe full sends none (Broker.call never blocks on it)

@@ -179,6 +179,8 @@ QDELIVER   33     node to client, req_id 0: ``{member, n, msgs: [[topic, payload
                   headers, origin, incarnation, seq, ts], ...]}``: the member's deliveries
                   numbered ``n - len(msgs) + 1 .. n`` (1, 2, ... per membership); at most
                   ``credit`` unacknowledged at a time
+LEAVING    37     node to client, req_id 0, ``{}``: the node is stopping; the client moves
+                  to another node (it drains meanwhile: what was sent to it is taken)
 STATE_SET  50     request ``{topic, payload, fmt, headers}``: set a stateful topic's value
                   (see :mod:`zbroker.stateful`); reply after the store commit
                   ``{version, owner}``
@@ -307,29 +309,15 @@ QUEUE_JOIN = 30
 QUEUE_ACK = 31
 QUEUE_LEAVE = 32
 QDELIVER = 33
+LEAVING = 37  # node -> client, unasked: it is stopping, move (zbroker/node/drain.py)
 OPS = {
-    HELLO: "HELLO",
-    STATUS: "STATUS",
-    PING: "PING",
-    ROUTES: "ROUTES",
-    PEERS: "PEERS",
-    PUBLISH: "PUBLISH",
-    READ: "READ",
-    DURABLE_OPEN: "DURABLE_OPEN",
-    DURABLE_ACK: "DURABLE_ACK",
-    DURABLE_CLOSE: "DURABLE_CLOSE",
-    DURABLE_DELETE: "DURABLE_DELETE",
-    DELIVER: "DELIVER",
-    GAPS: "GAPS",
-    STAGE: "STAGE",
-    STAGE_COMMIT: "STAGE_COMMIT",
-    STAGE_ABORT: "STAGE_ABORT",
-    ERROR: "ERROR",
-    QUEUE_JOIN: "QUEUE_JOIN",
-    QUEUE_ACK: "QUEUE_ACK",
-    QUEUE_LEAVE: "QUEUE_LEAVE",
-    QDELIVER: "QDELIVER",
-}
+    HELLO: "HELLO", STATUS: "STATUS", PING: "PING", ROUTES: "ROUTES", PEERS: "PEERS",
+    PUBLISH: "PUBLISH", READ: "READ", DURABLE_OPEN: "DURABLE_OPEN", DURABLE_ACK: "DURABLE_ACK",
+    DURABLE_CLOSE: "DURABLE_CLOSE", DURABLE_DELETE: "DURABLE_DELETE", DELIVER: "DELIVER",
+    GAPS: "GAPS", STAGE: "STAGE", STAGE_COMMIT: "STAGE_COMMIT", STAGE_ABORT: "STAGE_ABORT",
+    ERROR: "ERROR", QUEUE_JOIN: "QUEUE_JOIN", QUEUE_ACK: "QUEUE_ACK",
+    QUEUE_LEAVE: "QUEUE_LEAVE", QDELIVER: "QDELIVER", LEAVING: "LEAVING",
+}  # fmt: skip
 
 LINK_HELLO = 16
 LINK_WELCOME = 17
@@ -342,7 +330,7 @@ BYE = 22
 PMSGS = 25
 PACK = 26
 GAP = 27
-# 30-33 are control ops (QUEUE_*, QDELIVER)
+# 30-33 are control ops (QUEUE_*, QDELIVER), and 37 (LEAVING)
 QMSGS = 34
 QCAP = 35
 MSGR = 36
