@@ -134,7 +134,7 @@ PUBLISH_LINGER = 0.0001
 PUBLISH_TAIL_POLL_MS = 4
 
 #: a node told to stop serves on while its clients move away (they heard LEAVING): until
-#: no publish or request came from a client for DRAIN_QUIET seconds, DRAIN_MAX at most
+#: no publish came from a client for DRAIN_QUIET seconds, DRAIN_MAX at most
 #: (zbroker/node/kernel.py). Within Broker.stop's STOP_TIMEOUT.
 DRAIN_QUIET = 0.05
 DRAIN_MAX = 1.0

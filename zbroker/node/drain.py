@@ -4,7 +4,8 @@ move to another node without losing what they sent on their way out.
 :meth:`Drain.begin` asks every feature to tell whoever should know (``Feature.draining``:
 the clients that said HELLO hear LEAVING, and fail over at once instead of after their
 heartbeat timeout); the kernel's passes then go on while :meth:`Drain.go_on` says so:
-until no publish or request came from a client for ``DRAIN_QUIET``, ``DRAIN_MAX`` at most.
+until no publish came from a client for ``DRAIN_QUIET``, ``DRAIN_MAX`` at most (a
+request in flight, a persistent publish too, is retried at the next node: idempotent).
 A client that heard LEAVING flushes what it had queued for this node before it moves
 (its publish socket's linger), and this node takes and forwards it during the drain; with
 nobody told (no client), the loop ends at once, as before. The links hear goodbye after

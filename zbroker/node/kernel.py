@@ -151,7 +151,8 @@ class Node:
                 )
             )
         self.sockets = socks = NodeSockets(self.zmq_context, cfg, self._command_endpoint)
-        self._client_socks = (socks.publish, socks.control)  # what a drain waits on
+        # what a drain waits on: clients' publishes (link frames share the control socket)
+        self._client_socks = (socks.publish,)
         try:
             self._secure_sockets()
             socks.bind(cfg.host, cfg.port)
