@@ -107,7 +107,7 @@ SENT = (12, 26)
 #: (file, a line of it, stamp before it or None, stamp after it or None): the line (its
 #: text without indentation) must be in the file as many times as the last field says
 MARKS: list[tuple[str, str, int | None, int | None, int]] = [
-    ("zbroker/node/kernel.py", "for sock, _ in self.poller.poller.poll(timeout):", None, None, 1),
+    ("zbroker/node/kernel.py", "ready = self.poller.poller.poll(timeout)", None, None, 1),
     ("zbroker/node/kernel.py", "flush_adverts(self.links)", 20, 21, 1),
     ("zbroker/node/kernel.py", "flush_outboxes(self.links)", None, 22, 1),
     ("zbroker/node/kernel.py", "self.links.goodbye(time.monotonic())", None, None, 1),
@@ -158,8 +158,8 @@ MARKS: list[tuple[str, str, int | None, int | None, int]] = [
 ]
 #: what the lines of MARKS without a stamp become (the poll, the pass's end, the dump)
 REWRITE = {
-    "for sock, _ in self.poller.poller.poll(timeout):": (
-        "for sock, _ in _trace.polled(self.poller.poller.poll, timeout):"
+    "ready = self.poller.poller.poll(timeout)": (
+        "ready = _trace.polled(self.poller.poller.poll, timeout)"
     ),
     "self.links.goodbye(time.monotonic())": (
         "_trace.dump()\n{i}self.links.goodbye(time.monotonic())"
