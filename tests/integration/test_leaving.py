@@ -115,12 +115,12 @@ def test_the_drain_waits_only_when_someone_was_told() -> None:
     assert drain.begin([teller], 10.01) is True and teller.asked == 1  # (a second STOP)
     client_sock: Any = object()
     other: Any = object()
-    assert drain.go_on([(client_sock, 1)], [client_sock], 10.04) is True
-    assert drain.go_on([(other, 1)], [client_sock], 10.08) is True  # quiet since 10.04
-    assert drain.go_on([], [client_sock], 10.10) is False  # 0.06 s of quiet
+    assert drain.go_on([(client_sock, 1)], client_sock, 10.04) is True
+    assert drain.go_on([(other, 1)], client_sock, 10.08) is True  # quiet since 10.04
+    assert drain.go_on([], client_sock, 10.10) is False  # 0.06 s of quiet
     busy = Drain()
     busy.begin([teller], 0.0)
     now = 0.0
-    while busy.go_on([(client_sock, 1)], [client_sock], now):  # never quiet: DRAIN_MAX
+    while busy.go_on([(client_sock, 1)], client_sock, now):  # never quiet: DRAIN_MAX
         now += 0.01
     assert 0.99 <= now <= 1.01

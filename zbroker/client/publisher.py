@@ -335,7 +335,7 @@ class Publisher:
                 self._credentials.secure(self._push, endpoint)
                 self._push.connect(publish_endpoint)
 
-    def detach(self, publish_endpoint: str) -> None:
+    def detach(self) -> None:
         """The primary was lost: a new socket for the next node. The old one is closed,
         not disconnected: a close sends what its pipe holds (a node that said LEAVING
         takes it as it drains), a disconnect drops it."""

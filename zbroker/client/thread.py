@@ -258,7 +258,7 @@ class ClientThread:
             self._fanout.unplug(session.endpoint)
         if primary:
             self.subscriber.disconnect(session.data_endpoint("deliver"))
-            self._publisher.detach(session.data_endpoint("publish"))
+            self._publisher.detach()
 
     def primary_changed(self, session: Session) -> None:
         """Subscriptions, requests and (without fan-out) publishing go through this node."""

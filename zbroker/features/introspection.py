@@ -46,6 +46,7 @@ class Introspection(Feature):
         self._warned: set[bytes] = set()
         self._clients: dict[bytes, float] = {}  # routing id -> when last heard
         self._leaving = False
+        self._next_prune = 0.0
 
     def ops(self) -> Sequence[Op]:
         return (
@@ -108,6 +109,9 @@ class Introspection(Feature):
             self._clients[ident] = time.monotonic()
 
     def tick(self, now: float) -> None:
+        if now < self._next_prune:  # (a scan of every client: not every 50 ms tick)
+            return
+        self._next_prune = now + CLIENT_FORGET / 3
         gone = [i for i, t in self._clients.items() if now - t > CLIENT_FORGET]
         for ident in gone:
             del self._clients[ident]

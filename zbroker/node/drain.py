@@ -48,9 +48,10 @@ class Drain:
         """The pass's poll timeout while draining: short enough to see the quiet."""
         return min(timeout, int(DRAIN_QUIET * 1000))
 
-    def go_on(self, ready: list[tuple[Any, int]], clients: Sequence[Any], now: float) -> bool:
-        """After a pass that polled ``ready``: a client socket among them keeps the drain
-        on DRAIN_QUIET longer; False once quiet that long, or past DRAIN_MAX."""
-        if any(sock is c for sock, _ in ready for c in clients):
+    def go_on(self, ready: list[tuple[Any, int]], publish: Any, now: float) -> bool:
+        """After a pass that polled ``ready``: the clients' ``publish`` socket among them
+        keeps the drain on DRAIN_QUIET longer (not the control socket: links share it);
+        False once quiet that long, or past DRAIN_MAX."""
+        if any(sock is publish for sock, _ in ready):
             self.quiet_until = now + DRAIN_QUIET
         return now < self.quiet_until and now < self.until

@@ -151,8 +151,6 @@ class Node:
                 )
             )
         self.sockets = socks = NodeSockets(self.zmq_context, cfg, self._command_endpoint)
-        # what a drain waits on: clients' publishes (link frames share the control socket)
-        self._client_socks = (socks.publish,)
         try:
             self._secure_sockets()
             socks.bind(cfg.host, cfg.port)
@@ -358,7 +356,7 @@ class Node:
             for f in self._timers:
                 f.tick(now)
         drain = self.drain
-        if drain.until and not drain.go_on(ready, self._client_socks, now):
+        if drain.until and not drain.go_on(ready, self.sockets.publish, now):
             self._running = False
 
     def _send_confirms(self) -> None:
