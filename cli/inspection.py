@@ -17,8 +17,8 @@ from .format import (
     format_message_text,
     format_peers,
     format_routes,
-    format_status,
 )
+from .status_text import format_status
 
 
 @cli.command()

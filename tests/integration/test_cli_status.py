@@ -14,9 +14,9 @@ from tests.integration.cli_runs import invoke
 from zbroker import Broker, Client
 
 if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
-    from cli.format import STATUS_PATTERNS_SHOWN
+    from cli.status_text import STATUS_PATTERNS_SHOWN
 else:
-    from zbroker.cli.format import STATUS_PATTERNS_SHOWN
+    from zbroker.cli.status_text import STATUS_PATTERNS_SHOWN
 
 ClientFactory = Callable[..., Client]
 

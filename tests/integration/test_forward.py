@@ -46,9 +46,9 @@ from .forward_chain import (
 )
 
 if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
-    from cli.format import format_status
+    from cli.status_text import format_status
 else:
-    from zbroker.cli.format import format_status
+    from zbroker.cli.status_text import format_status
 
 
 def test_persistent_messages_cross_the_chain_and_queues_drain(

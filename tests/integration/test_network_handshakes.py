@@ -36,9 +36,9 @@ from tests.integration.network import net as net  # (the fixture)
 from tests.node_configs import FAST_LINK
 
 if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
-    from cli.format import format_status
+    from cli.status_text import format_status
 else:
-    from zbroker.cli.format import format_status
+    from zbroker.cli.status_text import format_status
 
 # -- 12. handshake refusals -----------------------------------------------------------------------
 

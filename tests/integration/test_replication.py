@@ -4,6 +4,7 @@ from them, says when it is in sync; overlapping branches are refused at start.""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import Collector
+from tests.integration.cli_runs import invoke
 from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client
 from zbroker.config import LinkConfig, NodeConfig, load_config
@@ -87,6 +89,12 @@ def test_replicas_follow_the_primary_and_serve_the_secondary(
     assert "PRICE.4" not in got and got["PRICE.3"] == 33
     assert s.status()["state"]["replicas"] == 20 and s.status()["state"]["owned"] == 0
     assert replication(s)["applied"] == 3 and replication(s)["lag"] is not None
+    # `zbroker status` says it too: the replica's row, and the topics held by kind
+    out = invoke("status", "--broker", s.endpoint).stdout
+    row = r"^fan\s+P\s+PRICE\.>\s+in sync\s+20\s+\d+\.\d ms\s+1\s+0\s+0$"
+    assert re.search(row, out, re.M), out
+    assert re.search(r"^stateful topics\s+0 owned, 20 replicas, 1 removed", out, re.M), out
+    assert re.search(r"^snapshot queries\s+0 pending", out, re.M), out
 
 
 def test_the_toml_keys_of_topics_with_state(tmp_path: Path) -> None:

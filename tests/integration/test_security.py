@@ -32,9 +32,9 @@ from zbroker.errors import ConfigError, PermissionDenied
 from zbroker.security import load_key_pair
 
 if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
-    from cli.format import format_status
+    from cli.status_text import format_status
 else:
-    from zbroker.cli.format import format_status
+    from zbroker.cli.status_text import format_status
 
 
 def test_allowlisted_nodes_link_and_clients_get_every_message(

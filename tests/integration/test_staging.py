@@ -21,9 +21,9 @@ from zbroker.config import RetainRule
 from zbroker.writer import StagedWriter, abort_staged, commit_staged
 
 if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
-    from cli.format import format_status
+    from cli.status_text import format_status
 else:
-    from zbroker.cli.format import format_status
+    from zbroker.cli.status_text import format_status
 
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
