@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 
 import pytest
 
@@ -96,3 +97,14 @@ def test_exported_names_come_from_zbroker() -> None:
         obj = getattr(zbroker, name)
         if isinstance(obj, type) or callable(obj):
             assert obj.__module__.startswith("zbroker"), (name, obj.__module__)
+
+
+def test_no_stray_public_attributes() -> None:
+    """What `dir(zbroker)` shows beyond `__all__` is subpackages, not leftovers such as a
+    `__future__` feature (`zbroker.annotations` once was one)."""
+    stray = {
+        name
+        for name, obj in vars(zbroker).items()
+        if not name.startswith("_") and name not in EXPECTED_ALL and not inspect.ismodule(obj)
+    }
+    assert stray == set()

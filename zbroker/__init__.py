@@ -9,8 +9,6 @@ Public API::
         client.publish("PRICE.STOCK.IBM", b"101.5")
 """
 
-from __future__ import annotations
-
 # first: compiled modules or their sources (ZBROKER_PURE_PYTHON), before any is imported
 from . import _compiled  # noqa: F401
 from .aio import AsyncClient
