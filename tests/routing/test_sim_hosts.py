@@ -57,6 +57,14 @@ def test_every_node_learns_the_hosts_and_interest_goes_only_toward_them() -> Non
         "H": ["H", "P", "R", "X", "Y"],
         "Y": ["Y"],
     }
+    # the entries a node reports (status, zbroker_interest_entries) hold its best routes:
+    # H's own host entry was once left out, so H reported fewer entries than routes
+    for n in "XPRHY":
+        engine = net.nodes[n].engine
+        best = len(engine.interest())
+        remote = sum(1 for e in engine.interest() if e["link"] is not None)
+        assert engine.entry_count() >= best, (n, engine.entry_count(), best)
+        assert engine.entry_count() - remote == (2 if n == "H" else 1), n
 
 
 def test_a_publication_goes_to_the_host_and_the_way_serves_what_hangs_off_it() -> None:

@@ -316,5 +316,7 @@ class InterestTable:
 
     def entry_count(self) -> int:
         """Interest entries held (every link's, not only the best)."""
-        local = len(self.local_patterns) + len(self.parts.sources.keys() - self.local_patterns)
-        return sum(len(link.adj_in) for link in self.links.values()) + local
+        # every local source :meth:`select` makes a best entry of: subscriptions, the
+        # branches hosted here (rule 8) and hosted parts, a pattern counted once
+        local = self.local_patterns.union(self.hosts.local, self.parts.sources.keys())
+        return sum(len(link.adj_in) for link in self.links.values()) + len(local)
