@@ -5,6 +5,7 @@ dropping mid-flight."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import Collector
+from tests.integration.cli_runs import invoke
 from tests.node_configs import FAST_LINK
 from zbroker import Broker, Client
 from zbroker.client.state import MissingTopic
@@ -97,6 +99,10 @@ def test_proceed_cancel_and_the_most_specific_handler(
     assert c.fetch("NEWS.>") == []  # no handler for it: nothing asked
     st = missing(broker)
     assert (st["notified"], st["cancelled"], st["unhandled"]) == (3, 2, 0)
+    # `zbroker status` lists the branches handled here
+    out = invoke("status", "--broker", broker.endpoint).stdout
+    assert re.search(r"^missing-topic handlers\s+PRICE\.>, PRICE\.EUR\.>$", out, re.M), out
+    assert re.search(r"^stateful topics\s+1 owned, 0 replicas, 0 removed", out, re.M), out
     c.publish("PRICE.EUR.X", b"plain")  # the cancelled subscription is not active
     time.sleep(0.3)
     assert len(inbox) == 1
