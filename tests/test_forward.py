@@ -28,6 +28,13 @@ def fields(i: int) -> list[Any]:
     return ["T.x", str(i).encode(), 0, None, "A", 1, i, 1.0, ["A"], None, i]
 
 
+class Drops(dict[str, int]):
+    """Stands in for the node's drop counters (``Context.drop``)."""
+
+    def __call__(self, reason: str, n: int) -> None:
+        self[reason] = self.get(reason, 0) + n
+
+
 def make(path: Path, **kw: Any) -> tuple[Store, Forwarder]:
     store = Store(path)
     return store, Forwarder(store, **kw)
@@ -132,7 +139,8 @@ def test_retransmit_after_silence(tmp_path: Path) -> None:
 
 
 def test_bounds_drop_the_oldest_and_the_receiver_skips_them(tmp_path: Path) -> None:
-    sstore, s = make(tmp_path / "s.db", max_msgs=5)
+    drops = Drops()
+    sstore, s = make(tmp_path / "s.db", max_msgs=5, drop=drops)
     _, r = make(tmp_path / "r.db")
     s.attach("l", "B", "B/l", 0.0)
     s.detach("l", 1.0)
@@ -141,6 +149,7 @@ def test_bounds_drop_the_oldest_and_the_receiver_skips_them(tmp_path: Path) -> N
     sstore.commit()
     assert s.stats()["held"] == 5
     assert s.stats()["dropped_full"] == 7
+    assert drops == {"forward_overflow": 7}  # the node's drop counters are told
     s.attach("l", "B", "B/l", 2.0)
     assert carry(s, r) == list(range(7, 12))
     assert r.lost == 7
@@ -237,7 +246,8 @@ def test_an_entry_no_frame_can_hold_is_dropped_once_it_is_the_oldest(tmp_path: P
     """An entry too large for the peer's frames (a smaller max_frame_bytes) is dropped
     only when nothing before it waits for an acknowledgement; ``base`` then tells the
     receiver not to wait for it, and the receiver counts it lost."""
-    sstore, s = make(tmp_path / "s.db")
+    drops = Drops()
+    sstore, s = make(tmp_path / "s.db", drop=drops)
     rstore, r = make(tmp_path / "r.db")
     q = s.attach("l", "B", "B/l", 0.0)
     for i in range(3):
@@ -257,6 +267,7 @@ def test_an_entry_no_frame_can_hold_is_dropped_once_it_is_the_oldest(tmp_path: P
     assert s.drop_next(q)
     assert s.stats()["held"] == 1 and s.stats()["dropped_too_large"] == 1
     assert q.describe()["dropped_too_large"] == 1
+    assert drops == {}  # the feature counts it (link_frame_too_large), as it logs it
     frame, upto, n = s.next_frame(q, 10)
     epoch, base, entries = wire.decode_pmsgs(wire.decode_frame(frame))
     assert base == 5 and [m[0] for m in entries] == [5]

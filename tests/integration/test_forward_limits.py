@@ -130,3 +130,41 @@ def test_reject_new_holds_back_the_entries_of_a_sender_whose_store_was_wiped(
     assert durable_payloads(c2, "saf") == numbers(10)
     for node in (a, b):
         assert node.status()["forward"]["dropped_full"] == 0
+
+
+def test_drop_oldest_counts_what_it_drops_as_a_drop(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    free_port: Callable[[], int],
+    wait_until: WaitUntil,
+    tmp_path: Path,
+) -> None:
+    """``[forward] overflow = "drop-oldest"`` (the default), 3 messages per link queue, C
+    away: B keeps the newest 3 for C and drops 7. The drops are the node's own
+    (``dropped.forward_overflow``, so the metric and DROPS advisories), not only the
+    queue's; C, back, has the newest 3 and counts the 7 lost."""
+
+    ports = {n: free_port() for n in "ABC"}
+    a = broker_factory(broker_id="A", port=ports["A"], data_dir=tmp_path / "A")
+    b = broker_factory(
+        broker_id="B",
+        port=ports["B"],
+        data_dir=tmp_path / "B",
+        links=b_links(ports),
+        forward_max_msgs=3,
+    )
+    c = start(broker_factory, "C", ports, tmp_path)
+    nodes = {"A": a, "B": b, "C": c, "ports": ports}
+    setup_durable(nodes, client_factory, wait_until)
+    c.stop()
+    assert wait_until(lambda: links_up(b, 1), WAIT)
+    publish(client_factory(a.endpoint), numbers(10))
+    assert wait_until(lambda: held(b) == 3 and held(a) == 0, WAIT), b.status()["forward"]
+    assert b.status()["forward"]["dropped_full"] == 7
+    assert b.status()["counters"]["dropped"].get("forward_overflow") == 7
+    assert "forward_overflow" not in a.status()["counters"]["dropped"]
+    c2 = start(broker_factory, "C", ports, tmp_path)
+    assert wait_until(lambda: len(durable_payloads(c2, "saf")) >= 3, WAIT)
+    assert wait_until(lambda: held(b) == 0, WAIT)
+    assert durable_payloads(c2, "saf") == numbers(10)[7:]
+    assert c2.status()["forward"]["lost"] == 7

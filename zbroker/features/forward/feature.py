@@ -69,7 +69,10 @@ class StoreAndForward(Feature):
         assert ctx.store is not None
         cfg = ctx.config
         self.fw = Forwarder(
-            ctx.store, max_msgs=cfg.forward_max_msgs, max_bytes=cfg.forward_max_bytes
+            ctx.store,
+            max_msgs=cfg.forward_max_msgs,
+            max_bytes=cfg.forward_max_bytes,
+            drop=ctx.drop,
         )
         self._backpressure = cfg.forward_overflow == "reject-new"
         self.pdedupe = PersistentDedupe(journal=ctx.store.seen)

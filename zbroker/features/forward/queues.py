@@ -110,8 +110,11 @@ class Forwarder:
         max_msgs: int = 0,
         max_bytes: int = 0,
         new_epoch: Callable[[], int] | None = None,
+        drop: Callable[[str, int], None] | None = None,
     ) -> None:
         self._store = store
+        #: told of the entries the bounds drop (the node's drop counters)
+        self._drop = drop if drop is not None else (lambda reason, n: None)
         self.max_msgs = max_msgs
         self.max_bytes = max_bytes
         self._new_epoch = new_epoch or (lambda: random.getrandbits(62) + 1)
@@ -124,6 +127,10 @@ class Forwarder:
         self.gaps = 0  # entries that arrived past a missing one (waiting for a resend)
         self.lost = 0  # entries the sender dropped before we had them (its bounds)
         self.stale_acks = 0
+        # entries dropped for the bounds, over every queue this node ever had (a queue's
+        # own counts go with it when its link is forgotten)
+        self.dropped_full = 0
+        self.dropped_too_large = 0
         queues, entries, inbound = store.fwd_load()
         for qkey, engine_id, peer, epoch, next_lseq, meta in queues:
             q = OutQueue(qkey, engine_id, peer, epoch, next_lseq, meta)
@@ -209,16 +216,19 @@ class Forwarder:
     def _trim(self, q: OutQueue) -> None:
         """Drop the oldest entries until the queue fits its bounds (counted)."""
         entries = q.entries
-        top = 0
+        top = n = 0
         while len(entries) > 1 and (
             (self.max_msgs and len(entries) > self.max_msgs)
             or (self.max_bytes and q.nbytes > self.max_bytes)
         ):
             top, blob = entries.popleft()
             q.nbytes -= len(blob)
-            q.dropped += 1
-        if top:
+            n += 1
+        if n:
             self._store.fwd_delete(q.qkey, top)
+            q.dropped += n
+            self.dropped_full += n
+            self._drop("forward_overflow", n)
 
     def _save(self, q: OutQueue) -> None:
         self._store.fwd_queue(q.qkey, q.engine_id, q.peer, q.epoch, q.next_lseq, q.meta)
@@ -274,6 +284,7 @@ class Forwarder:
         lseq, blob = entries.popleft()
         q.nbytes -= len(blob)
         q.too_large += 1
+        self.dropped_too_large += 1  # (the caller counts the drop: link_frame_too_large)
         q.sent_upto = lseq
         self._store.fwd_delete(q.qkey, lseq)
         return True
@@ -371,8 +382,8 @@ class Forwarder:
             "gaps": self.gaps,
             "lost": self.lost,
             "stale_acks": self.stale_acks,
-            "dropped_full": sum(q.dropped for q in self.queues.values()),
-            "dropped_too_large": sum(q.too_large for q in self.queues.values()),
+            "dropped_full": self.dropped_full,
+            "dropped_too_large": self.dropped_too_large,
             "max_msgs": self.max_msgs,
             "max_bytes": self.max_bytes,
             "queues": [q.describe() for q in sorted(self.queues.values(), key=lambda q: q.qkey)],
