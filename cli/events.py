@@ -39,6 +39,17 @@ def event_patterns(kinds: tuple[str, ...]) -> list[str]:
     return out
 
 
+def format_event_json(topic: str, body: Any) -> str:
+    """One JSON object: the advisory's fields, its topic under ``advisory`` and under
+    ``topic`` (unless the advisory has a field of that name: NO_SUBSCRIBER's is the topic
+    nobody wanted, which stays)."""
+    if not isinstance(body, dict):
+        return json.dumps(
+            {"advisory": topic, "topic": topic, "payload": _jsonable(body)}, separators=(",", ":")
+        )
+    return json.dumps({"advisory": topic, "topic": topic, **_jsonable(body)}, separators=(",", ":"))
+
+
 def format_event_text(topic: str, body: Any) -> str:
     """``TIME BROKER KIND field=value ...`` (the common fields left out)."""
     if not isinstance(body, dict):
@@ -83,12 +94,7 @@ def events(kinds: tuple[str, ...], as_json: bool, count: int | None, **conn: Any
             if done.is_set():
                 return
             if as_json:
-                line = json.dumps(
-                    {"topic": msg.topic, **_jsonable(msg.payload)}
-                    if isinstance(msg.payload, dict)
-                    else {"topic": msg.topic, "payload": _jsonable(msg.payload)},
-                    separators=(",", ":"),
-                )
+                line = format_event_json(msg.topic, msg.payload)
             else:
                 line = format_event_text(msg.topic, msg.payload)
             click.echo(line)

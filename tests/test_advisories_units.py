@@ -4,6 +4,7 @@ table (every kind documented in docs/advisories.md), and the events command's pa
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,9 +21,9 @@ from zbroker.features.advisories.limiter import WindowLimit
 from zbroker.node import events
 
 if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
-    from cli.events import event_patterns, format_event_text
+    from cli.events import event_patterns, format_event_json, format_event_text
 else:
-    from zbroker.cli.events import event_patterns, format_event_text
+    from zbroker.cli.events import event_patterns, format_event_json, format_event_text
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "advisories.md"
 
@@ -130,3 +131,16 @@ def test_format_event_text() -> None:
     assert "suppressed=2" in format_event_text(
         "$ZB.ADVISORY.a.DROPS", {"kind": "DROPS", "broker": "a", "suppressed": 2}
     )
+
+
+def test_format_event_json_keeps_a_field_named_topic() -> None:
+    """NO_SUBSCRIBER's ``topic`` (the topic nobody wanted) once replaced the advisory's
+    topic in ``zbroker events --json``, or the other way round: both are there."""
+    body = {"kind": "NO_SUBSCRIBER", "broker": "a", "topic": "NOBODY.HERE", "count": 3}
+    got = json.loads(format_event_json("$ZB.ADVISORY.a.NO_SUBSCRIBER", body))
+    assert got == {"advisory": "$ZB.ADVISORY.a.NO_SUBSCRIBER", **body}
+    down = json.loads(format_event_json("$ZB.ADVISORY.a.LINK_DOWN", {"kind": "LINK_DOWN"}))
+    assert down["topic"] == down["advisory"] == "$ZB.ADVISORY.a.LINK_DOWN"
+    assert json.loads(format_event_json("$ZB.X", [1])) == {
+        "advisory": "$ZB.X", "topic": "$ZB.X", "payload": [1]
+    }  # fmt: skip
