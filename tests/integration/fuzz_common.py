@@ -177,7 +177,7 @@ def _entry(**changes: Any) -> list[Any]:
         "inc": 1,
         "seq": 1,
         "ts": 1.0,
-        "path": ["orig"],
+        "path": ["orig", LINK_PEER],  # (a path ends with the peer that sent it)
         "targets": None,
     }
     m.update(changes)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tests.integration.fuzz_common import GUARD, LIMIT, pack
+from tests.integration.fuzz_common import GUARD, LIMIT, LINK_PEER, pack
 from tests.integration.fuzz_link_oracle import as_runs
 from tests.integration.fuzz_values import HUGE_INTS, ValueGen
 from zbroker import wire
@@ -199,7 +199,17 @@ class FrameGen(ValueGen):
         rng = self.rng
         topic, payload, fmt, headers = self.publish()
         origin = self.broker()
-        path = rng.choice(([origin], [origin, "fzo2"], [origin, self.broker_id], []))
+        # mostly sent by the link's peer (a path ends with the node that sent it); else a
+        # peer speaking for others, a loop, no path
+        path = rng.choice(
+            (
+                *([origin, LINK_PEER],) * 4,
+                [origin],
+                [origin, "fzo2"],
+                [origin, self.broker_id, LINK_PEER],
+                [],
+            )
+        )
         targets = rng.choice((None, None, [origin], [], ["fzo2", origin]))
         seq = next(self.seq) if rng.random() < 0.8 else rng.randrange(1, 1000)
         inc = rng.randrange(1, 4)

@@ -20,6 +20,8 @@ from zbroker.wire import state as wire_state
 from zbroker.wire.frames import GAP
 from zbroker.wire.gaps import check_gap
 
+from .fuzz_common import LINK_PEER
+
 #: adds what one link frame makes the node count to the bad-input reasons
 LinkOutcome = Callable[[list[Any], Counter[str]], None]
 
@@ -64,9 +66,15 @@ def _msgr_outcome(value: list[Any], bad: Counter[str]) -> None:
             bad[reason] += len(run[5])
             continue
         for e in run[5]:
-            reason = msgr_entry_outcome(e)
+            reason = msgr_entry_outcome(e) or _sender_outcome(run[3])
             if reason is not None:
                 bad[reason] += 1
+
+
+def _sender_outcome(path: list[str]) -> str | None:
+    """A message whose path does not end with the link's peer (every node adds itself
+    before it sends): a peer speaking for another node."""
+    return None if path and path[-1] == LINK_PEER else "path_not_from_peer"
 
 
 def msgr_run_outcome(run: list[Any]) -> str | None:
@@ -169,7 +177,7 @@ def _msgs_outcome(value: list[Any], bad: Counter[str]) -> None:
         bad["bad_shape"] += 1
         return
     for m in value[1]:
-        reason = msgs_entry_outcome(m)
+        reason = msgs_entry_outcome(m) or _sender_outcome(m[8])
         if reason is not None:
             bad[reason] += 1
 

@@ -17,7 +17,7 @@ import zmq
 from zbroker import Broker, Client, wire
 from zbroker.wire import reading
 
-from .fuzz_common import RawPeer
+from .fuzz_common import LINK_PEER, RawPeer
 from .network import WAIT
 from .test_splice_chain import b_and_c
 
@@ -25,7 +25,7 @@ from .test_splice_chain import b_and_c
 def _run(topic: str, first: int, n: int, size: int) -> list[Any]:
     seqs = range(first, first + n)
     entries = [[f"{s:06d}".encode() * (size // 6), 0, None, s, 1.5] for s in seqs]
-    return [topic, "o1", 1, ["o1"], None, entries]
+    return [topic, "o1", 1, ["o1", LINK_PEER], None, entries]  # (sent by the peer)
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[int, str]]:

@@ -234,3 +234,27 @@ def test_an_advert_with_a_selector_that_does_not_compile_keeps_its_other_entries
 
     assert raw.expect(raw.link, msgr) is not None, got
     assert got == ["PLAIN.x", "SEL.y"]
+
+
+def test_a_run_whose_path_does_not_end_with_the_link_peer_is_bad_input(
+    raw: RawPeer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was (an audit): a linked peer could send runs in another node's name (its path not
+    ending with the peer) with far-future seqs, which moved that origin's dedupe floor
+    past its real messages: they were then dropped as duplicates. Such a run is bad input,
+    the second time too (when the shortcut knows its head), and moves nothing."""
+    got: list[bytes] = []
+    with Client(raw.b.endpoint, timeout=10) as sub:
+        sub.subscribe("T.>", lambda m: got.append(m.payload))
+        raw.handshake()
+        before = bad_reasons(counters(raw.b))["path_not_from_peer"]
+        spoofed = ["T.x", "other", 1, ["other"], None, [[b"spoof", 0, None, 10**15, 1.0]]]
+        for _ in range(2):
+            raw.link.send(wire.encode_link(wire.MSGR, [spoofed]))
+        real = ["T.x", "other", 1, ["other", LINK_PEER], None, [[b"real", 0, None, 1, 1.0]]]
+        raw.link.send(wire.encode_link(wire.MSGR, [real]))
+        _assert_survives(raw, caplog, raw.link)
+        assert wait_for(lambda: got == [b"real"]), got
+        assert bad_reasons(counters(raw.b))["path_not_from_peer"] == before + 2
+        time.sleep(0.2)
+        assert got == [b"real"]

@@ -20,14 +20,14 @@ from zbroker.config import LinkConfig
 from zbroker.node.delivery import Delivery
 from zbroker.wire import splice
 
-from .fuzz_common import RawPeer
+from .fuzz_common import LINK_PEER, RawPeer
 from .network import WAIT, has_route
 
 
 def _run(origin: str, topic: str, n: int, first: int = 1) -> list[Any]:
     seqs = range(first, first + n)
     entries = [[f"{origin}-{s:04d}".encode() * 100, 0, None, s, 1.5] for s in seqs]
-    return [topic, origin, 1, [origin], None, entries]
+    return [topic, origin, 1, [origin, LINK_PEER], None, entries]  # (sent by the peer)
 
 
 def b_and_c(

@@ -48,7 +48,7 @@ from .counters import Counters
 from .delivery import Delivery
 from .interest import LocalInterest
 from .publishes import PublishPlan, take_runs
-from .relay import Prepared, relay
+from .relay import Prepared, check_senders, relay
 
 if TYPE_CHECKING:
     from ..links.state import Link
@@ -190,6 +190,7 @@ class Pipeline:
         else:
             check_msgs(batch, self._link_caches, errors)
             runs = runs_of_msgs(batch)
+        check_senders(runs, link.peer, errors)
         for reason, detail in errors:
             self._counters.bad(link.source, reason, detail)
         link.msgs_in += n

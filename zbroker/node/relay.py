@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Prepared",
+    "check_senders",
     "picked",
     "queue_selected",
     "relay",
@@ -54,6 +55,19 @@ Plan = tuple[
 ]
 #: a route's sends resolved for one frame: (the sends, resolved, copies lost)
 Prepared = dict[int, "tuple[list[Send], list[tuple[Link, list[str] | None, int]], int]"]
+
+
+def check_senders(runs: list[Any], peer: str, errors: list[tuple[str, str]]) -> None:
+    """A checked run whose path does not end with the link's peer becomes None, each of
+    its messages bad input (told in ``errors``): every node adds itself to a path before it
+    sends, so such a path is a peer speaking for others, whose seqs would move their
+    origins' dedupe floors."""
+    for i, run in enumerate(runs):
+        if run is not None and (not run[3] or run[3][-1] != peer):
+            runs[i] = None
+            entries = run[5]
+            error = ("path_not_from_peer", f"path {list(run[3])} of {run[0]!r}")
+            errors.extend([error] * (len(entries) - entries.count(None)))
 
 
 def relay(pipe: Pipeline, runs: list[Any], out: dict[str, list[Any]]) -> int:

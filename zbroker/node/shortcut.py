@@ -197,6 +197,9 @@ class Shortcut:
         head = _known(self._heads, key if type(key) is bytes else bytes(key), self._learn)
         if head is None:
             return -1  # (a bad head, or a loop: the general path counts it)
+        path = head.path
+        if not path or path[-1] != link.peer:
+            return -1  # (not sent by the peer that spoke for it: the general path counts it)
         if not self._clear(head) or n > LINK_BATCH:
             return -1  # (the general path cuts a longer run into frames)
         out = head.out
