@@ -258,3 +258,33 @@ def test_a_run_whose_path_does_not_end_with_the_link_peer_is_bad_input(
         assert bad_reasons(counters(raw.b))["path_not_from_peer"] == before + 2
         time.sleep(0.2)
         assert got == [b"real"]
+
+
+def test_an_unreadable_message_is_dropped_alone_by_the_subscriber(raw: RawPeer) -> None:
+    """Was (an audit): a payload marked msgpack that does not decode, published raw, made
+    the subscriber drop its whole delivery frame (the good messages with it, and the next
+    frame then looked like a gap); now only that message is dropped, and counted."""
+    got: list[bytes] = []
+    with Client(raw.b.endpoint, timeout=10) as sub:
+        sub.subscribe("T.>", lambda m: got.append(m.payload))
+        entries = [[b"good1", 0, None], [b"\xc1", 1, None], [b"good2", 0, None]]
+        raw.push.send(wire.encode_publish_runs([["T.a", entries]]))
+        raw.push.send(wire.encode_publish("T.a", b"after", 0, None))
+        assert wait_for(lambda: len(got) == 3), got
+        assert got == [b"good1", b"good2", b"after"]
+        assert (sub.malformed, sub.missed) == (1, 0)
+
+
+def test_an_unreadable_message_does_not_hold_a_durable_window(raw: RawPeer) -> None:
+    """Was (an audit): a durable consumer dropped an unreadable message without
+    acknowledging it, so with credit 1 it came again for ever and nothing after it did."""
+    got: list[bytes] = []
+    with Client(raw.b.endpoint, timeout=10) as sub:
+        sub.subscribe("T.>", lambda m: got.append(m.payload), durable="poison", credit=1)
+        raw.push.send(wire.encode_publish("T.a", b"\xc1", 1, None))
+        for i in range(3):
+            raw.push.send(wire.encode_publish("T.a", b"good%d" % i, 0, None))
+        assert wait_for(lambda: len(got) == 3), got
+        assert got == [b"good0", b"good1", b"good2"] and sub.malformed == 1
+        time.sleep(0.3)
+        assert len(got) == 3 and sub.malformed == 1  # not delivered again

@@ -19,7 +19,7 @@ from typing import Any
 
 import zmq
 
-from .. import selectors, wire
+from .. import selectors
 from ..const import (
     DEFAULT_BROKER,
     DEFAULT_CLIENT_HEARTBEAT_INTERVAL,
@@ -33,11 +33,12 @@ from ..const import (
     DEFAULT_RECONNECT_MULTIPLIER,
 )
 from ..errors import BrokerUnreachable, ClientClosed
-from ..topics import validate_pattern, validate_subscription
+from ..topics import validate_subscription
 from .channel import Channel
 from .credentials import Credentials
 from .durables import Durables
 from .fanout import Fanout
+from .inspection import InspectMethods
 from .locators import Locator, make_locator
 from .messages import Message, Subscription
 from .publisher import Publisher
@@ -51,7 +52,7 @@ from .thread import ClientThread
 __all__ = ["Client"]
 
 
-class Client(StateMethods, LogMethods):
+class Client(StateMethods, LogMethods, InspectMethods):
     """A connection to one node. Thread-safe; callbacks run on the client's own thread."""
 
     def __init__(
@@ -199,6 +200,13 @@ class Client(StateMethods, LogMethods):
         return self._thread.subscriber.missed
 
     @property
+    def malformed(self) -> int:
+        """Messages delivered to this client that it could not read (a payload marked
+        msgpack that does not decode, from a raw publisher): each dropped alone, logged,
+        and for a durable subscription acknowledged; the others of its frame delivered."""
+        return self._thread.subscriber.malformed + self._durables.malformed
+
+    @property
     def _frame_max(self) -> int:
         # the node's max_frame_bytes as its HELLO announced it (0: unknown); zbroker.writer
         # sizes its requests by it
@@ -297,24 +305,6 @@ class Client(StateMethods, LogMethods):
     def delete_durable(self, name: str) -> int:
         """Delete durable ``name`` and its stored messages here; return how many went."""
         return self._durables.delete(name)
-
-    def status(self) -> dict[str, Any]:
-        """The node's status (see :meth:`zbroker.Broker.status`)."""
-        return self.request(wire.STATUS)
-
-    def routes(self, pattern: str | None = None) -> list[dict[str, Any]]:
-        """The node's interest table (best entry per pattern and origin): pattern, origin,
-        path, hops, next-hop link (None = local). ``pattern`` keeps overlapping ones."""
-        if pattern is not None:
-            validate_pattern(pattern)
-        body = self.request(wire.ROUTES, {"pattern": pattern} if pattern else {})
-        routes: list[dict[str, Any]] = body.get("routes", [])
-        return routes
-
-    def peers(self) -> list[dict[str, Any]]:
-        """The node's peers: id, found_by (mdns/config/inbound), state, endpoint, links."""
-        peers: list[dict[str, Any]] = self.request(wire.PEERS).get("peers", [])
-        return peers
 
     def request(self, op: int, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """Send a control request and wait for its reply (raises RequestError on ERROR)."""

@@ -50,6 +50,7 @@ class Durables:
         #: name -> the node's DURABLE_OPEN reply (``Client.durable_info``)
         self.info: dict[str, dict[str, Any]] = {}
         self._acks: dict[str, int] = {}  # name -> highest q processed, not yet acked
+        self.malformed = 0  # messages that could not be read (dropped, acknowledged)
         self._acks_each: dict[str, list[int]] = {}  # shared: name -> q processed
         #: name -> the lowest q delivered while it was not open here, until the node
         #: answers an open of it again: the rest of that window is stale (see ``deliver``)
@@ -148,13 +149,16 @@ class Durables:
         try:
             msg = message_from_fields(sub.pattern, body["msg"])
         except (ProtocolError, KeyError, TypeError) as exc:
-            log.warning("dropped malformed durable delivery: %s", exc)
-            return
-        msg.redelivered = bool(body.get("redelivered"))
-        try:
-            sub.callback(msg)
-        except Exception:
-            log.exception("durable subscriber callback for %r raised", name)
+            # dropped, and acknowledged all the same: else it would come again for ever
+            # (and with credit 1 hold the durable's window)
+            log.warning("dropped a malformed message of durable %r: %s", name, exc)
+            self.malformed += 1
+        else:
+            msg.redelivered = bool(body.get("redelivered"))
+            try:
+                sub.callback(msg)
+            except Exception:
+                log.exception("durable subscriber callback for %r raised", name)
         # acknowledgements are cumulative: one per subscription per drain (flush_acks);
         # a shared durable's list exactly what this consumer processed
         if entry[2].get("shared"):

@@ -128,6 +128,7 @@ class Subscriber:
         self._gaps: dict[str, int] = {}  # missed deliveries not yet reported
         #: deliveries the node's queue toward this client dropped (a slow consumer)
         self.missed = 0
+        self.malformed = 0  # messages delivered that could not be read (dropped, logged)
 
     def subscribe(self, pattern: str, done: Future[Any]) -> None:
         """Want ``pattern``; ``done`` resolves once the node has it."""
@@ -223,15 +224,17 @@ class Subscriber:
             pattern, first, topic, origin, inc, raw, seq, ts = one
             label = pattern.partition(_SEP)[0] if _SEP in pattern else pattern
             msgs = [Message(topic, raw, "bytes", None, origin, inc, seq, ts, label, raw)]
+            held = 1
         else:
             decoded = self._decode(frame)
             if decoded is None:
                 return
-            pattern, first, msgs = decoded
+            # (``held``: a message dropped as unreadable was numbered too, and is no gap)
+            pattern, first, msgs, held = decoded
         last = pseq.get(pattern)
         if last is not None and first > last + 1:
             self._gap(pattern, first - last - 1)
-        pseq[pattern] = first + len(msgs) - 1
+        pseq[pattern] = first + held - 1
         subs = self._callbacks
         for msg in msgs:
             # looked up per message: a callback may unsubscribe in the middle of a batch
@@ -241,15 +244,22 @@ class Subscriber:
                 except Exception:
                     log.exception("subscriber callback for %r raised", pattern)
 
-    def _decode(self, frame: bytes | memoryview) -> tuple[str, int, list[Message]] | None:
+    def _decode(self, frame: bytes | memoryview) -> tuple[str, int, list[Message], int] | None:
         """A delivery frame of any form by the general decode: (pattern, its first
-        message's pattern sequence, the messages); None for a malformed frame (logged) or
-        a gap notice (handled)."""
+        message's pattern sequence, the messages, how many the frame held); None for a
+        malformed frame (logged) or a gap notice (handled). A message that cannot be read
+        (a payload marked msgpack that does not decode, which a raw publisher can send)
+        is dropped alone, logged and counted (``malformed``), not the frame with it."""
         try:  # one decoder per frame, whichever form it has
             pattern, first, items, runs = wire.decode_delivery_items(frame)
             # a subscription with a selector is named ``pattern SEP selector``
             label = pattern.partition(_SEP)[0] if _SEP in pattern else pattern
-            msgs = (messages_from_runs if runs else messages_from_envelopes)(label, items)
+            read = messages_from_runs if runs else messages_from_envelopes
+            try:
+                msgs = read(label, items)
+            except ProtocolError:
+                msgs, held = self._salvage(label, items, runs)
+                return pattern, first, msgs, held
         except ProtocolError as exc:
             # (a notice's body is a map: rare, so here; a small frame, never a view)
             notice = decode_gap_notice(frame) if type(frame) is bytes else None
@@ -258,7 +268,25 @@ class Subscriber:
             else:
                 self._gap_notice(*notice)
             return None
-        return pattern, first, msgs
+        return pattern, first, msgs, len(msgs)
+
+    def _salvage(self, label: str, items: list[Any], runs: bool) -> tuple[list[Message], int]:
+        """The messages of a frame one of which could not be read, each read alone: the
+        readable ones, and how many the frame held."""
+        alone = (
+            [[[topic, origin, inc, [e]]] for topic, origin, inc, entries in items for e in entries]
+            if runs
+            else [[m] for m in items]
+        )
+        read = messages_from_runs if runs else messages_from_envelopes
+        msgs: list[Message] = []
+        for one in alone:
+            try:
+                msgs += read(label, one)
+            except ProtocolError as exc:
+                self.malformed += 1
+                log.warning("dropped a malformed message of %r: %s", label, exc)
+        return msgs, len(alone)
 
     def _synced(self, frame: bytes) -> None:
         # a secure node answers the refusals since the last sync key after a NUL
