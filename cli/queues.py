@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from zbroker import PermissionDenied
+
 from .app import broker_option, cli, connect, connection_options
 from .format import format_table
 
@@ -27,7 +29,10 @@ def queues(as_json: bool, **conn: Any) -> None:
     They come from the node's status: with security on, only a client key with
     "monitor = true" may read them."""
     with connect(**conn) as client:
-        rows = client.status().get("queues", [])
+        try:
+            rows = client.status().get("queues", [])
+        except PermissionDenied as exc:  # the node names what it was asked: its status
+            raise PermissionDenied(f"{exc} (zbroker queues reads the node's status)") from None
     click.echo(json.dumps(rows, indent=2) if as_json else format_queues(rows))
 
 

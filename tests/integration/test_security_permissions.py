@@ -208,3 +208,6 @@ def test_only_a_client_with_monitor_may_read_the_nodes_status_routes_and_peers(
     assert rc == 1
     assert "permission denied: client:bob may not read 'status'" in err
     assert b.status()["security"]["refused"] == {"read": 4}
+    rc, _, err = procs.run("queues", "--broker", b.endpoint, *creds)  # (it reads the status)
+    assert rc == 1
+    assert "may not read 'status' (zbroker queues reads the node's status)" in err, err
