@@ -5,21 +5,22 @@ from __future__ import annotations
 
 import datetime
 import json
-import re
 import signal
 import threading
 from typing import Any
 
 import click
 
+from zbroker.features.advisories import KINDS, SUMMARY_KINDS
+
 from .app import broker_option, cli, connect_or_stop, connection_options
 from .format import _jsonable
 from .signals import SignalStop
 
-__all__ = ["event_patterns", "events", "format_event_text"]
+__all__ = ["KNOWN_KINDS", "event_patterns", "events", "format_event_json", "format_event_text"]
 
-#: a kind as it appears in a topic: upper case letters, digits, underscores
-_KIND = re.compile(r"[A-Z][A-Z0-9_]*")
+#: the kinds a node publishes: its events', the summaries', and STATS (the SYS topic)
+KNOWN_KINDS = frozenset([*KINDS.values(), *SUMMARY_KINDS, "STATS"])
 
 
 def event_patterns(kinds: tuple[str, ...]) -> list[str]:
@@ -29,9 +30,10 @@ def event_patterns(kinds: tuple[str, ...]) -> list[str]:
         return ["$ZB.ADVISORY.>"]
     out = []
     for kind in kinds:
-        if not _KIND.fullmatch(kind):
+        if kind not in KNOWN_KINDS:  # (else it would wait for ever for what never comes)
             raise click.BadParameter(
-                f"{kind!r} is not a kind (upper case, like LINK_DOWN or STATS)", param_hint="KIND"
+                f"{kind!r} is not a kind: one of {', '.join(sorted(KNOWN_KINDS))}",
+                param_hint="KIND",
             )
         pattern = "$ZB.SYS.*.STATS" if kind == "STATS" else f"$ZB.ADVISORY.*.{kind}"
         if pattern not in out:

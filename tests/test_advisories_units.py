@@ -21,9 +21,9 @@ from zbroker.features.advisories.limiter import WindowLimit
 from zbroker.node import events
 
 if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
-    from cli.events import event_patterns, format_event_json, format_event_text
+    from cli.events import KNOWN_KINDS, event_patterns, format_event_json, format_event_text
 else:
-    from zbroker.cli.events import event_patterns, format_event_json, format_event_text
+    from zbroker.cli.events import KNOWN_KINDS, event_patterns, format_event_json, format_event_text
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "advisories.md"
 
@@ -117,6 +117,11 @@ def test_event_patterns() -> None:
     ]
     with pytest.raises(click.BadParameter):
         event_patterns(("link_down",))
+    # a kind no node publishes would wait for ever: refused, naming the kinds there are
+    with pytest.raises(click.BadParameter, match=r"'BOGUS' is not a kind: one of .*LINK_DOWN"):
+        event_patterns(("BOGUS",))
+    documented = set(re.findall(r"^### `?([A-Z_]+)`?", DOCS.read_text(), re.M))
+    assert KNOWN_KINDS - {"STATS"} <= documented, KNOWN_KINDS - documented
 
 
 def test_format_event_text() -> None:
