@@ -26,6 +26,8 @@ from zbroker.errors import ConfigError
 from .app import cli
 from .signals import SignalStop
 
+log = logging.getLogger("zbroker.cli")
+
 
 @cli.command()
 @click.option(
@@ -169,6 +171,12 @@ def start(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if not config.security and (config.allowlist is not None or config.clients is not None):
+        # (not an error: turning security off for a while keeps its files in the config)
+        log.warning(
+            "security is off: the allowlist and client permissions given are not read, "
+            "and any node or client may connect (--secure turns it on)"
+        )
     signals = SignalStop(signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     broker = Broker(config).start()
     # this process exists to run the node: fit the garbage collector and the C allocator

@@ -198,3 +198,24 @@ def test_start_on_port_of_running_node_is_one_line_error(
     assert rc != 0
     assert_one_line_stderr(err, str(port), "in use")
     assert running.status()["broker_id"] == running.broker_id
+
+
+def test_security_files_without_security_are_warned_of(
+    procs: Any,
+    free_port: Callable[[], int],
+    wait_ready: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    """--clients and --allowlist without --secure were ignored in silence: a user who
+    forgot --secure believed the node checked keys and permissions."""
+    port = free_port()
+    clients = tmp_path / "clients.toml"
+    clients.write_text("")
+    node = procs.zbroker(
+        "start", "--port", str(port), "--data-dir", str(tmp_path / "d"),
+        "--clients", str(clients), "--allowlist", str(tmp_path / "none"),
+    )  # fmt: skip
+    wait_ready(endpoint(port), WAIT, node)
+    assert node.wait_stderr("security is off: the allowlist and client permissions", WAIT), (
+        node.stderr_text()
+    )
