@@ -88,6 +88,9 @@ def test_two_nodes_with_one_id_the_second_is_refused_loudly_and_the_first_works(
     t = trio.t
     first = trio.start_dup("first")
     assert wait_until(lambda: len(_up(t)) == 1 and len(_up(first)) == 1, 10), _links(t)
+    refusals: list[dict[str, Any]] = []
+    watch = client_factory(t.endpoint)
+    watch.subscribe("$ZB.ADVISORY.*.HANDSHAKE_REFUSED", lambda m: refusals.append(m.payload))
     second = trio.start_dup("second")
     assert wait_until(
         lambda: t.status()["counters"]["dropped"].get("duplicate_broker_id", 0) >= 1, 10
@@ -102,6 +105,9 @@ def test_two_nodes_with_one_id_the_second_is_refused_loudly_and_the_first_works(
     assert said, [r.getMessage() for r in caplog.records]
     first_name, second_name = trio.dialled["first"][1], trio.dialled["second"][1]
     assert f"link {first_name}" in said[0] and f"link {second_name}" in said[0], said[0]
+    # the advisory names the link as docs/advisories.md says: NAME dialled, PEER/NAME taken
+    assert wait_until(lambda: refusals, 10)
+    assert {r["link"] for r in refusals} <= {second_name, f"dup/{second_name}"}, refusals
     # the first node's link does not flap: several heartbeat timeouts later, its first life
     time.sleep(3.0)
     st = t.status()

@@ -115,7 +115,13 @@ class Acceptor:
         ID on a link that is up; the links of its own former process are taken down."""
         newcomer = describe(hello.name, False, hello.peer, hello.instance)
         trouble = self._table.unique(
-            newcomer, hello.peer, hello.instance, hello.starts, self._duplicates, now
+            f"{hello.peer}/{hello.name}",
+            newcomer,
+            hello.peer,
+            hello.instance,
+            hello.starts,
+            self._duplicates,
+            now,
         )
         if trouble is None:
             return True

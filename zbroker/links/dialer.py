@@ -200,7 +200,7 @@ class Dialer:
         taken down."""
         table = self._table
         newcomer = describe(link.name, True, peer, instance)
-        trouble = table.unique(newcomer, peer, instance, starts, self._duplicates, now)
+        trouble = table.unique(link.name, newcomer, peer, instance, starts, self._duplicates, now)
         if trouble is None:
             return True
         sock = link.socket

@@ -285,19 +285,26 @@ class LinkTable:
         self.hooks.link_down(link, reason, was_up, now, clean)
 
     def unique(
-        self, newcomer: str, peer: str, instance: str, starts: int, repeats: Repeats, now: float
+        self,
+        name: str,
+        newcomer: str,
+        peer: str,
+        instance: str,
+        starts: int,
+        repeats: Repeats,
+        now: float,
     ) -> str | None:
-        """A peer completing a handshake as ``newcomer`` (``describe``d): why it is refused
-        if another process holds its broker ID on a link that is up (counted, and said at
-        most once a minute per link), else None after the links of its own former process
-        (it restarted) are taken down."""
+        """A peer completing a handshake as ``newcomer`` (``describe``d) on the link the
+        node's events call ``name``: why it is refused if another process holds its broker
+        ID on a link that is up (counted, and said at most once a minute per link), else
+        None after the links of its own former process (it restarted) are taken down."""
         found = rival(self.all(), peer, instance, starts)
         trouble = found.problem(newcomer)
         if trouble is None:
             for old in found.stale:
                 self.down(old, f"{peer} restarted (start {starts})", now)
             return None
-        self.refused(newcomer, trouble)
+        self.refused(name, trouble)
         self.counters.drop("duplicate_broker_id")
         unsaid = repeats.due(newcomer, now)
         if unsaid is not None:
