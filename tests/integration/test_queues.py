@@ -252,6 +252,10 @@ def test_queues_and_routes_commands(
     assert kinds["shared_durable"]["members"] == {"A": 1}
     routes = invoke("routes", "--broker", a.endpoint)
     assert "jobs.> [queue workers: 1 member(s), 7 free credit]" in routes.output, routes.output
+    # with a PATTERN too: a group's entry is matched by its members' pattern
+    only = invoke("routes", "jobs.>", "--broker", a.endpoint)
+    assert "jobs.> [queue workers: 1 member(s), 7 free credit]" in only.output, only.output
+    assert invoke("routes", "other.>", "--broker", a.endpoint).output.strip() == "no routes"
 
 
 def test_mesh_no_duplicate_queue_subs(

@@ -138,5 +138,11 @@ class Introspection(Feature):
             except InvalidTopic as exc:
                 self._ctx.error(req, str(exc))
                 return
-            routes = [r for r in routes if patterns_overlap(pattern, str(r["pattern"]))]
+            # a queue group's entry by the pattern its members subscribed (its own key,
+            # $ZB.Q.<group>.<pattern>, is no topic a user names)
+            routes = [
+                r
+                for r in routes
+                if patterns_overlap(pattern, str(r.get("group_pattern", r["pattern"])))
+            ]
         self._ctx.reply(req, wire.ROUTES, {"routes": routes})
