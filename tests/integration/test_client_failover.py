@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from zbroker import Broker, BrokerUnreachable, Client, Message
+from zbroker import Broker, BrokerUnreachable, Client, ConfigError, Message
 
 
 def _wait(pred: Callable[[], bool], timeout: float = 10.0) -> bool:
@@ -45,6 +45,10 @@ def test_fanout_waits_for_min_brokers(broker_factory: Callable[..., Broker]) -> 
     with pytest.raises(BrokerUnreachable, match="fan-out: 1 of the 2 nodes"):
         Client(f"{a.endpoint},tcp://127.0.0.1:1", fanout=True, min_brokers=2, timeout=0.5)
     assert time.monotonic() - t0 < 3.0
+    bad: Any
+    for bad in (0, -1, 1.5, True):  # (0 was taken as 1 without a word)
+        with pytest.raises(ConfigError, match="min_brokers must be an integer >= 1"):
+            Client(a.endpoint, fanout=True, min_brokers=bad)
 
 
 def test_address_list_fails_over_and_keeps_subscriptions(
