@@ -1,7 +1,8 @@
 """``zbroker status`` as text: name/value rows (identity, counters, security,
 subscriptions, interest, stateful topics, staging, advisories), then a table each for
-links, store-and-forward queues and replicas, each only when there are any. Values in,
-a string out; the JSON (``--json``) holds everything, the text a readable summary."""
+links, store-and-forward queues, replicas and retention rules, each only when there are
+any. Values in, a string out; the JSON (``--json``) holds everything, the text a readable
+summary."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ def format_status(status: dict[str, Any]) -> str:
     replicas = status.get("replication") or {}
     if replicas:
         text += "\n\n" + _replication_table(replicas)
+    store = status.get("store") or {}
+    if store.get("rules"):
+        text += "\n\n" + _retention_table(store)
     return text
 
 
@@ -233,11 +237,31 @@ def _state_rows(state: dict[str, Any] | None) -> Rows:
     return rows
 
 
+def _retention_table(store: dict[str, Any]) -> str:
+    """The retention log: one row per ``[[retain]]`` rule, then what the log refused."""
+    text = format_table(
+        ["retain rule", "held", "bytes", "max msgs", "max bytes", "max age", "overflow"],
+        [
+            [
+                r["pattern"], r["held_msgs"], r["held_bytes"], r["max_msgs"] or "-",
+                r["max_bytes"] or "-", f"{r['max_age']:g} s" if r["max_age"] else "-",
+                r["overflow"],
+            ]
+            for r in store["rules"]
+        ],
+    )  # fmt: skip
+    log = f"  log seqs {store.get('first_seq')}..{store.get('last_seq')}"
+    text += f"\n{log}, {store.get('retained_rows', 0)} rows"
+    for reason, n in (store.get("dropped") or {}).items():
+        text += f"\n  dropped: {reason}  {n}"
+    return text
+
+
 def _replication_table(replicas: dict[str, dict[str, Any]]) -> str:
     """Fan-out replication: one row per replicating link, its state and lag."""
     return format_table(
         ["replica link", "primary", "branches", "state", "topics", "lag", "syncs", "retries",
-         "sessions lost"],
+         "retry delay", "sessions lost"],
         [
             [
                 name,
@@ -248,6 +272,7 @@ def _replication_table(replicas: dict[str, dict[str, Any]]) -> str:
                 "-" if r.get("lag") is None else f"{r['lag'] * 1000:.1f} ms",
                 r["syncs"],
                 r["retries"],
+                "-" if r.get("retry_delay") is None else f"{r['retry_delay']:g} s",
                 r["sessions_lost"],
             ]
             for name, r in replicas.items()

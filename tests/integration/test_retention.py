@@ -6,8 +6,11 @@ publishes: :mod:`.test_retention_persistent`; a network, restarts and SIGKILL:
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from tests.integration.cli_runs import invoke
 from tests.integration.retention import (
     WAIT,
     BrokerFactory,
@@ -62,6 +65,10 @@ def test_plain_and_persistent_publishes_land_in_the_log_with_exact_sequences(
     stats = store_stats(broker)
     assert (stats["first_seq"], stats["last_seq"], stats["retained_rows"]) == (1, 8, 8)
     assert broker.status()["counters"]["received"] == 11
+    # `zbroker status` shows the rule and the log
+    out = invoke("status", "--broker", broker.endpoint).stdout
+    assert re.search(r"^LOG\.>\s+8\s+\d+\s+-\s+-\s+-\s+drop-oldest$", out, re.M), out
+    assert "  log seqs 1..8, 8 rows" in out, out
 
 
 def test_read_returns_payload_types_and_headers(
