@@ -50,6 +50,18 @@ def test_advert_and_withdraw_of_one_key_in_one_frame() -> None:
     assert e.route("P", (), None) == (frozenset(), [])
 
 
+def test_a_path_with_a_node_twice_is_rejected() -> None:
+    """No advertisement crosses a node twice (each refuses a path holding its ID): such a
+    path is a peer's fabrication, rejected and counted like any bad path (an audit)."""
+    e = RoutingEngine(ME)
+    e.handle(LinkUp(link="ab", peer="B"))
+    e.handle(AdvertIn(link="ab", full=False, entries=(("P", "O", ("O", "X", "O", "B")),)))
+    e.handle(AdvertIn(link="ab", full=False, entries=(("Q", "B", ("B", "B")),)))
+    assert e.interest() == [] and e.rejected == {"bad_path": 2}
+    e.handle(AdvertIn(link="ab", full=False, entries=(("Q", "B", ("B",)),)))
+    assert [(r["pattern"], r["path"]) for r in e.interest()] == [("Q", ["B"])]
+
+
 def test_withdrawal_of_a_key_advertised_in_the_same_frame_over_another_link() -> None:
     e = RoutingEngine(ME)
     e.handle(LinkUp(link="ab", peer="B"))
@@ -185,11 +197,13 @@ class EngineMachine(RuleBasedStateMachine):
         held: list[int],
     ) -> None:
         ln = self.model.links.get(link)
-        # make most paths plausible (origin first, the link's peer last), keep some raw
+        # make most paths plausible (origin first, the link's peer last, no node twice),
+        # keep some raw
         fixed: list[tuple[str, str, Path | None]] = []
         for i, (p, o, path) in enumerate(batch):
             if path is not None and ln is not None and i % 3:
-                path = (o, *path, ln.peer)
+                middle = tuple(dict.fromkeys(x for x in path if x not in (o, ln.peer)))
+                path = (o,) if o == ln.peer else (o, *middle, ln.peer)
             fixed.append((p, o, path))
         keys = frozenset((fixed[i][0], fixed[i][1]) for i in sticky if i < len(fixed))
         held_keys = frozenset((fixed[i][0], fixed[i][1]) for i in held if i < len(fixed))
@@ -209,6 +223,7 @@ class EngineMachine(RuleBasedStateMachine):
                 and bool(path)
                 and path[0] == o
                 and path[-1] == ln.peer
+                and len(set(path)) == len(path)
             )
             if ok:
                 assert path is not None

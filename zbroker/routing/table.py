@@ -189,8 +189,8 @@ class InterestTable:
             self._reject("own_id_in_path")
         elif ttl_spent(len(path), link.options.ttl):
             self._reject("ttl_spent")
-        elif not path or path[0] != origin or path[-1] != link.peer:
-            self._reject("bad_path")
+        elif not path or path[0] != origin or path[-1] != link.peer or len(set(path)) < len(path):
+            self._reject("bad_path")  # (a node on a path twice: no advertisement goes so)
         else:
             return path
         return None
