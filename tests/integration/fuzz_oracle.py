@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import msgpack
+
 from tests.integration.fuzz_common import LIMIT, pack
 from tests.integration.fuzz_link_oracle import link_frame_outcome
 from zbroker import wire
@@ -136,7 +138,18 @@ def ends_link(value: list[Any] | None) -> bool:
     return op == wire.BYE or (op in (wire.LINK_REFUSE, wire.LINK_HELLO) and _is_map_frame(value))
 
 
-def _publish_request_outcome(body: dict[str, Any]) -> str | None:
+def _decodes(payload: bytes) -> bool:
+    """Whether a payload marked msgpack holds exactly one msgpack value."""
+    try:
+        msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.UnpackException, TypeError):  # (an unhashable map key)
+        return False
+    return True
+
+
+def _publish_request_outcome(body: dict[str, Any], decode: bool = True) -> str | None:
+    """A persistent PUBLISH's checks (and a STATE_SET's): types, headers, a payload marked
+    msgpack that must decode (not with ``decode`` False), the topic."""
     topic, payload, fmt, headers = (
         body.get("topic"),
         body.get("payload"),
@@ -151,6 +164,8 @@ def _publish_request_outcome(body: dict[str, Any]) -> str | None:
         type(headers) is not dict or not all(type(k) is str for k in headers)
     ):
         return "bad_type"
+    if decode and fmt == wire.FMT_MSGPACK and not _decodes(payload):
+        return "not_msgpack"
     try:
         validate_publish_topic(topic)
     except InvalidTopic:
@@ -164,7 +179,7 @@ def _state_set_outcome(body: dict[str, Any]) -> str | None:
     if type(body.get("topic")) is not str:
         return "bad_type"
     headers = body.get("headers")
-    reason = _publish_request_outcome({**body, "topic": "FZ.ok"})
+    reason = _publish_request_outcome({**body, "topic": "FZ.ok"}, decode=False)
     if reason is None and headers and any(k in headers for k in (VERSION, OWNER, REMOVED)):
         return "bad_value"
     return reason or _publish_request_outcome(body)

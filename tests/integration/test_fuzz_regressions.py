@@ -267,12 +267,14 @@ def test_an_unreadable_message_is_dropped_alone_by_the_subscriber(raw: RawPeer) 
     got: list[bytes] = []
     with Client(raw.b.endpoint, timeout=10) as sub:
         sub.subscribe("T.>", lambda m: got.append(m.payload))
+        unhashable = b"\x81\x91\x01\x01"  # {[1]: 1}: msgpack, but no Python dict holds it
         entries = [[b"good1", 0, None], [b"\xc1", 1, None], [b"good2", 0, None]]
+        entries.insert(2, [unhashable, 1, None])
         raw.push.send(wire.encode_publish_runs([["T.a", entries]]))
         raw.push.send(wire.encode_publish("T.a", b"after", 0, None))
         assert wait_for(lambda: len(got) == 3), got
         assert got == [b"good1", b"good2", b"after"]
-        assert (sub.malformed, sub.missed) == (1, 0)
+        assert (sub.malformed, sub.missed) == (2, 0)
 
 
 def test_an_unreadable_message_does_not_hold_a_durable_window(raw: RawPeer) -> None:

@@ -196,3 +196,27 @@ def test_client_read_validates_the_pattern_first(
             client.read(bad)
     with pytest.raises(RequestError, match="start"):
         client.read(">", -5)
+
+
+def test_a_value_marked_msgpack_that_does_not_decode_is_refused(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    """A persistent publish or a stateful value is kept for readers who decode it: one
+    that does not decode made every later read, replay or fetch of its pattern fail (an
+    audit). Both are refused at the node, counted as bad input, and nothing is kept."""
+    broker = retaining(broker_factory, RetainRule(">"))
+    client = client_factory(broker.endpoint)
+    body = {"topic": "F.X", "payload": b"\xc1", "fmt": 1, "headers": None}
+    with pytest.raises(RequestError, match="not_msgpack"):
+        client.request(wire.PUBLISH, body)
+    with pytest.raises(RequestError, match="not_msgpack"):
+        client.request(wire.STATE_SET, body)
+    client.publish("F.Y", {"fine": 1}, persistent=True, confirm=True)
+    client.set("F.Z", {"fine": 2})
+    assert [(m.topic, m.payload) for m in client.read("F.>")] == [
+        ("F.Y", {"fine": 1}),
+        ("F.Z", {"fine": 2}),
+    ]  # (a value set is published, and retained here)
+    assert [(m.topic, m.payload) for m in client.fetch("F.>")] == [("F.Z", {"fine": 2})]
+    dropped = broker.status()["counters"]["dropped"]
+    assert dropped.get("bad_input.not_msgpack") == 2, dropped

@@ -199,7 +199,8 @@ def message_from_fields(pattern: str, fields: list[Any], cls: type[Message] = Me
         raise ProtocolError("bad_type", f"unknown payload format {fmt!r}")
     try:
         payload = msgpack.unpackb(raw, raw=False, strict_map_key=False)
-    except (ValueError, msgpack.UnpackException) as exc:
+    except (ValueError, msgpack.UnpackException, TypeError) as exc:  # (TypeError: a map key
+        # Python cannot hash, such as an array)
         raise ProtocolError("not_msgpack", "payload marked msgpack does not decode") from exc
     return cls(topic, payload, "msgpack", headers, origin, inc, seq, ts, pattern, raw)
 

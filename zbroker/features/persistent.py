@@ -26,6 +26,7 @@ from ..node import Feature, Op, Request
 from ..node.context import Context
 from ..store.producers import FORGOTTEN, Producers
 from ..topics import validate_publish_topic
+from ..wire.codec import unpack
 from ..wire.frames import I64
 
 __all__ = ["PersistentPublish"]
@@ -59,7 +60,9 @@ class PersistentPublish(Feature):
             ):
                 wire.check_producer([producer, pseq])  # (raises, saying what is wrong)
         except (ProtocolError, InvalidTopic) as exc:
-            ctx.bad(ctx.source(req.ident), getattr(exc, "reason", "bad_topic"), str(exc))
+            # (the log line says the reason before the detail: the detail alone, not twice)
+            detail = exc.detail if isinstance(exc, ProtocolError) else str(exc)
+            ctx.bad(ctx.source(req.ident), getattr(exc, "reason", "bad_topic"), detail)
             ctx.error(req, str(exc))
             return
         assert isinstance(topic, str) and isinstance(payload, bytes)
@@ -139,4 +142,6 @@ def _check(topic: Any, payload: Any, fmt: Any, headers: Any) -> None:
         type(headers) is not dict or not all(type(k) is str for k in headers)
     ):
         raise ProtocolError("bad_type", "headers must be a map with string keys")
+    if fmt == 1:  # the log and durables keep it for readers who decode it
+        unpack(payload)
     validate_publish_topic(topic)

@@ -133,7 +133,7 @@ class Moves:
             try:
                 validate_broker_id(to, "moved.to")
             except ConfigError as exc:
-                self._ctx.bad(node, "shared durable message", str(exc))
+                self._ctx.bad(node, "bad_shared_durable", str(exc))
                 return
             self._members.rehome(name, body["session"], to)
         else:
@@ -162,7 +162,7 @@ class Moves:
         """The new home stored these rows: deleted here now."""
         o, qs = self.out.get(name), qs_of(body)
         if qs is None:
-            self._ctx.bad(node, "shared durable message", "rows_ok without valid qs")
+            self._ctx.bad(node, "bad_shared_durable", "rows_ok without valid qs")
         elif o is None or o.session != body["session"]:
             self._ctx.drop("durable_move_stale")
         else:

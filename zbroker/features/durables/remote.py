@@ -99,7 +99,7 @@ def decode(ctx: Context, m: list[Any]) -> dict[str, Any] | None:
         if not isinstance(body.get("session"), str):
             raise ValueError("no session")
     except (ValueError, TypeError, ConfigError, msgpack.ExtraData, msgpack.FormatError) as exc:
-        ctx.bad(m[4] if isinstance(m[4], str) else "?", "shared durable message", str(exc))
+        ctx.bad(m[4] if isinstance(m[4], str) else "?", "bad_shared_durable", str(exc))
         return None
     return body
 
@@ -144,7 +144,7 @@ class Home:
             return
         qs = qs_of(body)
         if qs is None:
-            self._ctx.bad(node, "shared durable message", f"{op} without valid qs")
+            self._ctx.bad(node, "bad_shared_durable", f"{op} without valid qs")
         elif op == "ack":
             done = d.shared.ack(c.ident, qs)
             self._ctx.store.ack_each(name, done)

@@ -24,6 +24,7 @@ from ...stateful import CANCELLED, OWNER, REMOVED, VERSION
 from ...store.state import StateTable
 from ...topics import validate_pattern, validate_publish_topic
 from ...wire import frames
+from ...wire.codec import unpack
 from ...wire.state import check_answer, check_query, encode_answer, encode_query
 from .missing import MissingTopics
 from .queries import MIN_FORWARD, Query, QueryBook, answer_frames, frame_budget, relay_window
@@ -97,7 +98,8 @@ class StateFeature(Feature):
         try:
             _check_set(topic, payload, fmt, headers)
         except (ProtocolError, InvalidTopic) as exc:
-            ctx.bad(ctx.source(req.ident), getattr(exc, "reason", "bad_topic"), str(exc))
+            detail = exc.detail if isinstance(exc, ProtocolError) else str(exc)
+            ctx.bad(ctx.source(req.ident), getattr(exc, "reason", "bad_topic"), detail)
             ctx.error(req, str(exc))
             return
         assert isinstance(topic, str) and isinstance(payload, bytes)
@@ -359,6 +361,8 @@ def _check_set(topic: Any, payload: Any, fmt: Any, headers: Any) -> None:
         raise ProtocolError("bad_type", "headers must be a map with string keys")
     if headers and any(k in headers for k in _RESERVED_HEADERS):
         raise ProtocolError("bad_value", f"headers {_RESERVED_HEADERS} are the node's")
+    if fmt == 1:  # every reader decodes a value: one that does not broke their fetches
+        unpack(payload)
     validate_publish_topic(topic)
 
 
