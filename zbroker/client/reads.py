@@ -4,17 +4,21 @@ iterator form of a subscription. :class:`LogMethods` are these methods of
 
 from __future__ import annotations
 
+import logging
 import queue
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import wire
+from ..errors import ProtocolError
 from ..topics import validate_pattern
 from .messages import Message, message_from_fields
 
 __all__ = ["LogMethods", "iterate", "log_range", "read_log"]
 
 Request = Callable[[int, dict[str, Any]], dict[str, Any]]
+
+log = logging.getLogger("zbroker.client")
 
 
 def read_log(
@@ -30,7 +34,12 @@ def read_log(
             body["end"] = end_seq
         reply = request(wire.READ, body)
         for seq, topic, raw, fmt, headers, origin, inc, oseq, ts in reply["rows"]:
-            msg = message_from_fields(pattern, [topic, raw, fmt, headers, origin, inc, oseq, ts])
+            fields = [topic, raw, fmt, headers, origin, inc, oseq, ts]
+            try:
+                msg = message_from_fields(pattern, fields)
+            except ProtocolError as exc:  # (a raw publisher's; the rest of the page is good)
+                log.warning("skipped log seq %s of %r: %s", seq, pattern, exc)
+                continue
             msg.log_seq = seq
             out.append(msg)
         nxt = int(reply["next"])
