@@ -112,7 +112,8 @@ class LinkTotals:
     def update(self, links: list[Link], now: float) -> dict[LinkKey, tuple[int, ...]]:
         """Fold every current link, forget the links that are gone (their growth was
         folded at their last fold or when they went down) and the totals no link has
-        had for FORGET_AFTER, return a copy of the totals."""
+        had for FORGET_AFTER (at once if they are all zero), return a copy of the
+        totals."""
         current, keys = set(), set()
         for link in links:
             self.fold(link)
@@ -122,7 +123,9 @@ class LinkTotals:
             del self._seen[gone]
         for key in self.totals.keys() - keys:
             since = self._gone_at.setdefault(key, now)
-            if now - since >= FORGET_AFTER:
+            # all zero: nothing a counter must keep (a dialled link's key before its
+            # handshake named the peer, which would otherwise linger for FORGET_AFTER)
+            if now - since >= FORGET_AFTER or not any(self.totals[key]):
                 del self.totals[key], self._gone_at[key]
         for key in keys:
             self._gone_at.pop(key, None)
