@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import zmq
 
 from tests.helpers import Collector
 from tests.integration.network import (
@@ -34,6 +35,7 @@ from tests.integration.network import (
 )
 from tests.integration.network import net as net  # (the fixture)
 from tests.node_configs import FAST_LINK
+from zbroker import wire
 
 if TYPE_CHECKING:  # cli/ installs as zbroker.cli (pyproject.toml); mypy reads it as cli/
     from cli.status_text import format_status
@@ -169,3 +171,33 @@ def test_several_links_between_one_pair_all_come_up(
     assert link_named(a, "two")["msgs_out"] == 0
     assert counters(b)["duplicates"] == 0
     assert counters(a)["handshakes_refused"] == 0 and counters(b)["handshakes_refused"] == 0
+
+
+def test_a_malformed_answer_to_the_handshake_is_said_as_such(
+    net: Net, caplog: pytest.LogCaptureFixture, wait_until: WaitUntil
+) -> None:
+    """Something answers the link's HELLO, but not as a zbroker node does (a WELCOME
+    without an id): the dial times out as before, but says it was answered, malformed,
+    rather than that nothing listens there (an audit)."""
+    caplog.set_level(logging.WARNING, logger="zbroker.node")
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    fake = ctx.socket(zmq.ROUTER)
+    fake.setsockopt(zmq.LINGER, 0)
+    fake.bind(net.uri("B"))
+    try:
+        a = net.start("A", net.link("A", "B"))
+        assert fake.poll(int(WAIT * 1000)), "no HELLO came"
+        ident, _ = fake.recv_multipart()
+        fake.send_multipart([ident, wire.encode_link(wire.LINK_WELCOME, {"id": 5})])
+
+        def error() -> str:
+            return str(link_named(a, "ab")["last_error"] or "")
+
+        assert wait_until(lambda: error().startswith("malformed answer: bad_type"), WAIT), links_of(
+            a
+        )
+        said = [r.getMessage() for r in caplog.records if "malformed answer from" in r.getMessage()]
+        assert said and "LINK_WELCOME needs an id string" in said[0], said
+    finally:
+        fake.close()
+        ctx.term()

@@ -146,6 +146,8 @@ class Dialer:
                     budget -= table.on_frame(link, value, len(body), now)
             except ProtocolError as exc:
                 table.counters.bad(link.source, exc.reason, exc.detail)
+                if link.state is LinkState.HANDSHAKING:
+                    link.bad_answer = str(exc)
 
     def _on_reply(self, link: Link, value: list[Any], now: float) -> None:
         op = value[0]

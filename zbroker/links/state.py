@@ -93,6 +93,7 @@ class Link:
     deadline: float = 0.0  # handshake deadline or next dial time
     attempts: int = 0
     last_error: str = ""
+    bad_answer: str = ""  # a dial's malformed answer (it then times out: said so)
     retired: bool = False  # closed for good by this node (its peer stays known)
     outbox: list[list[Any]] = field(default_factory=list)
     msgs_in: int = 0
@@ -166,6 +167,7 @@ class Link:
     def dialling(self, now: float) -> None:
         """Rule 2: a dial went out; the handshake must finish by the deadline."""
         self.attempts += 1
+        self.bad_answer = ""
         self.state = LinkState.HANDSHAKING
         self.deadline = now + self.heartbeat_timeout
 

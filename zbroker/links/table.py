@@ -37,6 +37,7 @@ log = logging.getLogger("zbroker.node")
 _NOBLOCK = int(zmq.NOBLOCK)
 _NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 _SEND_ERRORS = {"link_queue_full": "queue full", "link_peer_gone": "peer gone"}
+_NO_ANSWER = "no answer to the handshake"  # (a dial that timed out: its last_error)
 
 
 class LinkHooks(Protocol):
@@ -347,18 +348,18 @@ class LinkTable:
                     self.down(link, f"no heartbeat for {link.heartbeat_timeout:g} s", now)
             elif what is Due.HANDSHAKE_TIMEOUT:
                 self.close_dialer(link)
-                delay = link.wait("no answer to the handshake", now)
+                bad = link.bad_answer  # (it answered, but not as a zbroker node does)
+                delay = link.wait(f"malformed answer: {bad}" if bad else _NO_ANSWER, now)
                 if link.attempts & (link.attempts - 1) == 0:
                     # attempts 1, 2, 4, 8...: a peer that is not there is said at once, and
                     # a long outage does not flood the log
+                    uri = link.config.uri if link.config is not None else "?"
+                    said = f"a malformed answer from {uri}" if bad else f"no answer from {uri}"
                     log.warning(
-                        "link %s: no answer from %s to the handshake (attempt %d; nothing "
-                        "listening there, or not a zbroker node); next attempt in %.1f s",
-                        link.name,
-                        link.config.uri if link.config is not None else "?",
-                        link.attempts,
-                        delay,
-                    )
+                        "link %s: %s to the handshake (attempt %d; %s); next attempt in %.1f s",
+                        link.name, said, link.attempts,
+                        bad or "nothing listening there, or not a zbroker node", delay,
+                    )  # fmt: skip
             elif what is Due.GIVE_UP:
                 link.state = LinkState.FAILED
                 log.error("link %s: giving up after %d attempts", link.name, link.attempts)
