@@ -41,6 +41,10 @@ def test_max_msgs_keeps_only_the_newest(
         broker, "cap"
     )
     assert broker.status()["store"]["dropped"].get("durable_max_msgs") == 15
+    # and the node's drops (the metric, DROPS advisories) have them too
+    assert wait_until(
+        lambda: broker.status()["counters"]["dropped"].get("durable_drop_oldest") == 15, WAIT
+    ), broker.status()["counters"]["dropped"]
 
     got = Collector()
     back = client_factory(broker.endpoint)

@@ -343,6 +343,7 @@ class Durables(Feature):
         store = self._ctx.store
         if store is not None and store.durable_overflow:  # what the commit's trims dropped
             for name, n in store.durable_overflow.items():
+                self._ctx.drop("durable_drop_oldest", n)  # (a drop like any other: counted)
                 self._ctx.emit(DurableOverflow(name=name, policy="drop-oldest", messages=n))
             store.durable_overflow.clear()
         if self._pump:
