@@ -7,6 +7,7 @@ numbers the node's store can hold), not from the node's code."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +15,8 @@ from typing import Any
 from zbroker import wire
 from zbroker.config import validate_broker_id
 from zbroker.errors import ConfigError, InvalidTopic, ProtocolError
+from zbroker.identity import EPOCH
+from zbroker.routing.groups import split_key
 from zbroker.topics import validate_pattern, validate_topic
 from zbroker.wire import frames as wire_frames
 from zbroker.wire import state as wire_state
@@ -224,6 +227,21 @@ def _checked(check: Callable[[list[Any]], Any]) -> LinkOutcome:
     return outcome
 
 
+def _qcap_outcome(value: list[Any], bad: Counter[str]) -> None:
+    """QCAP: a malformed frame is one bad input; each entry whose key is not a queue
+    group's, or whose stamp (an incarnation, seconds since 2024, shifted 32 bits) is over
+    a day ahead of the clock, is one more."""
+    try:
+        entries = wire.decode_qcap(value)
+    except ProtocolError as exc:
+        bad[exc.reason] += 1
+        return
+    latest = (int(time.time()) - EPOCH + 86_400) << 32
+    for gkey, _origin, stamp, _members, _free in entries:
+        if split_key(gkey) is None or stamp > latest:
+            bad["bad_value"] += 1
+
+
 def _taken(value: list[Any], bad: Counter[str]) -> None:
     """A frame the node takes whatever it carries (HEARTBEAT)."""
 
@@ -246,7 +264,7 @@ _LINK_OUTCOMES: dict[int, LinkOutcome] = {
     wire.ADVERT: _advert_outcome,
     GAP: _checked(check_gap),
     wire.QMSGS: _qmsgs_outcome,
-    wire.QCAP: _checked(wire.decode_qcap),
+    wire.QCAP: _qcap_outcome,
     **{op: _checked(check) for op, check in _STATE_LINK_CHECKS.items()},
 }
 

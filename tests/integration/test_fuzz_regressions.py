@@ -301,3 +301,16 @@ def test_an_unreadable_retained_message_is_skipped_by_a_read(raw: RawPeer) -> No
     with Client(raw.b.endpoint, timeout=10) as reader:
         assert wait_for(lambda: reader.log_range()[1] == 3)
         assert [(m.log_seq, m.payload) for m in reader.read("R.>")] == [(1, b"one"), (3, b"three")]
+
+
+def test_a_qcap_entry_with_no_group_key_or_a_stamp_from_the_future_is_bad_input(
+    raw: RawPeer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was (an audit): a malformed key was ignored uncounted, and a stamp of 2**63-1 was
+    kept for good (no real update, stamped by its origin's clock, could replace it)."""
+    raw.handshake()
+    before = bad_reasons(counters(raw.b))["bad_value"]
+    entries = [("nokey", "other", 1, 1, 1), ("$ZB.Q.w.jobs.>", "other", 2**63 - 1, 1, 1)]
+    raw.link.send(wire.encode_qcap(entries))
+    _assert_survives(raw, caplog, raw.link)
+    assert bad_reasons(counters(raw.b))["bad_value"] == before + 2

@@ -23,6 +23,7 @@ import zmq
 from ... import wire
 from ...const import DEFAULT_CREDIT
 from ...errors import ConfigError, InvalidTopic
+from ...identity import EPOCH
 from ...names import validate_broker_id
 from ...node import Feature, Op, Request
 from ...node.events import QueueJoined, QueueLeft
@@ -135,8 +136,13 @@ class QueueGroups(Feature):
 
     def _on_qcap(self, link: Link, value: list[Any]) -> int:
         me = self._ctx.broker_id
+        # a stamp is its origin's incarnation (seconds since EPOCH) << 32 and a count: one
+        # from over a day ahead of our clock would never be replaced by a real one
+        latest = (int(time.time()) - EPOCH + 86_400) << 32
         for gkey, origin, stamp, members, free in wire.decode_qcap(value):
-            if origin != me and split_key(gkey) is not None:
+            if split_key(gkey) is None or stamp > latest:
+                self._ctx.bad(link.source, "bad_value", f"QCAP entry {gkey!r} of {origin!r}")
+            elif origin != me:
                 self._groups.set_capacity(gkey, origin, (stamp, members, free))
         return 1
 
