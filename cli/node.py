@@ -239,14 +239,23 @@ def start_config(
         for name, value in flags.items()
         if ctx.get_parameter_source(name) in given or (config_file is None and value is not None)
     }
+    # what an error names as the values' source: a variable is not a flag the user typed
+    sources = {ctx.get_parameter_source(name) for name in overrides} & set(given)
+    source = (
+        "environment (ZBROKER_*)"
+        if sources == {ParameterSource.ENVIRONMENT}
+        else "command line or environment"
+        if ParameterSource.ENVIRONMENT in sources
+        else "command line"
+    )
     if peers:
         overrides["links"] = config.links + tuple(peer_link(p) for p in peers)
     if interfaces:
         overrides["interfaces"] = interfaces
     if "monitor" in overrides:  # the address; the file's other [monitor] keys stay
         listen = overrides.pop("monitor")
-        overrides["monitor"] = dataclasses.replace(config.monitor, listen=listen)
-    config = config.replace(source="command line", **overrides)
+        overrides["monitor"] = dataclasses.replace(config.monitor, listen=listen, source=source)
+    config = config.replace(source=source, **overrides)
     if ctx.get_parameter_source("discovery") not in given and "discovery" not in file_keys:
         # a node reachable only on loopback has nobody to discover: mDNS stays off then
         config = config.replace(discovery=not _is_loopback(config.host))

@@ -257,6 +257,14 @@ def test_bad_flag_value_is_not_blamed_on_the_config_file(tmp_path: Path) -> None
     )
     line = assert_one_line_error(result, "70000", "node.port")
     assert str(config) not in line  # the bad value came from --port, not from the file
+    assert line.startswith("Error: command line: "), line
+    # a variable's bad value is blamed on the environment, --monitor's too (an audit)
+    data = ("--data-dir", str(tmp_path / "d"))
+    env = {"ZBROKER_PORT": "-5", "ZBROKER_DATA_DIR": data[1]}
+    line = assert_one_line_error(invoke("start", env=env), "-5")
+    assert line.startswith("Error: environment (ZBROKER_*): node.port"), line
+    line = assert_one_line_error(invoke("start", "--monitor", "nocolon", *data), "nocolon")
+    assert line.startswith("Error: command line: monitor.listen"), line
 
 
 # -- sub (a real subprocess) ---------------------------------------------------------------------
