@@ -99,6 +99,8 @@ def test_load_partial_file_keeps_other_defaults(tmp_path: Path) -> None:
             "[discovery.link_defaults]\nreplicate = ['PRICE.>']\n",
             "discovery.link_defaults: replicate cannot be set",
         ),
+        # (said without the stand-in link the defaults are checked on)
+        ("[discovery.link_defaults]\nttl = 0\n", "discovery.link_defaults: ttl: 0 is out of range"),
         ("[node]\nlog_level = 'loud'\n", "node.log_level: 'loud' is not one of debug, info"),
         ("[limits]\nhwm = 1.5\n", "limits.hwm: 1.5 is not an integer"),
         ("[limits]\nhwm = 0\n", "limits.hwm: 0 is out of range (1..10000000)"),

@@ -58,7 +58,9 @@ class LinkConfig:
     source: str = field(default="keyword", compare=False)
 
     def __post_init__(self) -> None:
-        where = f"{self.source}: link {self.name!r}"
+        # (discovery's link defaults are checked on a stand-in link: its name means nothing)
+        defaults = self.source.endswith("discovery.link_defaults")
+        where = self.source if defaults else f"{self.source}: link {self.name!r}"
         validate_broker_id(self.name, f"{self.source}: link.name")
         if self.peer is not None:
             validate_broker_id(self.peer, f"{where}: peer")
