@@ -99,6 +99,11 @@ def test_load_partial_file_keeps_other_defaults(tmp_path: Path) -> None:
             "[discovery.link_defaults]\nreplicate = ['PRICE.>']\n",
             "discovery.link_defaults: replicate cannot be set",
         ),
+        ("[[host]]\npattern = '$ZB.Q.>'\n", "host.pattern: '$ZB.Q.>' is of the node's own"),
+        (
+            "[[host]]\npattern = 'A.>'\n[[flood]]\npattern = 'A.>'\n",
+            "'A.>' is both a [[host]] and a [[flood]] branch",
+        ),
         # (said without the stand-in link the defaults are checked on)
         ("[discovery.link_defaults]\nttl = 0\n", "discovery.link_defaults: ttl: 0 is out of range"),
         ("[node]\nlog_level = 'loud'\n", "node.log_level: 'loud' is not one of debug, info"),

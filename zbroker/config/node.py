@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..const import DEFAULT_HOST, DEFAULT_HWM, DEFAULT_MAX_FRAME_BYTES, DEFAULT_PORT
+from ..const import (
+    DEFAULT_HOST,
+    DEFAULT_HWM,
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_PORT,
+    RESERVED_PREFIX,
+)
 from ..errors import ConfigError, InvalidTopic
 from ..store import OVERFLOW_POLICIES, RetainRule
 from ..topics import validate_pattern
@@ -118,12 +124,29 @@ class NodeConfig:
         )
         self._set("queues", check_queue_rules(self.queues, f"{self.source}"))
         self._set("advisories", AdvisoryConfig.from_mapping(self.advisories, self.source))
-        self._set(
-            "host_branches", check_patterns(self.host_branches, f"{self.source}: host.pattern")
-        )
-        self._set(
-            "flood_branches", check_patterns(self.flood_branches, f"{self.source}: flood.pattern")
-        )
+        self._check_branches()
+
+    def _check_branches(self) -> None:
+        """``[[host]]`` and ``[[flood]]``: patterns outside the node's own ``$ZB`` topics
+        (which the node routes itself), and no branch both hosted and flooded."""
+        src = self.source
+        hosts = check_patterns(self.host_branches, f"{src}: host.pattern")
+        floods = check_patterns(self.flood_branches, f"{src}: flood.pattern")
+        for kind, patterns in (("host", hosts), ("flood", floods)):
+            for p in patterns:
+                if p == RESERVED_PREFIX or p.startswith(RESERVED_PREFIX + "."):
+                    raise ConfigError(
+                        f"{src}: {kind}.pattern: {p!r} is of the node's own {RESERVED_PREFIX} "
+                        "topics, which it routes itself"
+                    )
+        both = sorted(set(hosts) & set(floods))
+        if both:
+            raise ConfigError(
+                f"{src}: {both[0]!r} is both a [[host]] and a [[flood]] branch: route it one "
+                "way (through its hosts, or to every node)"
+            )
+        self._set("host_branches", hosts)
+        self._set("flood_branches", floods)
 
     def _set(self, name: str, value: Any) -> None:
         """Store a normalized value (a tuple for a list, a Path for a str) in the frozen
