@@ -69,6 +69,7 @@ def _drawn(driver: Any) -> dict[str, Any]:
             links: links,
             subscriptions: [...document.querySelectorAll('[data-subscription]')]
                 .map(e => e.dataset.subscription),
+            queues: [...document.querySelectorAll('[data-queue]')].map(e => e.dataset.queue),
             refreshes: Number(document.body.dataset.refreshes),
         };
         """
@@ -136,6 +137,9 @@ def test_map_page_draws_the_network_and_a_cut_link(
     start_b()
     back = _wait_drawn(browser, lambda d: len(d["nodes"]) == 3 and d["links"].get("A|B") == "up")
     assert back["links"] == {"A|B": "up", "C|B": "route"}
+    # a queue group's row is named by its group (it has no "name": the attribute was empty)
+    client_factory(a.endpoint).subscribe("jobs.>", Collector(), queue="workers")
+    assert _wait_drawn(browser, lambda d: d["queues"] == ["workers"])["queues"] == ["workers"]
     browser.save_screenshot(str(tmp_path / "map-back.png"))
     for name in ("map-whole.png", "map-cut.png", "map-back.png"):
         assert (tmp_path / name).stat().st_size > 1000
