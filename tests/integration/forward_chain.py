@@ -84,6 +84,29 @@ def setup_durable(
     return sub
 
 
+def c_away(
+    broker_factory: BrokerFactory,
+    client_factory: ClientFactory,
+    free_port: Callable[[], int],
+    wait_until: WaitUntil,
+    tmp_path: Path,
+    **b_options: Any,
+) -> dict[str, Any]:
+    """The chain with B's ``b_options`` and C's durable ``saf`` set up, then C stopped
+    (B's link to A still up): what A publishes waits in B's queue toward C."""
+    ports = {n: free_port() for n in "ABC"}
+    a = broker_factory(broker_id="A", port=ports["A"], data_dir=tmp_path / "A")
+    b = broker_factory(
+        broker_id="B", port=ports["B"], data_dir=tmp_path / "B", links=b_links(ports), **b_options
+    )
+    c = start(broker_factory, "C", ports, tmp_path)
+    nodes: dict[str, Any] = {"A": a, "B": b, "C": c, "ports": ports}
+    setup_durable(nodes, client_factory, wait_until)
+    c.stop()
+    assert wait_until(lambda: links_up(b, 1), WAIT)
+    return nodes
+
+
 def publish(client: Client, payloads: list[bytes]) -> None:
     for p in payloads:
         client.publish("SAF.X", p, persistent=True, confirm=True)

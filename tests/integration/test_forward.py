@@ -34,7 +34,7 @@ from .forward_chain import (
     BrokerFactory,
     ClientFactory,
     WaitUntil,
-    b_links,
+    c_away,
     chain,
     durable_payloads,
     held,
@@ -250,19 +250,8 @@ def test_sticky_routes_expire_and_their_queue_is_dropped_counted(
     wait_until: WaitUntil,
     tmp_path: Path,
 ) -> None:
-    ports = {n: free_port() for n in "ABC"}
-    a = broker_factory(broker_id="A", port=ports["A"], data_dir=tmp_path / "A")
-    b = broker_factory(
-        broker_id="B",
-        port=ports["B"],
-        data_dir=tmp_path / "B",
-        links=b_links(ports),
-        sticky_ttl=2.0,
-    )
-    c = start(broker_factory, "C", ports, tmp_path)
-    setup_durable({"A": a, "B": b, "C": c}, client_factory, wait_until)
-    c.stop()
-    assert wait_until(lambda: links_up(b, 1), WAIT)
+    nodes = c_away(broker_factory, client_factory, free_port, wait_until, tmp_path, sticky_ttl=2.0)
+    a, b = nodes["A"], nodes["B"]
     pub = client_factory(a.endpoint)
     publish(pub, numbers(5))
     assert wait_until(lambda: held(b) == 5, WAIT)

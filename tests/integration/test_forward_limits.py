@@ -18,6 +18,7 @@ from .forward_chain import (
     ClientFactory,
     WaitUntil,
     b_links,
+    c_away,
     durable_payloads,
     held,
     links_up,
@@ -144,20 +145,10 @@ def test_drop_oldest_counts_what_it_drops_as_a_drop(
     (``dropped.forward_overflow``, so the metric and DROPS advisories), not only the
     queue's; C, back, has the newest 3 and counts the 7 lost."""
 
-    ports = {n: free_port() for n in "ABC"}
-    a = broker_factory(broker_id="A", port=ports["A"], data_dir=tmp_path / "A")
-    b = broker_factory(
-        broker_id="B",
-        port=ports["B"],
-        data_dir=tmp_path / "B",
-        links=b_links(ports),
-        forward_max_msgs=3,
+    nodes = c_away(
+        broker_factory, client_factory, free_port, wait_until, tmp_path, forward_max_msgs=3
     )
-    c = start(broker_factory, "C", ports, tmp_path)
-    nodes = {"A": a, "B": b, "C": c, "ports": ports}
-    setup_durable(nodes, client_factory, wait_until)
-    c.stop()
-    assert wait_until(lambda: links_up(b, 1), WAIT)
+    a, b, ports = nodes["A"], nodes["B"], nodes["ports"]
     publish(client_factory(a.endpoint), numbers(10))
     assert wait_until(lambda: held(b) == 3 and held(a) == 0, WAIT), b.status()["forward"]
     assert b.status()["forward"]["dropped_full"] == 7
