@@ -17,7 +17,7 @@ import zmq
 from zbroker import Broker, Client, Message, wire
 from zbroker.wire.gaps import decode_gap_notice
 
-from .fuzz_common import HOST, WAIT, RawPeer, _entry, counters
+from .fuzz_common import HOST, LINK_PEER, WAIT, RawPeer, _entry, counters
 from .fuzz_common import raw as raw  # (the fixture: a node and raw sockets to it)
 from .fuzz_link_oracle import as_runs
 
@@ -37,7 +37,8 @@ def _subscribe(client: Client, pattern: str) -> Subscriber:
 
 
 def _m(origin: str, seq: int, topic: str = "T.a", **changes: Any) -> list[Any]:
-    return _entry(origin=origin, seq=seq, topic=topic, path=[origin], **changes)
+    # (sent by the link's peer: a path ends with the node that sent it)
+    return _entry(origin=origin, seq=seq, topic=topic, path=[origin, LINK_PEER], **changes)
 
 
 def _frame(op: int, entries: list[list[Any]]) -> bytes:
@@ -63,7 +64,7 @@ def test_a_frame_of_mixed_runs_is_delivered_exactly_once_in_order(
         _m("o1", 7),  # a gap ...
         _m("o1", 6),  # ... filled
         _m("o1", 7),  # a repeat of the gap's seq
-        _entry(origin="o1", seq=8, topic="T.a", path=["o1", me]),  # a loop: not taken
+        _entry(origin="o1", seq=8, topic="T.a", path=["o1", me, LINK_PEER]),  # a loop
         _m("o2", 2, "T.b"),
         _m("o1", 8, "T.b"),  # the same origin on another topic (8 was not taken above)
         _entry(origin="o1", seq=9, path=["o1", 1]),  # bad entry: counted, run goes on

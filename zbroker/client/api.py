@@ -32,7 +32,7 @@ from ..const import (
     DEFAULT_RECONNECT_MAX,
     DEFAULT_RECONNECT_MULTIPLIER,
 )
-from ..errors import BrokerUnreachable, ClientClosed, ConfigError
+from ..errors import BrokerUnreachable, ClientClosed
 from ..topics import validate_subscription
 from .channel import Channel
 from .credentials import Credentials
@@ -94,6 +94,7 @@ class Client(StateMethods, LogMethods, InspectMethods):
         """
         check_options(
             hwm,
+            min_brokers,
             timeout=timeout,
             publish_timeout=publish_timeout,
             heartbeat_interval=heartbeat_interval,
@@ -107,8 +108,6 @@ class Client(StateMethods, LogMethods, InspectMethods):
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
         self.fanout = fanout
-        if type(min_brokers) is not int or min_brokers < 1:  # (0 was taken as 1, unsaid)
-            raise ConfigError(f"min_brokers must be an integer >= 1, not {min_brokers!r}")
         self.min_brokers = min_brokers
         backoff = (reconnect_initial_delay, reconnect_max_delay, reconnect_multiplier)
         self._credentials = Credentials(broker, keys, server_key)

@@ -50,10 +50,13 @@ class Settings:
     min_brokers: int
 
 
-def check_options(hwm: int, **seconds: float) -> None:
+def check_options(hwm: int, min_brokers: int, **seconds: float) -> None:
     """Raise ConfigError for a client option out of range. Durations are positive numbers
     of seconds: a negative one reached ZeroMQ as a socket option it refuses (a ZMQError
-    from the constructor), and a NaN never expires."""
+    from the constructor), and a NaN never expires; ``min_brokers`` below 1 was taken as 1
+    without a word."""
+    if type(min_brokers) is not int or min_brokers < 1:
+        raise ConfigError(f"min_brokers must be an integer >= 1, not {min_brokers!r}")
     for name, value in seconds.items():
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{name} must be a number of seconds, not {value!r}")

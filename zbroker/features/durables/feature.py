@@ -6,8 +6,7 @@ store-and-forward queue of the link that is down. The sink appends each matching
 to every matching durable's queue (or refuses it, counted, when a ``reject-new`` queue is
 full). DURABLE_OPEN attaches a subscriber (everything not acknowledged is sent again,
 flagged redelivered), DURABLE_ACK frees credit, DURABLE_CLOSE detaches, DURABLE_DELETE
-removes the durable and its messages.
-"""
+removes the durable and its messages."""
 
 from __future__ import annotations
 
