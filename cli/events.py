@@ -45,11 +45,10 @@ def format_event_json(topic: str, body: Any) -> str:
     """One JSON object: the advisory's fields, its topic under ``advisory`` and under
     ``topic`` (unless the advisory has a field of that name: NO_SUBSCRIBER's is the topic
     nobody wanted, which stays)."""
-    if not isinstance(body, dict):
-        return json.dumps(
-            {"advisory": topic, "topic": topic, "payload": _jsonable(body)}, separators=(",", ":")
-        )
-    return json.dumps({"advisory": topic, "topic": topic, **_jsonable(body)}, separators=(",", ":"))
+    fields = body if isinstance(body, dict) else {"payload": body}
+    return json.dumps(
+        {"advisory": topic, "topic": topic, **_jsonable(fields)}, separators=(",", ":")
+    )
 
 
 def format_event_text(topic: str, body: Any) -> str:

@@ -258,7 +258,7 @@ class Subscriber:
             try:
                 msgs = read(label, items)
             except ProtocolError:
-                msgs, held = self._salvage(label, items, runs)
+                msgs, held = self._salvage(read, label, runs, items)
                 return pattern, first, msgs, held
         except ProtocolError as exc:
             # (a notice's body is a map: rare, so here; a small frame, never a view)
@@ -270,15 +270,20 @@ class Subscriber:
             return None
         return pattern, first, msgs, len(msgs)
 
-    def _salvage(self, label: str, items: list[Any], runs: bool) -> tuple[list[Message], int]:
-        """The messages of a frame one of which could not be read, each read alone: the
-        readable ones, and how many the frame held."""
+    def _salvage(
+        self,
+        read: Callable[[str, list[Any]], list[Message]],
+        label: str,
+        runs: bool,
+        items: list[Any],
+    ) -> tuple[list[Message], int]:
+        """The messages of a frame (``items``, read by ``read``) one of which could not be
+        read, each read alone: the readable ones, and how many the frame held."""
         alone = (
             [[[topic, origin, inc, [e]]] for topic, origin, inc, entries in items for e in entries]
             if runs
             else [[m] for m in items]
         )
-        read = messages_from_runs if runs else messages_from_envelopes
         msgs: list[Message] = []
         for one in alone:
             try:

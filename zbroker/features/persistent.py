@@ -27,7 +27,7 @@ from ..node.context import Context
 from ..store.producers import FORGOTTEN, Producers
 from ..topics import validate_publish_topic
 from ..wire.codec import unpack
-from ..wire.frames import I64
+from ..wire.frames import FMT_MSGPACK, I64
 
 __all__ = ["PersistentPublish"]
 
@@ -142,6 +142,6 @@ def _check(topic: Any, payload: Any, fmt: Any, headers: Any) -> None:
         type(headers) is not dict or not all(type(k) is str for k in headers)
     ):
         raise ProtocolError("bad_type", "headers must be a map with string keys")
-    if fmt == 1:  # the log and durables keep it for readers who decode it
+    if fmt == FMT_MSGPACK:  # the log and durables keep it for readers who decode it
         unpack(payload)
     validate_publish_topic(topic)
