@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from zbroker import PermissionDenied
+from zbroker import NoSuchDurable, PermissionDenied
 
 from .app import broker_option, cli, connect, connection_options
 from .format import format_table
@@ -38,16 +38,27 @@ def queues(as_json: bool, **conn: Any) -> None:
 
 @cli.command("delete-durable")
 @click.argument("name")
+@click.option(
+    "--missing-ok",
+    is_flag=True,
+    help="A name no node holds is not an error (nothing is deleted).",
+)
 @broker_option()
 @connection_options()
-def delete_durable(name: str, **conn: Any) -> None:
+def delete_durable(name: str, missing_ok: bool, **conn: Any) -> None:
     """Delete durable subscription NAME and the messages it stored (to change its
     selector or pattern, or to drop what piled up). Its home node deletes it, wherever
     the client is connected; a consumer still attached gets no more messages.
 
-    A name no node holds deletes nothing (0 messages)."""
+    A name no node holds is an error (exit 1), unless --missing-ok."""
     with connect(**conn) as client:
-        deleted = client.delete_durable(name)
+        try:
+            deleted = client.delete_durable(name, missing_ok=False)
+        except NoSuchDurable as exc:
+            if not missing_ok:
+                raise click.ClickException(str(exc)) from None
+            click.echo(f"no durable {name}: nothing deleted")
+            return
     click.echo(f"deleted durable {name}: {deleted} stored message(s) went with it")
 
 

@@ -75,6 +75,10 @@ class SubscriptionCancelled(RequestError):
     """A missing-topic handler answered ``cancel`` to this subscribe or fetch."""
 
 
+class NoSuchDurable(RequestError, LookupError):
+    """``delete_durable(name, missing_ok=False)``: no node holds a durable of that name."""
+
+
 class ClientClosed(ZBrokerError):
     """The client was used after ``close()``."""
 

@@ -101,8 +101,11 @@ def test_cli_delete_durable_drops_it_and_its_messages(
     rc, out, err = procs.run(*args, timeout=WAIT)
     assert (rc, out, err) == (0, "deleted durable del: 7 stored message(s) went with it\n", "")
     assert durable_of(broker, "del") is None
-    rc, out, _ = procs.run(*args, timeout=WAIT)  # a second time: nothing left to delete
-    assert (rc, out) == (0, "deleted durable del: 0 stored message(s) went with it\n")
+    rc, out, err = procs.run(*args, timeout=WAIT)  # a second time: no such durable now
+    assert (rc, out) == (1, ""), err
+    assert err == "Error: no durable subscription named 'del': nothing deleted\n"
+    rc, out, err = procs.run(*args, "--missing-ok", timeout=WAIT)
+    assert (rc, out, err) == (0, "no durable del: nothing deleted\n", "")
     got = Collector()  # made anew, with a selector the old one did not have: nothing old
     client.subscribe("DEL.>", got, durable="del", selector="n = 1")
     client.publish("DEL.X", b"new", headers={"n": 1})

@@ -24,7 +24,7 @@ from tests.integration.durables import (
     publish_all,
     route_patterns,
 )
-from zbroker import Broker, ConfigError, InvalidTopic, Message, RequestError, wire
+from zbroker import Broker, ConfigError, InvalidTopic, Message, NoSuchDurable, RequestError, wire
 
 # -- 5. max_msgs --------------------------------------------------------------------------------
 
@@ -220,6 +220,8 @@ def test_delete_durable_removes_it_its_messages_and_its_interest(
     assert "DEL.>" not in route_patterns(client)
     assert "DEL.>" not in broker.status()["subscriptions"]["patterns"]
     assert client.delete_durable("gone") == 0  # idempotent
+    with pytest.raises(NoSuchDurable, match="no durable subscription named 'gone'"):
+        client.delete_durable("gone", missing_ok=False)
 
     got = Collector()
     client.subscribe("DEL.>", got, durable="gone")

@@ -303,9 +303,11 @@ class Client(StateMethods, LogMethods, InspectMethods):
         callback): the node keeps storing what comes for the next attach."""
         self._durables.detach(name)
 
-    def delete_durable(self, name: str) -> int:
-        """Delete durable ``name`` and its stored messages here; return how many went."""
-        return self._durables.delete(name)
+    def delete_durable(self, name: str, *, missing_ok: bool = True) -> int:
+        """Delete durable ``name`` and its stored messages at its home node; return how
+        many went. A name no node holds deletes nothing (0), or with ``missing_ok=False``
+        raises NoSuchDurable."""
+        return self._durables.delete(name, missing_ok)
 
     def request(self, op: int, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """Send a control request and wait for its reply (raises RequestError on ERROR)."""

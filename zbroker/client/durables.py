@@ -30,7 +30,7 @@ import zmq
 
 from .. import wire
 from ..config import validate_broker_id
-from ..errors import BrokerUnreachable, ClientClosed, ConfigError, ProtocolError
+from ..errors import BrokerUnreachable, ClientClosed, ConfigError, NoSuchDurable, ProtocolError
 from .messages import Message, Subscription, message_from_fields
 from .sessions import Session
 
@@ -93,10 +93,14 @@ class Durables:
         if entry is not None:
             entry[0].unsubscribe()
 
-    def delete(self, name: str) -> int:
+    def delete(self, name: str, missing_ok: bool) -> int:
         validate_broker_id(name, "durable subscription name")
         self._open.pop(name, None)
-        return int(self._request(name, wire.DURABLE_DELETE, {"name": name}).get("deleted", 0))
+        reply = self._request(name, wire.DURABLE_DELETE, {"name": name})
+        # (a node before the found key: taken as found, as it cannot say)
+        if not missing_ok and reply.get("found", True) is False:
+            raise NoSuchDurable(f"no durable subscription named {name!r}: nothing deleted")
+        return int(reply.get("deleted", 0))
 
     def _request(self, name: str, op: int, body: dict[str, Any]) -> dict[str, Any]:
         """A request to durable ``name``'s home node (or the primary's, for a new one),

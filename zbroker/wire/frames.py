@@ -153,7 +153,7 @@ DURABLE_OPEN 8    request ``{name, pattern, credit, max_msgs, max_bytes, max_age
 DURABLE_ACK 9     one-way ``{name, upto}``: messages with q <= upto are processed
 DURABLE_CLOSE 10  one-way ``{name}``: detach (the subscription and its store remain)
 DURABLE_DELETE 11 request ``{name}``: delete it and its stored messages; reply
-                  ``{deleted}``
+                  ``{deleted, found}`` (found: false when no durable had that name)
 DELIVER    12     node to client, req_id 0: ``{name, q, redelivered, msg: [topic,
                   payload, fmt, headers, origin, incarnation, seq, ts]}``; at most
                   ``credit`` unacknowledged at a time

@@ -291,7 +291,7 @@ class Durables(Feature):
             deleted = self.remove(d)
             self._ctx.emit(DurableDeleted(name=name, messages=deleted))
         if req.req_id:
-            self._ctx.reply(req, wire.DURABLE_DELETE, {"deleted": deleted})
+            self._ctx.reply(req, wire.DURABLE_DELETE, {"deleted": deleted, "found": d is not None})
 
     def remove(self, d: Durable) -> int:
         """End durable ``d`` here (deleted, or moved away): its interest, its home
