@@ -108,6 +108,17 @@ def _common(p: dict[str, Any], kind: str) -> None:
     assert p["suppressed"] == 0
 
 
+def deliver(client: Client, patterns: list[str], topic: str, n: int) -> None:
+    """``n`` messages on ``topic`` delivered by ``client``'s node to a subscription of each
+    of ``patterns``: a GAPS report counts at most what its node sent on a pattern."""
+    got = [Collector() for _ in patterns]
+    for pattern, c in zip(patterns, got, strict=True):
+        client.subscribe(pattern, c)
+    for i in range(n):
+        client.publish(topic, i)
+    assert all(c.wait_for(n) for c in got)
+
+
 def report_gaps(endpoint: str, gaps: dict[str, int]) -> None:
     """A subscriber's GAPS report, as the client library sends it when it sees missed
     deliveries in a pattern's sequence (sent from a raw DEALER: the count is exact)."""

@@ -22,6 +22,7 @@ from tests.integration.advisory_pair import (
     Pair,
     WaitUntil,
     _common,
+    deliver,
     heard,
     kinds,
     link_up,
@@ -151,6 +152,7 @@ def test_slow_subscriber_and_drops_summary(
     pair: Callable[..., Pair], wait_until: WaitUntil
 ) -> None:
     p = pair(advisories={"summary_interval": 0.2})
+    deliver(p.ca, ["SLOW.>", "SLOW.B"], "SLOW.B", 7)  # (what a report may count)
     report_gaps(p.a.endpoint, {"SLOW.>": 7, "SLOW.B": 3})
     assert p.seen.wait_until(lambda ms: "SLOW_SUBSCRIBER" in [m.payload["kind"] for m in ms], WAIT)
     assert p.seen.wait_until(lambda ms: "DROPS" in [m.payload["kind"] for m in ms], WAIT)
@@ -161,6 +163,22 @@ def test_slow_subscriber_and_drops_summary(
     drops = of_kind(p.seen, "DROPS")
     assert len(drops) == 1
     assert drops[0]["reasons"] == {"slow_subscriber": 10} and drops[0]["messages"] == 10
+
+
+def test_a_gaps_report_counts_no_more_than_was_sent(
+    pair: Callable[..., Pair], wait_until: WaitUntil
+) -> None:
+    """A report is bounded by what the node sent on each pattern it names: a pattern it
+    never delivered on counts nothing, a claim beyond what was sent counts what was."""
+    p = pair(advisories={"summary_interval": 0.2})
+    deliver(p.ca, ["SLOW.>"], "SLOW.B", 5)
+    report_gaps(p.a.endpoint, {"NEVER.>": 9, "SLOW.>": 10**6, "SLOW.B": 2})
+    report_gaps(p.a.endpoint, {"NEVER.>": 9})  # (alone: counts nothing, says nothing)
+    assert p.seen.wait_until(lambda ms: "SLOW_SUBSCRIBER" in [m.payload["kind"] for m in ms], WAIT)
+    p.barrier()
+    (slow,) = of_kind(p.seen, "SLOW_SUBSCRIBER")
+    assert slow["missed"] == 5 and slow["patterns"] == ["SLOW.>"]
+    assert p.a.status()["counters"]["dropped"]["slow_subscriber"] == 5
 
 
 # -- durables -------------------------------------------------------------------------------------

@@ -165,9 +165,14 @@ class Delivery:
 
     def on_gaps(self, body: dict[str, Any]) -> None:
         """A subscriber's report of messages its full queue here lost (GAPS)."""
-        # bounded: a lying client can inflate this counter only so far per report
-        gaps = {k: v for k, v in body.items() if type(v) is int and 0 < v < 1 << 32}
-        missed = min(sum(gaps.values()), 10**6)
+        # bounded: a pattern counts only if this node delivers on it, and for no more than
+        # it has sent on it (a lying or confused client cannot inflate the counter past
+        # what it could have missed)
+        sent = self._pseq
+        gaps = {
+            k: min(v, sent[k]) for k, v in body.items() if type(v) is int and v > 0 and sent.get(k)
+        }
+        missed = sum(gaps.values())
         if missed:
             # a subscriber's queue here overflowed: the one loss a lossy XPUB hides
             self._counters.drop("slow_subscriber", missed)
