@@ -60,10 +60,7 @@ class PersistentPublish(Feature):
             ):
                 wire.check_producer([producer, pseq])  # (raises, saying what is wrong)
         except (ProtocolError, InvalidTopic) as exc:
-            # (the log line says the reason before the detail: the detail alone, not twice)
-            detail = exc.detail if isinstance(exc, ProtocolError) else str(exc)
-            ctx.bad(ctx.source(req.ident), getattr(exc, "reason", "bad_topic"), detail)
-            ctx.error(req, str(exc))
+            ctx.refuse(req, exc)
             return
         assert isinstance(topic, str) and isinstance(payload, bytes)
         producers = None

@@ -16,6 +16,7 @@ import zmq
 
 from .. import wire
 from ..config import NodeConfig
+from ..errors import InvalidTopic, ProtocolError
 from ..routing import RoutingEngine
 from .counters import Counters
 from .events import NodeEvent
@@ -92,6 +93,14 @@ class Context:
 
     def error(self, req: Request, message: str) -> None:
         self._node.control.send(req.ident, wire.ERROR, req.req_id, {"message": message})
+
+    def refuse(self, req: Request, exc: ProtocolError | InvalidTopic) -> None:
+        """A request whose content is bad input: counted under its reason (an invalid
+        topic's is ``bad_topic``) and answered with ERROR."""
+        # (the log line says the reason before the detail: the detail alone, not twice)
+        detail = exc.detail if isinstance(exc, ProtocolError) else str(exc)
+        self.bad(self.source(req.ident), getattr(exc, "reason", "bad_topic"), detail)
+        self.error(req, str(exc))
 
     def confirm(self, req: Request, op: int, body: dict[str, Any]) -> None:
         """Reply after the pass's store commit: what the reply confirms is stored then."""

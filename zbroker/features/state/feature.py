@@ -98,9 +98,7 @@ class StateFeature(Feature):
         try:
             _check_set(topic, payload, fmt, headers)
         except (ProtocolError, InvalidTopic) as exc:
-            detail = exc.detail if isinstance(exc, ProtocolError) else str(exc)
-            ctx.bad(ctx.source(req.ident), getattr(exc, "reason", "bad_topic"), detail)
-            ctx.error(req, str(exc))
+            ctx.refuse(req, exc)
             return
         assert isinstance(topic, str) and isinstance(payload, bytes)
         version, update = self.topics.set(topic, payload, fmt, headers)
