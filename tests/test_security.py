@@ -195,7 +195,8 @@ def test_security_decisions(tmp_path: Path) -> None:
     )
     assert narrow.may_publish("client:s", "S.*") and narrow.may_publish("client:s", "S.X")
     assert not narrow.may_publish("client:s", "S.>")
-    assert sec.permissions("client:alice") == {"publish": ["A.>"], "subscribe": []}
+    alice = {"publish": ["A.>"], "subscribe": [], "monitor": False}
+    assert sec.permissions("client:alice") == alice
     assert sec.permissions("node:x") is None
     # the node's own view (status, routes, peers): only with monitor = true
     assert not sec.may_monitor("client:alice") and not sec.may_monitor("node:x")

@@ -198,7 +198,8 @@ def test_client_without_permission_cannot_subscribe_or_publish(
     server_key = keys.node_public("b")
     alice = client_factory(b.endpoint, keys=keys.client("alice"), server_key=server_key)
     bob = client_factory(b.endpoint, keys=keys.client("bob"), server_key=server_key)
-    assert bob.hello["permissions"] == {"publish": ["Y.>"], "subscribe": ["Y.*"]}
+    perms = {"publish": ["Y.>"], "subscribe": ["Y.*"], "monitor": False}
+    assert bob.hello["permissions"] == perms
     alice_got: list[bytes] = []
     bob_got: list[bytes] = []
     alice.subscribe("X.>", lambda m: alice_got.append(m.payload))

@@ -137,12 +137,17 @@ class ClientPermissions:
         #: no client is refused a publish: there is nothing to check
         self.publish_anywhere = all(">" in rule.publish for rule in clients.values())
 
-    def of(self, user: str) -> dict[str, list[str]] | None:
-        """The permissions a client is told in the HELLO reply (None: not a client)."""
+    def of(self, user: str) -> dict[str, Any] | None:
+        """The permissions a client is told in the HELLO reply (None: not a client):
+        its publish and subscribe patterns, and whether it may read the node's status."""
         rule = self._rules.get(user)
         if rule is None:
             return None
-        return {"publish": list(rule.publish), "subscribe": list(rule.subscribe)}
+        return {
+            "publish": list(rule.publish),
+            "subscribe": list(rule.subscribe),
+            "monitor": rule.monitor,
+        }
 
     def may_publish(self, user: str, topic: str) -> bool:
         """May ``user`` publish to ``topic``, or, given a pattern (a request that changes

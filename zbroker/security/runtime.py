@@ -210,7 +210,7 @@ class Security:
 
     # permissions
 
-    def permissions(self, user: str) -> dict[str, list[str]] | None:
+    def permissions(self, user: str) -> dict[str, Any] | None:
         """A client's permissions, as its HELLO reply tells them (None: not a client)."""
         return self._perms.of(user)
 

@@ -115,7 +115,9 @@ HELLO      1      request ``{client_protocol}``; reply ``{broker_id, incarnation
                   publish_batch}`` (a request without ``client_protocol`` >= 2 is
                   answered, and the node logs that the client is too old to read
                   delivery runs; a client sends batches of publish runs only to a
-                  node whose reply says 3 or more)
+                  node whose reply says 3 or more); with security on also ``user``
+                  and ``permissions: {publish, subscribe, monitor}`` (its patterns,
+                  and whether it may read STATUS, ROUTES and PEERS)
 STATUS     2      request ``{}``; reply: the node's status map
 PING       3      request ``{}``; reply ``{}``
 GAPS       13     one-way ``{pattern: missed, ...}``: deliveries a subscriber's queue dropped
