@@ -66,8 +66,34 @@ def test_a_refused_handshake_is_not_called_a_duplicate_broker_id(
     url = monitor_url(a)
     assert wait_until(lambda: _failures(url).get("handshake", 0) >= 1, WAIT), _failures(url)
     st = a.status()["counters"]
-    assert st["handshakes_refused"] == 1 and "duplicate_broker_id" not in st["dropped"]
+    assert (st["handshakes_refused"], st["handshakes_refused_duplicate_id"]) == (1, 0), st
+    assert "duplicate_broker_id" not in st["dropped"]
     assert _failures(url) == {"duplicate_broker_id": 0, "handshake": 1, "auth": 0}
+
+
+def test_a_duplicate_broker_id_is_a_refused_handshake_not_a_drop(
+    broker_factory: BrokerFactory,
+) -> None:
+    """Two nodes "dup" dial T: the second is refused for the first's ID. T counts one
+    refused handshake, under ``duplicate_broker_id`` in
+    ``zbroker_handshake_failures_total`` and ``handshakes_refused_duplicate_id`` in its
+    status, and drops no message for it."""
+    pt = free_port()
+    t = broker_factory(broker_id="T", port=pt, monitor=FAST_MONITOR)
+    to_t = f"tcp://127.0.0.1:{pt}"
+    url = monitor_url(t)
+    first = broker_factory(broker_id="dup", links=(LinkConfig(name="up", uri=to_t, **FAST_LINK),))
+    assert wait_until(lambda: [lk["state"] for lk in first.status()["links"]] == ["up"], WAIT)
+    # the second redials a minute later only: one refusal while the test looks
+    slow = {**FAST_LINK, "reconnect_initial_delay": 60.0, "reconnect_max_delay": 60.0}
+    broker_factory(broker_id="dup", links=(LinkConfig(name="up", uri=to_t, **slow),))
+    assert wait_until(lambda: _failures(url).get("duplicate_broker_id", 0) >= 1, WAIT)
+    assert _failures(url) == {"duplicate_broker_id": 1, "handshake": 0, "auth": 0}
+    st = t.status()["counters"]
+    assert (st["handshakes_refused"], st["handshakes_refused_duplicate_id"]) == (1, 1), st
+    assert st["dropped"] == {}, st["dropped"]
+    dropped = [k for k in scrape(url) if k[0] == "zbroker_messages_dropped_total"]
+    assert dropped == [], dropped
 
 
 def _series(url: str, name: str) -> list[tuple[tuple[str, str], ...]]:

@@ -5,9 +5,9 @@ A second HELLO of the same peer and link name replaces the link (a restarted or
 redialling peer), unless it comes from an older incarnation; a frame from a routing id we
 have no link for is answered with a REFUSE that asks for a new handshake (we restarted,
 or the link timed out here). A HELLO whose broker ID another process holds on a link that
-is up (:func:`~.handshake.rival`) is refused, counted (``dropped.duplicate_broker_id``)
-and logged as an error naming both links; one from a later incarnation of that peer takes
-down the links of its former process instead.
+is up (:func:`~.handshake.rival`) is refused, counted (``handshakes_refused_duplicate_id``,
+besides ``handshakes_refused``) and logged as an error naming both links; one from a later
+incarnation of that peer takes down the links of its former process instead.
 """
 
 from __future__ import annotations

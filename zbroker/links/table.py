@@ -60,6 +60,7 @@ class Sockets(Protocol):
 
 class Counting(Protocol):
     handshakes_refused: int
+    handshakes_refused_duplicate_id: int
     links_up: int
     links_down: int
     forwarded: int
@@ -306,7 +307,8 @@ class LinkTable:
                 self.down(old, f"{peer} restarted (start {starts})", now)
             return None
         self.refused(name, trouble)
-        self.counters.drop("duplicate_broker_id")
+        # a refused handshake, not a drop: no message is lost
+        self.counters.handshakes_refused_duplicate_id += 1
         unsaid = repeats.due(newcomer, now)
         if unsaid is not None:
             more = f" ({unsaid} more refused since last said)" if unsaid else ""

@@ -53,6 +53,7 @@ class Counters:
         "dropped",
         "forwarded",
         "handshakes_refused",
+        "handshakes_refused_duplicate_id",
         "links_down",
         "links_up",
         "received",
@@ -68,7 +69,9 @@ class Counters:
         self.bad_input = 0
         self.links_up = 0
         self.links_down = 0
-        self.handshakes_refused = 0
+        self.handshakes_refused = 0  # every refusal, here or by the peer
+        #: of those, the ones refused here because another process holds the peer's ID
+        self.handshakes_refused_duplicate_id = 0
         #: client publishes no subscriber anywhere wanted (no local interest, no route)
         self.unrouted = 0
         self.dropped: dict[str, int] = {}

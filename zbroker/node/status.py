@@ -36,6 +36,7 @@ def node_status(node: Node) -> dict[str, Any]:
             "links_up": c.links_up,
             "links_down": c.links_down,
             "handshakes_refused": c.handshakes_refused,
+            "handshakes_refused_duplicate_id": c.handshakes_refused_duplicate_id,
             "unrouted": c.unrouted,
             "auth_failures": sec.auth_failures if sec else 0,
             "shortcut": node.shortcut.taken,  # frames that went by the shortcut

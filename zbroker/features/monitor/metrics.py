@@ -87,8 +87,8 @@ def _counters(status: dict[str, Any]) -> Iterator[Metric]:
         "Link handshakes and connections refused, by reason.",
         labels=["reason"],
     )
-    # every refusal counts in handshakes_refused; those for a duplicate ID also as a drop
-    duplicate = c.get("dropped", {}).get("duplicate_broker_id", 0)
+    # every refusal counts in handshakes_refused; those for a duplicate ID also on their own
+    duplicate = c.get("handshakes_refused_duplicate_id", 0)
     hs.add_metric(["duplicate_broker_id"], duplicate)
     hs.add_metric(["handshake"], max(0, c.get("handshakes_refused", 0) - duplicate))
     hs.add_metric(["auth"], c.get("auth_failures", 0))
