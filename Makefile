@@ -22,7 +22,7 @@ PURE_TESTS ?= tests/test_wire.py tests/test_wire_malformed.py tests/test_wire_li
 	tests/integration/test_fuzz*.py tests/integration/test_splice_chain.py \
 	tests/test_message_gc.py tests/test_reading.py tests/integration/test_frame_views.py \
 	tests/test_heads.py tests/integration/test_shortcut.py tests/integration/test_shortcut_publish.py \
-	tests/test_lone.py
+	tests/test_lone.py tests/integration/test_peer_paths.py
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "zbroker needs Python 3.11+")'

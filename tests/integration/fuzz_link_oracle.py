@@ -134,12 +134,13 @@ def as_runs(entries: list[list[Any]]) -> list[list[Any]]:
 
 
 def pmsgs_entry_outcome(m: Any) -> str | None:
-    """The bad-input reason of a PMSGS entry the node takes under its link sequence."""
+    """The bad-input reason of a PMSGS entry the node takes under its link sequence (its
+    path ends with the link's peer, as a MSGS entry's)."""
     try:
         wire.check_pmsgs_entry(m)
     except ProtocolError as exc:
         return exc.reason
-    return msgs_entry_outcome(m[1:11])
+    return msgs_entry_outcome(m[1:11]) or _sender_outcome(m[9])
 
 
 #: the fuzz link's inbound position as the node keeps it: [epoch, last lseq taken]
@@ -200,7 +201,8 @@ def _advert_outcome(value: list[Any], bad: Counter[str]) -> None:
 
 
 def _qmsgs_outcome(value: list[Any], bad: Counter[str]) -> None:
-    """QMSGS (queue groups): a MSGS entry ending with [target, group key]."""
+    """QMSGS (queue groups): a MSGS entry ending with [target, group key], its path
+    ending with the link's peer."""
     try:
         entries = wire.decode_qmsgs(value)
     except ProtocolError as exc:
@@ -210,6 +212,7 @@ def _qmsgs_outcome(value: list[Any], bad: Counter[str]) -> None:
         reason = msgs_entry_outcome(m)
         if reason is None and (m[9] is None or len(m[9]) != 2):
             reason = "bad_type"
+        reason = reason or _sender_outcome(m[8])
         if reason is not None:
             bad[reason] += 1
 

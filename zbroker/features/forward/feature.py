@@ -3,9 +3,10 @@ queues in the store, acknowledged hop by hop (the rules are in :mod:`.queues`).
 
 * The pipeline hands it every persistent message's sends (:meth:`persist`): one copy per
   link, up or down (a sticky route's ghost), appended in the pass's transaction.
-* PMSGS from a link: entries taken once per link sequence, checked, loop- and
-  dedupe-checked, then given to the pipeline as persistent messages; the inbound position
-  is committed with what they produced, and a PACK follows after the commit.
+* PMSGS from a link: entries taken once per link sequence, checked (a path ends with the
+  link's peer), loop- and dedupe-checked, then given to the pipeline as persistent
+  messages; the inbound position is committed with what they produced, and a PACK follows
+  after the commit.
 * After each commit: PACKs for what inbound links gave us, then the frames of every
   outbound queue with something unsent (within the window).
 * Back-pressure (``[forward] overflow = "reject-new"``): a full queue refuses persistent
@@ -169,7 +170,7 @@ class StoreAndForward(Feature):
             if (
                 (self._backpressure or settling)
                 and lseq == fw.expected(ikey, epoch, base)
-                and self._held_back(m, settling)
+                and self._held_back(link, m, settling)
             ):
                 break  # the sender resends it: no PACK moves past it
             if not fw.accept(ikey, epoch, base, lseq):
@@ -186,17 +187,18 @@ class StoreAndForward(Feature):
         if msgs:
             self._ctx.pipeline.take(msgs, routing, persistent=True)
 
-    def _held_back(self, m: Any, settling: bool) -> bool:
+    def _held_back(self, link: Link, m: Any, settling: bool) -> bool:
         """Is the next entry left to its sender's resend instead of taken now? While a
         queue it must be queued onward to is full (reject-new: the sender's own queue then
         fills back toward the origin), or while the routes of a link just up settle
-        (``settling``) and it has neither a route nor a local subscriber yet. A malformed
-        or looping entry is never held: it is taken and counted by :meth:`_checked`."""
+        (``settling``) and it has neither a route nor a local subscriber yet. A malformed,
+        forged (:func:`_not_from_peer`) or looping entry is never held: it is taken and
+        counted by :meth:`_checked`, so that its sender is not asked for it again."""
         try:
             wire.check_pmsgs_entry(m, self._topics)
         except ProtocolError:
             return False
-        if self._ctx.broker_id in m[9]:
+        if _not_from_peer(m[9], link) or self._ctx.broker_id in m[9]:
             return False
         patterns, sends = self._ctx.engine.route(
             m[1], tuple(m[9]), None if m[10] is None else tuple(m[10])
@@ -223,6 +225,11 @@ class StoreAndForward(Feature):
             ctx.bad(link.source, exc.reason, exc.detail)
             return None
         (_, topic, payload, fmt, headers, origin, inc, seq, ts, path, targets, pseq) = m[:12]
+        if _not_from_peer(path, link):
+            # taken like any bad entry (its position moves, the PACK covers it), so that
+            # the sender does not resend it forever; checked before the dedupe it would move
+            ctx.bad(link.source, "path_not_from_peer", f"path {path} of {topic!r}")
+            return None
         if ctx.broker_id in path:
             ctx.drop("loop")
             return None
@@ -380,3 +387,12 @@ class StoreAndForward(Feature):
             "repeats_routed": self.repeats_routed,
             "route_waits": self.route_waits,
         }
+
+
+def _not_from_peer(path: list[str], link: Link) -> bool:
+    """Does a PMSGS entry's path not end with the peer of the link it came on? Every node
+    adds itself to a path before it queues a message onward, so such an entry is the peer
+    speaking for others, whose pseqs (and producers' pairs) would move their origins'
+    persistent dedupe past their real messages: bad input, as on the relay path
+    (:func:`zbroker.node.relay.check_senders`)."""
+    return not path or path[-1] != link.peer

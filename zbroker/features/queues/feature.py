@@ -112,6 +112,7 @@ class QueueGroups(Feature):
         entries = wire.decode_qmsgs(value)
         errors: list[tuple[str, str]] = []
         wire.check_qmsgs(entries, self._caches, errors)  # (in place: bad ones become None)
+        _check_senders(entries, link.peer, errors)
         for reason, detail in errors:
             self._ctx.bad(link.source, reason, detail)
         me = self._ctx.broker_id
@@ -359,6 +360,17 @@ class QueueGroups(Feature):
 def _join_subjects(body: dict[str, Any]) -> Iterable[tuple[str, str]]:
     pattern = body.get("pattern", ">")
     return (("subscribe", pattern),) if isinstance(pattern, str) else ()
+
+
+def _check_senders(entries: list[Any], peer: str, errors: list[tuple[str, str]]) -> None:
+    """A checked QMSGS entry whose path does not end with the link's peer becomes None, bad
+    input (told in ``errors``): every node adds itself to a path before it sends, so such
+    an entry is the peer speaking for others, as on the relay path
+    (:func:`zbroker.node.relay.check_senders`); its path would also steer the repick."""
+    for i, m in enumerate(entries):
+        if m is not None and (not m[8] or m[8][-1] != peer):
+            entries[i] = None
+            errors.append(("path_not_from_peer", f"path {list(m[8])} of {m[0]!r}"))
 
 
 def _cut(entries: list[list[Any]]) -> Iterable[list[list[Any]]]:
