@@ -26,6 +26,7 @@ from tests.integration.fuzz_common import (
 from tests.integration.fuzz_common import raw as raw  # (the fixture: a node and raw sockets to it)
 from zbroker import Client, wire
 from zbroker import selectors as selectors_module
+from zbroker.identity import EPOCH
 
 
 def _assert_survives(
@@ -314,3 +315,13 @@ def test_a_qcap_entry_with_no_group_key_or_a_stamp_from_the_future_is_bad_input(
     raw.link.send(wire.encode_qcap(entries))
     _assert_survives(raw, caplog, raw.link)
     assert bad_reasons(counters(raw.b))["bad_value"] == before + 2
+    # neither was kept: a real capacity, stamped now, is taken for that group and origin
+    stamp = ((int(time.time()) - EPOCH) << 32) | 5
+    raw.link.send(wire.encode_qcap([("$ZB.Q.w.jobs.>", "other", stamp, 2, 7)]))
+
+    def held(node: Any) -> dict[tuple[str, str], Any]:
+        groups = next(f for f in node.features if type(f).__name__ == "QueueGroups")
+        return dict(groups._groups.capacity)
+
+    assert wait_for(lambda: ("$ZB.Q.w.jobs.>", "other") in raw.b.call(held))
+    assert raw.b.call(held) == {("$ZB.Q.w.jobs.>", "other"): (stamp, 2, 7)}
