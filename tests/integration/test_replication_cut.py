@@ -6,6 +6,7 @@ take many frames."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -125,3 +126,42 @@ def test_a_fetch_honours_more_removals_than_one_frame_holds(
     assert cx.fetch("T.>") == []
     assert y.status()["state"]["queries_expired"] == 0  # (every answer came whole)
     assert counts(y) == (n, 0, 0)  # (Y's values stay stored: nothing makes it give up)
+
+
+def test_an_owner_out_of_reach_at_a_sync_is_forgotten_not_outranked(
+    broker_factory: BrokerFactory, client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """Was (an audit): S, restarted while X (PRICE.Z's owner) was away, got a whole answer
+    without PRICE.Z and wrote a removal at a version X never made; once X was back, that
+    tombstone outranked X's value in every fetch, X's own included, and no sync could
+    undo it. Now S forgets the replica (no tombstone, subscribers told as for a lost
+    session), and takes it again at its next sync."""
+    p = broker_factory(broker_id="P")
+
+    def start_x() -> Any:
+        link = LinkConfig(name="xp", uri=p.endpoint, **FAST_LINK)
+        x = broker_factory(broker_id="X", data_dir=tmp_path / "X", links=(link,))
+        wait_for(lambda: x.status()["links"][0]["state"] == "up", lambda: x.status()["links"])
+        return x
+
+    x = start_x()
+    client_factory(p.endpoint).set("PRICE.A", "a-value")
+    client_factory(x.endpoint).set("PRICE.Z", "z-value")
+    s = broker_factory(broker_id="S", data_dir=tmp_path / "S", links=(fan(p),))
+    wait_for(lambda: replication(s)["state"] == "in sync", lambda: replication(s))
+    assert counts(s) == (0, 2, 0)
+    s.stop()
+    x.stop()
+    s = broker_factory(broker_id="S", data_dir=tmp_path / "S", links=(fan(p),))
+    wait_for(lambda: replication(s)["state"] == "in sync", lambda: replication(s))
+    assert counts(s) == (0, 1, 0)  # PRICE.Z forgotten: no tombstone
+    assert values(client_factory(s.endpoint)) == [("PRICE.A", "a-value", "P")]
+    x = start_x()
+    both = [("PRICE.A", "a-value", "P"), ("PRICE.Z", "z-value", "X")]
+    for node in (x, p):
+        assert values(client_factory(node.endpoint)) == both, node.broker_id
+    s.stop()
+    s = broker_factory(broker_id="S", data_dir=tmp_path / "S", links=(fan(p),))
+    wait_for(lambda: replication(s)["state"] == "in sync", lambda: replication(s))
+    assert counts(s) == (0, 2, 0)
+    assert values(client_factory(s.endpoint)) == both

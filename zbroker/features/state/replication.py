@@ -12,8 +12,10 @@ sees (its own, its replicas, and what it reaches behind it):
   value and removal of its answer is compared with this node's row of that topic, whatever
   its kind (a replica, a tombstone, a value set here): what is newer is stored and
   published to this node's subscribers (and only to them), the rest is left alone (the
-  larger ``(version, owner)`` wins, as everywhere). A replica the answer lacks is removed
-  (subscribers told), unless it arrived live after the primary read its part. Until every
+  larger ``(version, owner)`` wins, as everywhere). A replica the answer lacks is
+  forgotten, unless it arrived live after the primary read its part: deleted with no
+  tombstone (its owner may only be out of reach, and must not come back outranked by a
+  version made up here), subscribers told as for a lost session. Until every
   branch has an answer, the link is ``syncing``; once every branch's answer was complete,
   ``in sync`` (exact: what the primary and every node behind it held);
 * an answer ``cut`` (a node behind the primary did not answer in time, or its link went
@@ -180,14 +182,19 @@ class Replicas:
         if not rows:
             return
         r.sessions_lost += 1
-        out: list[Publish] = []
-        for topic, row in sorted(rows.items()):
-            self._topics.table.delete(topic)
-            self._topics.trie.discard(topic)
-            headers = update_headers(row.headers, row.version, row.owner)
-            headers[REMOVED] = SESSION_LOST
-            out.append((topic, b"", 0, headers))
-        self._publish_here(out)
+        self._publish_here([self._forget(topic, row) for topic, row in sorted(rows.items())])
+
+    def _forget(self, topic: str, row: StateRow) -> Publish:
+        """Delete a replica that can no longer be vouched for, leaving no tombstone (its
+        owner never removed it: a version made up here would outrank the owner's real value
+        everywhere once it is reachable again); its removal to publish here, marked
+        ``SESSION_LOST``, so subscribers take its value again when it comes back, whatever
+        its version."""
+        self._topics.table.delete(topic)
+        self._topics.trie.discard(topic)
+        headers = update_headers(row.headers, row.version, row.owner)
+        headers[REMOVED] = SESSION_LOST
+        return (topic, b"", 0, headers)
 
     def _synced(self, r: Replica, branch: str, q: Query) -> None:
         """A branch's answer: catch this node up with it, exactly, by version."""
@@ -256,21 +263,20 @@ class Replicas:
         gone: list[list[Any]],
         owner: str | None = None,
     ) -> list[Publish]:
-        """Remove the replicas an answer lacks (the network has them no more), of topics
-        ``owner`` owns if given (a cut answer vouches for the primary's own only), except
-        those that came live after the primary read its part."""
+        """Forget the replicas an answer lacks, of topics ``owner`` owns if given (a cut
+        answer vouches for the primary's own only), except those that came live after the
+        primary read its part. The answer lacks a topic whose owner is out of the
+        primary's reach as well as one whose removal it no longer remembers: neither is a
+        removal with a version, so none is written (:meth:`_forget`)."""
         told = {v[0] for v in values} | {g[0] for g in gone}
-        out: list[Publish] = []
-        now = time.time()
-        for topic, row in sorted(self._rows(r).items()):
-            if topic in told or topic in r.fresh or not match(branch, topic):
-                continue
-            if owner is not None and row.owner != owner:
-                continue
-            version, owner = row.version + 1, row.owner
-            self._put(r, StateRow(topic, b"", 0, None, version, owner, now, True, r.peer))
-            out.append((topic, b"", 0, update_headers(row.headers, version, owner, True)))
-        return out
+        return [
+            self._forget(topic, row)
+            for topic, row in sorted(self._rows(r).items())
+            if topic not in told
+            and topic not in r.fresh
+            and match(branch, topic)
+            and (owner is None or row.owner == owner)
+        ]
 
     def _put(self, r: Replica, row: StateRow) -> None:
         self._topics.table.put(row)
