@@ -1,7 +1,7 @@
 """Missing-topic notifications on in-thread nodes: proceed (the handler creates the
 topic), cancel, timeout, the most specific handler, several handlers, no handler
-reachable, across fan-out links (two tiers), not across an ordinary link, and a link
-dropping mid-flight."""
+reachable, across fan-out links (two tiers), not round a cycle of them, not across an
+ordinary link, and a link dropping mid-flight."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 from tests.helpers import Collector
 from tests.integration.cli_runs import invoke
 from tests.node_configs import FAST_LINK
+from tests.ports import free_port
 from zbroker import Broker, Client
 from zbroker.client.state import MissingTopic
 from zbroker.config import LinkConfig
@@ -142,6 +143,34 @@ def test_notifications_travel_to_the_primaries_two_tiers(
         client_factory(s2.endpoint).fetch("PRICE.OTHER")
     assert [n.pattern for n in at_p.notices] == ["PRICE.NEW", "PRICE.OTHER"]
     assert [n.pattern for n in on_s2.notices] == ["PRICE.OTHER"]
+
+
+def test_replicate_links_in_a_cycle_ask_each_handler_once(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    """Was (an audit): A replicating from B, B from C, C from A passed one fetch's
+    MISSING_ASK round the cycle for ever (thousands of notices a second). The ask carries
+    the nodes that asked on the way; none of them is asked again."""
+    ports = {n: free_port() for n in "ABC"}
+    nodes = {}
+    for n, primary in (("A", "B"), ("B", "C"), ("C", "A")):
+        uri = f"tcp://127.0.0.1:{ports[primary]}"
+        link = LinkConfig(name="fan", uri=uri, replicate=("PRICE.>",), **FAST_LINK)
+        nodes[n] = broker_factory(broker_id=n, port=ports[n], links=(link,))
+
+    def both_up(node: Broker) -> bool:  # (the link it dials and the one it accepted)
+        return [k["state"] for k in node.status()["links"]] == ["up"] * 2
+
+    for node in nodes.values():
+        wait_for(partial(both_up, node), node.status)
+    at_b = Handler(client_factory(nodes["B"].endpoint), answer="cancel")
+    client_factory(nodes["B"].endpoint).on_missing_topic("PRICE.>", at_b)
+    with pytest.raises(SubscriptionCancelled):
+        client_factory(nodes["A"].endpoint).fetch("PRICE.X")
+    time.sleep(0.5)  # (an ask still going round would notify again meanwhile)
+    assert [(n.pattern, n.node) for n in at_b.notices] == [("PRICE.X", "A")]
+    for node in nodes.values():
+        assert missing(node)["waiting"] == 0 and missing(node)["timeouts"] == 0
 
 
 def test_no_handler_reachable_proceeds_counted(

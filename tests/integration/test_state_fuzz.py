@@ -83,7 +83,13 @@ def test_valid_frames_pass() -> None:
     assert wstate.check_answer([56, "q1", [VALUE], [["T.b", 3, "N"]], 0, True])[0] == "q1"
     assert wstate.check_answer([56, "q1", [], [], 0, True])[5] is False
     assert wstate.check_answer([56, "q1", [], [], 0, True, True])[5] is True  # (cut)
-    assert wstate.check_missing_ask([57, "m", "T.x", "N"]) == ("m", "T.x", "N")
+    assert wstate.check_missing_ask([57, "m", "T.x", "N"]) == ("m", "T.x", "N", ())
+    assert wstate.check_missing_ask([57, "m", "T.x", "N", ["N", "P"]]) == (
+        "m",
+        "T.x",
+        "N",
+        ("N", "P"),
+    )
     assert wstate.check_missing_reply([58, "m", "none"]) == ("m", "none")
 
 
@@ -101,6 +107,9 @@ BAD_LINK_FRAMES: list[list[Any]] = [
     [wire.STATE_ANSWER, "q", [], [], 0, True, 1],
     [frames.MISSING_ASK, "m", "T.>"],
     [frames.MISSING_ASK, "m", ">.T", "N"],
+    [frames.MISSING_ASK, "m", "T.>", "N", "P"],
+    [frames.MISSING_ASK, "m", "T.>", "N", ["bad name"]],
+    [frames.MISSING_ASK, "m", "T.>", "N", ["P"] * 256],
     [frames.MISSING_REPLY, "m", "maybe"],
 ]
 

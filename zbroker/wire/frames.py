@@ -232,7 +232,7 @@ group key per origin (a newer ``stamp`` replaces an older one).
     STATE_QUERY   [55, qid: str, kind: str, pattern: str, origin: str(, budget_ms: int)]
     STATE_ANSWER  [56, qid: str, values: [value...], gone: [[topic, version, owner]...],
                    removed: int, last: bool(, cut: true)]
-    MISSING_ASK   [57, mid: str, pattern: str, node: str]
+    MISSING_ASK   [57, mid: str, pattern: str, node: str(, path: [str...])]
     MISSING_REPLY [58, mid: str, verdict: "proceed" | "cancel" | "none"]
 
 ``STATE_QUERY`` asks a node and, through it, every node behind it (each forwards it once,
@@ -246,7 +246,9 @@ went down): ``kind`` ``fetch``, ``snapshot`` (the node first waits until it rout
 ``MISSING_ASK`` goes from a secondary to its primary (a link with ``replicate``): a
 subscribe or fetch on ``node`` matched no stateful topic; the primary asks its most
 specific handler (and its own primaries) unless it has a topic ``pattern`` matches, and
-answers the verdict (``none``: no handler anywhere).
+answers the verdict (``none``: no handler anywhere). ``path`` names the nodes that asked
+on the way, the sender last: a node on it answers ``none`` at once, and nobody asks a
+primary on it (replicate links that form a cycle would pass the ask round for ever).
 
 ``ADVERT`` carries interest entries (``path`` nil withdraws; ``full`` replaces the
 receiver's table for this link). An entry with a fourth element ``true`` is *sticky*: it is

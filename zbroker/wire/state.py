@@ -91,16 +91,30 @@ def check_answer(value: list[Any]) -> tuple[str, list[Any], list[Any], int, bool
 VERDICTS = ("proceed", "cancel", "none")
 
 
-def check_missing_ask(value: list[Any]) -> tuple[str, str, str]:
-    """``[57, mid, pattern, node]``."""
-    if len(value) != 4 or not all(type(v) is str for v in value[1:]):
-        raise ProtocolError("bad_shape", "MISSING_ASK must be [57, mid, pattern, node]")
+#: nodes a MISSING_ASK may have passed (as a link's ttl is at most 255 hops)
+MISSING_PATH_MAX = 255
+
+
+def check_missing_ask(value: list[Any]) -> tuple[str, str, str, tuple[str, ...]]:
+    """``[57, mid, pattern, node(, path)]``: ``path`` the nodes that asked on the way,
+    the sender last (a node before it was added sends none)."""
+    path = value[4] if len(value) == 5 else []
+    if (
+        len(value) not in (4, 5)
+        or not all(type(v) is str for v in value[1:4])
+        or type(path) is not list
+        or len(path) > MISSING_PATH_MAX
+        or not all(type(n) is str for n in path)
+    ):
+        raise ProtocolError("bad_shape", "MISSING_ASK must be [57, mid, pattern, node(, path)]")
     try:
         validate_pattern(value[2])
         validate_broker_id(value[3])
+        for n in path:
+            validate_broker_id(n)
     except Exception as exc:
         raise ProtocolError("bad_value", f"MISSING_ASK: {exc}") from exc
-    return value[1], value[2], value[3]
+    return value[1], value[2], value[3], tuple(path)
 
 
 def check_missing_reply(value: list[Any]) -> tuple[str, str]:

@@ -11,7 +11,8 @@ any node) waits for the handlers that may create it.
   no replica matches (the query found no topic anywhere, replicas included), the primary
   has no topic the pattern matches (it answers ``proceed`` then), and a handler is
   registered there (else it answers ``none``). A primary asks its own primaries in turn
-  (tiers of fan-out).
+  (tiers of fan-out), never one that asked on the way (the ask carries their IDs:
+  replicate links in a cycle would pass it round for ever).
 * The request waits for every handler asked: any ``cancel`` cancels it; no handler
   reachable (every answer ``none``) proceeds with a warning and a counter; a link that
   drops while asked counts as ``proceed`` (warning, counter); past the timeout
@@ -79,6 +80,7 @@ class MissingTopics:
         self._ids = itertools.count(1)
         self.counts = {"notified": 0, "cancelled": 0, "unhandled": 0, "link_lost": 0}
         self.counts["timeouts"] = 0
+        self.counts["loops"] = 0  # asks that came back round a cycle of replicate links
 
     def relevant(self, pattern: str) -> bool:
         """Could a handler be asked about ``pattern`` (here, or through a primary)?"""
@@ -119,9 +121,15 @@ class MissingTopics:
     # -- asking --------------------------------------------------------------------------------
 
     def ask(
-        self, pattern: str, node: str, done: Callable[[str], None], came_by: Link | None = None
+        self,
+        pattern: str,
+        node: str,
+        done: Callable[[str], None],
+        came_by: Link | None = None,
+        path: tuple[str, ...] = (),
     ) -> None:
-        """Ask the handlers about ``pattern`` (a request on ``node`` matched nothing);
+        """Ask the handlers about ``pattern`` (a request on ``node`` matched nothing;
+        ``path``: the nodes that asked this one, on the way);
         ``done(verdict)``: ``proceed``, ``cancel`` or ``none`` (nobody to ask)."""
         ctx = self._ctx
         mid = f"{ctx.broker_id}/{ctx.incarnation}/m{next(self._ids)}"
@@ -129,12 +137,14 @@ class MissingTopics:
         w = self.waits[mid] = Wait(pattern, done, time.monotonic() + timeout)
         if self._notify(mid, pattern, node):
             w.waiting.add(_LOCAL)
+        onward = [*path, ctx.broker_id]
         for r in self._replicas.by_name.values():
             link = r.link
-            if link is None or link is came_by:
+            # (a primary that asked already on the way: replicate links in a cycle)
+            if link is None or link is came_by or link.peer in onward:
                 continue
             if any(patterns_overlap(b, pattern) for b in r.branches):
-                self._send(link, encode_link(frames.MISSING_ASK, mid, pattern, node))
+                self._send(link, encode_link(frames.MISSING_ASK, mid, pattern, node, onward))
                 w.waiting.add(link.engine_id)
         self._maybe_done(mid)
 
@@ -177,7 +187,7 @@ class MissingTopics:
     # -- links -----------------------------------------------------------------------------
 
     def on_ask(self, link: Link, value: list[Any]) -> int:
-        mid, pattern, node = check_missing_ask(value)
+        mid, pattern, node, path = check_missing_ask(value)
 
         def reply(verdict: str) -> None:
             self._send(link, encode_link(frames.MISSING_REPLY, mid, verdict))
@@ -185,8 +195,13 @@ class MissingTopics:
         values, _ = self._topics.values(pattern)
         if values:
             reply("proceed")  # the primary has a topic it matches: no notification
+        elif self._ctx.broker_id in path:
+            # asked already on the way (replicate links in a cycle): its handler and
+            # primaries were asked then, and that ask waits for this very answer
+            self.counts["loops"] += 1
+            reply("none")
         else:
-            self.ask(pattern, node, reply, came_by=link)
+            self.ask(pattern, node, reply, came_by=link, path=path)
         return 1
 
     def on_reply(self, link: Link, value: list[Any]) -> int:
