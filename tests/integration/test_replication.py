@@ -108,3 +108,30 @@ def test_the_toml_keys_of_topics_with_state(tmp_path: Path) -> None:
     cfg.write_text("[state]\nmissing_topic_timeout = -1\n")
     with pytest.raises(ConfigError, match=r"state\.missing_topic_timeout"):
         load_config(cfg)
+
+
+def test_an_update_that_came_round_the_primary_is_applied_to_the_replica(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    """Was (an audit): S replicating PRICE.> from P, and linked to X (PRICE.Z's owner)
+    too, got X's updates over that shorter link and ignored them (only updates whose
+    last hop was the primary counted): its replica kept the old value while `in sync`,
+    and served it once X was gone."""
+    p = broker_factory(broker_id="P")
+    x = broker_factory(broker_id="X", links=(LinkConfig(name="xp", uri=p.endpoint, **FAST_LINK),))
+    wait_for(lambda: x.status()["links"][0]["state"] == "up", lambda: x.status()["links"])
+    cx = client_factory(x.endpoint)
+    cx.set("PRICE.Z", "v1")
+    fan = LinkConfig(name="fan", uri=p.endpoint, replicate=("PRICE.>",), **FAST_LINK)
+    s = broker_factory(broker_id="S", links=(fan, LinkConfig(name="sx", uri=x.endpoint)))
+    wait_for(lambda: replication(s)["state"] == "in sync", lambda: replication(s))
+
+    def direct() -> bool:  # X's way to S's replica interest is the sx link, not P
+        return any(r["origin"] == "S" and r["hops"] == 1 for r in cx.routes("PRICE.>"))
+
+    wait_for(direct, lambda: cx.routes())
+    cx.set("PRICE.Z", "v2")
+    wait_for(lambda: replication(s)["applied"] == 1, lambda: replication(s))
+    x.stop()
+    values = [(m.topic, m.payload) for m in client_factory(s.endpoint).fetch("PRICE.>")]
+    assert values == [("PRICE.Z", "v2")]

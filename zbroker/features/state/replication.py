@@ -4,9 +4,9 @@ A link with ``replicate = [branch, ...]`` (on the secondary, which dials the pri
 makes this node keep a replica of every stateful topic in those branches that the primary
 sees (its own, its replicas, and what it reaches behind it):
 
-* interest in each branch (source ``replica``) brings every update here; an update that
-  came over the primary's link (the previous hop on its path is the primary) is applied
-  to the replica (created, updated by version, or removed), and reaches this node's
+* interest in each branch (source ``replica``) brings every update here; an update from
+  another node (over the primary's link, or round it in a mesh) is applied to the
+  replica (created, updated by version, or removed), and reaches this node's
   subscribers by the ordinary path;
 * when the link comes up, a snapshot query for each branch goes over that link only; each
   value and removal of its answer is compared with this node's row of that topic, whatever
@@ -285,17 +285,21 @@ class Replicas:
     # -- updates -----------------------------------------------------------------------------
 
     def sink(self, batch: list[list[Any]]) -> None:
-        """Updates that reached the replica interest: those from a primary applied."""
+        """Updates that reached the replica interest from another node: applied to the
+        replica of the link whose branch holds their topic, by version. Whatever link
+        they came over: in a mesh the shortest way from a topic's owner to this node
+        need not pass the primary, and an update that came round it is as new."""
         rows = self._topics.table.rows
+        me = self._topics.me
         for m in batch:
             headers = m[3]
-            if not headers or type(headers.get(VERSION)) is not int:
+            if not headers or type(headers.get(VERSION)) is not int or not m[8]:
                 continue
-            path = m[8]
-            prev = path[-1] if path else None
+            if m[8][-1] == me or headers.get(REMOVED) == SESSION_LOST:
+                continue  # (this node's own word to its subscribers: a replica forgotten)
             topic = m[0]
             for r in self.by_name.values():
-                if r.peer != prev or r.link is None or not r.holds(topic):
+                if r.link is None or not r.holds(topic):
                     continue
                 version, owner = headers[VERSION], str(headers.get(OWNER, ""))
                 cur = rows.get(topic)
