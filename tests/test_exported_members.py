@@ -22,6 +22,7 @@ EXPECTED_ALL = [
     "InvalidTopic",
     "Message",
     "MessageId",
+    "NoSuchDurable",
     "NodeConfig",
     "PayloadError",
     "PermissionDenied",
