@@ -33,6 +33,23 @@ from .replication import check_replicate
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
+#: the shortest ``[state] tombstone_ttl``. A tombstone is what stops an older value of a
+#: removed topic from coming back: in a fetch or snapshot that merges the answers of
+#: several nodes (a value older than a removal anywhere is dropped), and in a replica's
+#: sync (the secondary's own tombstone outranks an older value in the answer). The
+#: longest an older copy is still served by design is a secondary that lost its primary's
+#: link: the link's heartbeat_timeout (3 s by default) until the loss is seen, then
+#: RESUME_WINDOW (30 s) waiting for the same primary process, then the resume sync (a
+#: query of at most QUERY_TIMEOUT, 3 s; a cut answer is asked again within RETRY_MAX,
+#: 60 s): about 96 s. Five minutes is three times that, so no ttl the config accepts ends
+#: a tombstone while one of those still relies on it (tests/test_tombstone_ttl.py checks
+#: the sum against those constants). What no ttl covers is a node cut off while a remove
+#: ran (it keeps its own copy): it must come back within the ttl, as with Cassandra's
+#: gc_grace_seconds (features/state/topics.py).
+TOMBSTONE_TTL_MIN = 300.0
+#: the longest (ten years, as the other lifetimes)
+TOMBSTONE_TTL_MAX = 10 * 365 * 86400.0
+
 
 def default_data_dir(port: int) -> Path:
     """``$XDG_DATA_HOME/zbroker/node-PORT`` (``~/.local/share`` when XDG_DATA_HOME is unset)."""
@@ -56,6 +73,9 @@ class NodeConfig:
     links: tuple[LinkConfig, ...] = ()
     #: seconds a subscribe or fetch waits for missing-topic handlers (then proceeds)
     missing_topic_timeout: float = 2.0
+    #: ``[state]``: seconds a removed stateful topic's tombstone is kept, then forgotten
+    #: (at least :data:`TOMBSTONE_TTL_MIN`)
+    tombstone_ttl: float = 86_400.0
     #: LAN discovery (mDNS). Off for an embedded Broker unless asked; ``zbroker start``
     #: turns it on when neither a flag nor the file says, unless the host is a loopback
     #: address.
@@ -112,6 +132,7 @@ class NodeConfig:
         # a fixed order: with several bad values, the same one is reported every time
         self._check_node()
         self._check_links()
+        self._check_tombstone_ttl()
         self._check_discovery()
         self._check_store()
         self._check_security()
@@ -187,6 +208,19 @@ class NodeConfig:
         check_replicate(links, src)
         check_float(self.missing_topic_timeout, f"{src}: state.missing_topic_timeout", 0.01, 3600)
         self._set("links", links)
+
+    def _check_tombstone_ttl(self) -> None:
+        """``[state] tombstone_ttl``: a number of seconds, not below the windows that rely
+        on a tombstone (:data:`TOMBSTONE_TTL_MIN`)."""
+        where = f"{self.source}: state.tombstone_ttl"
+        ttl = self.tombstone_ttl
+        if type(ttl) in (int, float) and ttl < TOMBSTONE_TTL_MIN:
+            raise ConfigError(
+                f"{where}: {ttl} is below the minimum {TOMBSTONE_TTL_MIN:g} s: a tombstone "
+                "must outlive a replica's resume window and sync, or a removed value could "
+                f"come back (range {TOMBSTONE_TTL_MIN:g}..{TOMBSTONE_TTL_MAX:.0f})"
+            )
+        self._set("tombstone_ttl", check_float(ttl, where, TOMBSTONE_TTL_MIN, TOMBSTONE_TTL_MAX))
 
     def _check_discovery(self) -> None:
         """``[discovery]``: the switch, interface addresses, and the discovered links'

@@ -46,7 +46,10 @@ _SCHEMA: dict[str, dict[str, str]] = {
         "max_moves": "max_moves",
     },
     "routing": {"local": "local_branches"},
-    "state": {"missing_topic_timeout": "missing_topic_timeout"},
+    "state": {
+        "missing_topic_timeout": "missing_topic_timeout",
+        "tombstone_ttl": "tombstone_ttl",
+    },
 }
 
 

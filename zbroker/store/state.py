@@ -4,6 +4,11 @@
 Held in memory too (the node answers fetches and snapshots from memory); writes are queued
 and written by :meth:`StateTable.write` in one transaction per pass, before the pass's
 replies leave, so a ``set`` that was answered survives ``kill -9``.
+
+A tombstone's ``updated`` is when this node wrote it (wall clock, so it holds across a
+restart): :meth:`StateTable.expire` deletes those older than the node's ``[state]
+tombstone_ttl``, oldest first, from memory and (at the next :meth:`~StateTable.write`)
+from the file.
 """
 
 from __future__ import annotations
@@ -91,22 +96,48 @@ class StateTable:
         db.executescript(SCHEMA)
         self.rows: dict[str, StateRow] = {}
         self._dirty: dict[str, StateRow | None] = {}  # topic -> row to write, None: delete
+        #: the tombstones' topics in the order they were written, the oldest first (a
+        #: tombstone written again moves to the end): :meth:`expire` looks at the head
+        #: only, and a topic churned through set and remove is one entry, not one per
+        #: removal. (A wall clock stepped back puts a younger stamp behind an older one:
+        #: it expires late, by the step, never early.)
+        self._tombstones: dict[str, None] = {}
+        # (by time written: the tombstones' order survives the restart)
         for r in db.execute(
             "SELECT topic, payload, fmt, headers, version, owner, updated, removed, replica_of"
-            " FROM state_topics"
+            " FROM state_topics ORDER BY updated"
         ):
             headers = msgpack.unpackb(r[3]) if r[3] is not None else None
-            self.rows[r[0]] = StateRow(
-                r[0], r[1], r[2], headers, r[4], r[5], r[6], bool(r[7]), r[8]
-            )
+            row = StateRow(r[0], r[1], r[2], headers, r[4], r[5], r[6], bool(r[7]), r[8])
+            self.rows[r[0]] = row
+            if row.removed:
+                self._tombstones[r[0]] = None
 
     def put(self, row: StateRow) -> None:
         self.rows[row.topic] = row
         self._dirty[row.topic] = row
+        self._tombstones.pop(row.topic, None)
+        if row.removed:
+            self._tombstones[row.topic] = None
 
     def delete(self, topic: str) -> None:
         if self.rows.pop(topic, None) is not None:
             self._dirty[topic] = None
+        self._tombstones.pop(topic, None)
+
+    def expire(self, before: float, limit: int) -> list[str]:
+        """Delete up to ``limit`` tombstones written before ``before`` (wall clock), the
+        oldest first; return their topics."""
+        out: list[str] = []
+        rows, tombstones = self.rows, self._tombstones
+        for topic in tombstones:
+            if len(out) >= limit or rows[topic].updated >= before:
+                break
+            out.append(topic)
+        for topic in out:
+            del rows[topic], tombstones[topic]
+            self._dirty[topic] = None
+        return out
 
     def dirty(self) -> bool:
         return bool(self._dirty)

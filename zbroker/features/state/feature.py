@@ -63,7 +63,7 @@ class StateFeature(Feature):
         self._ctx = ctx
         assert ctx.store is not None
         self.table = StateTable(ctx.store.db)
-        self.topics = StateTopics(self.table, ctx.broker_id)
+        self.topics = StateTopics(self.table, ctx.broker_id, ctx.config.tombstone_ttl)
         self.replicas = Replicas(ctx.config.links, self.topics, self._sync, self._publish_here)
         for branch in self.replicas.branches():
             ctx.add_interest(branch, "replica")
@@ -312,7 +312,15 @@ class StateFeature(Feature):
                 if link.state is LinkState.UP and not links.send(link, frame, now):
                     self._ctx.drop("state_" + links.send_error)
 
+    def busy(self) -> bool:
+        return self.topics.expiry_due  # (tombstones past the ttl wait: next batch at once)
+
+    def work(self) -> None:
+        self.topics.expire(time.time())  # (deleted from the file by this pass's commit)
+
     def tick(self, now: float) -> None:
+        if self.topics.expire(time.time()):
+            self.table.write()  # (the file as memory now: no pass may follow for a second)
         self.replicas.tick(now)
         self.missing.tick(now)
         if self._route_wait:
@@ -329,6 +337,7 @@ class StateFeature(Feature):
             **self.topics.count(),
             "sets": self.sets,
             "removals": self.removals,
+            "tombstones_expired": self.topics.expired,
             "queries_pending": len(book.pending),
             "queries_answered": self.answered,
             "route_waits": book.route_waits,

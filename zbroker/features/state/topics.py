@@ -1,6 +1,17 @@
 """The stateful topics one node holds: its table (:mod:`zbroker.store.state`), a trie to
 find what a pattern matches, and the writes: set, remove, and replicas taken from a
 primary. Each write returns the message that tells subscribers (the feature publishes it).
+
+Tombstones expire: one written more than ``[state] tombstone_ttl`` ago is no longer
+listed and is deleted (:meth:`StateTopics.expire`, from the feature's tick, in bounded
+batches). Without it, topics named after sessions or orders, each set once and removed,
+would grow the table, the store and every fetch and snapshot answer without bound. The
+ttl is bounded below by what relies on a tombstone (the minimum's comment in
+:mod:`zbroker.config.node`); beyond it, what a tombstone stops no longer can: a node that
+was cut off while a removal ran, and still holds the topic's older value (its own, or a
+replica whose primary it never heard from again), makes it visible again once every
+tombstone of it expired, as a node down longer than Cassandra's ``gc_grace_seconds``
+does. A new value set after the expiry is stamped from the clock as any first value is.
 """
 
 from __future__ import annotations
@@ -12,7 +23,12 @@ from ...stateful import OWNER, REMOVED, VERSION, Value, next_version
 from ...store.state import StateRow, StateTable
 from ...sublist import TopicTrie
 
-__all__ = ["StateTopics", "update_headers"]
+__all__ = ["EXPIRE_BATCH", "StateTopics", "update_headers"]
+
+#: tombstones deleted per call of :meth:`StateTopics.expire` (each tick, and each pass
+#: while more are due): a few milliseconds of the loop, whatever piled up (a restart
+#: after days away)
+EXPIRE_BATCH = 1000
 
 #: a message to publish: (topic, payload, fmt, headers)
 Publish = tuple[str, bytes, int, dict[str, Any]]
@@ -33,12 +49,25 @@ def update_headers(
 
 
 class StateTopics:
-    def __init__(self, table: StateTable, me: str) -> None:
+    def __init__(self, table: StateTable, me: str, tombstone_ttl: float = 86_400.0) -> None:
         self.table = table
         self.me = me
+        self.tombstone_ttl = tombstone_ttl
         self.trie = TopicTrie()
         for topic in table.rows:
             self.trie.add(topic)
+        self.expired = 0  # tombstones expired since the node started
+        self.expiry_due = False  # the last batch was full: more may be due now
+
+    def expire(self, now: float) -> int:
+        """Delete up to :data:`EXPIRE_BATCH` tombstones older than the ttl at wall-clock
+        time ``now``, from memory now and from the store at the next write; how many."""
+        gone = self.table.expire(now - self.tombstone_ttl, EXPIRE_BATCH)
+        for topic in gone:
+            self.trie.discard(topic)
+        self.expired += len(gone)
+        self.expiry_due = len(gone) == EXPIRE_BATCH
+        return len(gone)
 
     def _version(self, topic: str) -> int:
         row = self.table.rows.get(topic)
@@ -68,14 +97,17 @@ class StateTopics:
         return out
 
     def values(self, pattern: str) -> tuple[list[Value], list[list[Any]]]:
-        """(current values, removals ``[topic, version, owner]``) ``pattern`` matches."""
+        """(current values, removals ``[topic, version, owner]``) ``pattern`` matches; a
+        tombstone past the ttl that the next batches have yet to delete is not listed."""
         rows = self.table.rows
         values: list[Value] = []
         gone: list[list[Any]] = []
+        oldest = time.time() - self.tombstone_ttl
         for topic in self.trie.match(pattern):
             row = rows[topic]
             if row.removed:
-                gone.append([topic, row.version, row.owner])
+                if row.updated >= oldest:
+                    gone.append([topic, row.version, row.owner])
             else:
                 values.append(row.value())
         return values, gone
