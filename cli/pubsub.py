@@ -173,6 +173,8 @@ def _check_sub_options(
         raise click.UsageError("--durable takes exactly one PATTERN")
     if durable is not None and queue is not None:
         raise click.UsageError("--queue and --durable exclude each other")
+    if selector is not None and queue is not None:
+        raise click.UsageError("--queue takes no --selector: a group's members share its pattern")
     if shared and durable is None:
         raise click.UsageError("--shared shares a durable subscription: it needs --durable")
     from zbroker.errors import ConfigError

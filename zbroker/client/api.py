@@ -285,7 +285,7 @@ class Client(StateMethods, LogMethods, InspectMethods):
         """
         validate_subscription(pattern)  # (not an internal branch of $ZB: ReservedTopic)
         self._check("subscribe", pattern)
-        check_consumer_options(callback, queue, durable, shared)
+        check_consumer_options(callback, queue, durable, shared, selector)
         if queue is not None:
             return self._queues.subscribe(pattern, callback, queue, credit)
         if durable is not None:

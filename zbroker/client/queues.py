@@ -37,7 +37,11 @@ log = logging.getLogger("zbroker.client")
 
 
 def check_consumer_options(
-    callback: Any, queue: str | None, durable: str | None, shared: bool = False
+    callback: Any,
+    queue: str | None,
+    durable: str | None,
+    shared: bool = False,
+    selector: str | None = None,
 ) -> None:
     """What ``subscribe()`` refuses, with a clear error: a callback that cannot be called
     (every delivery would log the error it raises), and combinations of options."""
@@ -52,6 +56,13 @@ def check_consumer_options(
         raise ConfigError(
             "a subscription is either a queue group member (queue=) or a durable "
             "subscription (durable=), not both"
+        )
+    if queue is not None and selector is not None:
+        # (a group's members compete for every message of its pattern: one member's
+        # selector would have to steer the pick on every node, which groups do not do)
+        raise ConfigError(
+            "a queue group member takes no selector (queue= with selector=): the members "
+            "of a group compete for every message of its pattern"
         )
     if queue is not None:
         validate_broker_id(queue, "queue group name")
