@@ -116,6 +116,18 @@ TICK_INTERVAL = 0.05
 #: pings are not a hiccup.
 DEFAULT_CLIENT_HEARTBEAT_INTERVAL = 0.5
 DEFAULT_CLIENT_HEARTBEAT_TIMEOUT = 1.5
+#: milliseconds. The node's control socket has libzmq's ZMTP heartbeat: it pings every
+#: connection this often and closes one that sent nothing for CONTROL_HEARTBEAT_TIMEOUT_MS
+#: after a ping. A connection gone silent without closing (its host lost, a partition)
+#: would otherwise stay as long as TCP takes to give up (many minutes), and with it a
+#: queue member or durable consumer and what it holds; closed, it is found gone by the
+#: node's probes (ROUTER_MANDATORY, every second). The peer's libzmq answers from its own
+#: I/O thread, so a client whose callbacks hold its thread still answers, as long as its
+#: libzmq reads (one whose receive queue on this connection is full does not). Links that
+#: other nodes dial arrive here too and answer the same way. The values are the links'
+#: own (1 s, three missed): closed 3 to 4 s after going silent, gone within a second more.
+CONTROL_HEARTBEAT_IVL_MS = 1000
+CONTROL_HEARTBEAT_TIMEOUT_MS = 3000
 
 #: messages. A client sends at most this many publishes in one publish batch frame...
 PUBLISH_BATCH = 64

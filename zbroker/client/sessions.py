@@ -201,6 +201,11 @@ class Sessions:
         dealer.setsockopt(zmq.LINGER, 0)
         # requests are bounded by the caller (windows, credit): never refuse one locally
         dealer.setsockopt(zmq.SNDHWM, 0)
+        # and what the node sends here is bounded by credit: no receive bound either, so
+        # that libzmq keeps reading (and answering the node's heartbeat) while a callback
+        # holds the client thread; a full queue would stop it, and the node would close
+        # the connection as silent (const.CONTROL_HEARTBEAT_TIMEOUT_MS)
+        dealer.setsockopt(zmq.RCVHWM, 0)
         dealer.setsockopt(zmq.IPV6, 1)
         try:
             self._credentials.secure(dealer, endpoint)
@@ -283,6 +288,15 @@ class Sessions:
                 session.hello = {**session.hello, "incarnation": inc}
                 if session is self.primary:
                     self._events.node_restarted(session)
+                # (the new process greets this connection: its pings are not "unknown")
+                session.send(
+                    wire.encode_control(wire.HELLO, 0, {"client_protocol": CLIENT_PROTOCOL})
+                )
+            elif body.get("unknown"):
+                # the same process no longer knows this connection: libzmq reconnected
+                # it after the node closed the old one (as silent), and what the node
+                # kept for it went with that; start afresh, as after a lost node
+                self._fail(session, now, "the node had closed this connection (reconnected)")
         elif op == wire.LEAVING:
             # the node is stopping: move now, not after the heartbeat timeout (it still
             # takes what was sent to it, the publish socket's linger flushes that)

@@ -2,8 +2,10 @@
 
 HELLO (identity, endpoints, frame limit; with security, the client's permissions),
 STATUS (the whole status), PING (liveness, with the incarnation so a client notices a
-restart its reconnect hid), ROUTES (the interest table, optionally narrowed by pattern).
-With security on, STATUS and ROUTES are for clients with ``monitor = true`` only.
+restart its reconnect hid, and ``unknown`` for a connection that never said HELLO, so it
+notices a reconnect that hid the loss of its old connection), ROUTES (the interest table,
+optionally narrowed by pattern). With security on, STATUS and ROUTES are for clients
+with ``monitor = true`` only.
 
 It also knows the node's clients, each connection that said HELLO or PING within
 ``CLIENT_FORGET`` seconds: when the node is told to stop, each hears LEAVING (and so does
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import zmq
@@ -36,6 +39,9 @@ LEAVING_FRAME = wire.encode_control(wire.LEAVING, 0, {})
 _WARNED_MAX = 1024
 #: a client connection not heard (HELLO, PING) for this long is no longer told LEAVING
 CLIENT_FORGET = 30.0
+#: connections that said HELLO, the most recently heard kept up to this many: a PING from
+#: one not among them is answered ``unknown``
+_GREETED_MAX = 65_536
 
 
 class Introspection(Feature):
@@ -45,6 +51,7 @@ class Introspection(Feature):
         self._ctx = ctx
         self._warned: set[bytes] = set()
         self._clients: dict[bytes, float] = {}  # routing id -> when last heard
+        self._greeted: OrderedDict[bytes, None] = OrderedDict()  # said HELLO (bounded)
         self._leaving = False
         self._next_prune = 0.0
 
@@ -83,6 +90,10 @@ class Introspection(Feature):
             hello["permissions"] = sec.permissions(sec.user)
         ctx.reply(req, wire.HELLO, hello)
         self._heard(req.ident)
+        self._greeted[req.ident] = None
+        self._greeted.move_to_end(req.ident)
+        if len(self._greeted) > _GREETED_MAX:
+            self._greeted.popitem(last=False)
 
     def _older_client(self, ident: bytes, said: object) -> None:
         """A client that does not say it reads delivery runs: its subscriptions would
@@ -99,7 +110,16 @@ class Introspection(Feature):
         )  # fmt: skip
 
     def _ping(self, req: Request) -> None:
-        self._ctx.reply(req, wire.PING, {"incarnation": self._ctx.incarnation})
+        body: dict[str, object] = {"incarnation": self._ctx.incarnation}
+        if req.ident in self._greeted:
+            self._greeted.move_to_end(req.ident)
+        else:
+            # a connection that never said HELLO: its client's libzmq reconnected under it
+            # (this node had closed the old one: its heartbeat, a reset), so what this
+            # node kept for that client (queue memberships, durables) went with the old
+            # one, and the client must start afresh to have it again
+            body["unknown"] = True
+        self._ctx.reply(req, wire.PING, body)
         self._heard(req.ident)
 
     def _heard(self, ident: bytes) -> None:

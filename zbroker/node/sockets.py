@@ -19,7 +19,12 @@ from collections.abc import Callable
 import zmq
 
 from ..config import NodeConfig
-from ..const import CLOSE_LINGER_MS, LINK_FRAME_SLACK
+from ..const import (
+    CLOSE_LINGER_MS,
+    CONTROL_HEARTBEAT_IVL_MS,
+    CONTROL_HEARTBEAT_TIMEOUT_MS,
+    LINK_FRAME_SLACK,
+)
 from ..errors import AddressInUse
 
 __all__ = ["NodeSockets", "Poller", "command_client", "format_endpoint"]
@@ -66,6 +71,16 @@ class NodeSockets:
         self.control.setsockopt(zmq.ROUTER_HANDOVER, 1)
         self.control.setsockopt(zmq.SNDHWM, cfg.hwm)
         self.control.setsockopt(zmq.RCVHWM, cfg.hwm)
+        # ZMTP heartbeats (const.py): a connection silent without closing is closed, so
+        # the probes' ROUTER_MANDATORY sends find a vanished member or consumer gone.
+        # (Set before bind: accepted connections take the options the socket had then.)
+        # Not on the data sockets, where a peer's libzmq that stops reading also stops
+        # answering: a subscriber whose callbacks stall fills its receive queue and would
+        # be cut off and resubscribed behind its back, losing what was queued for it (a
+        # ghost there holds only its own bounded queue); and this node, behind its
+        # publishers, would cut them off. Neither holds anything another client waits for.
+        self.control.setsockopt(zmq.HEARTBEAT_IVL, CONTROL_HEARTBEAT_IVL_MS)
+        self.control.setsockopt(zmq.HEARTBEAT_TIMEOUT, CONTROL_HEARTBEAT_TIMEOUT_MS)
         self.publish = ctx.socket(zmq.PULL)
         self.publish.setsockopt(zmq.RCVHWM, cfg.hwm)
         self.deliver = ctx.socket(zmq.XPUB)
