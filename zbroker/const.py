@@ -67,6 +67,10 @@ DEFAULT_CLIENT_TIMEOUT = 5.0
 #: seconds. Default time publish() waits for room in the send queue before PublishTimeout.
 DEFAULT_PUBLISH_TIMEOUT = 5.0
 
+#: messages a queue-group member or shared-durable consumer may hold unacknowledged,
+#: unless it says otherwise (``Client.subscribe(credit=...)``, ``zbroker sub --credit``)
+DEFAULT_CREDIT = 100
+
 #: Topics under this prefix belong to the node.
 RESERVED_PREFIX = "$ZB"
 #: The branches of it that only nodes subscribe to: their interest keys *are* the queue
@@ -74,10 +78,6 @@ RESERVED_PREFIX = "$ZB"
 #: (routing/hosts.py), and their topics carry shared durables' traffic
 #: (features/durables/remote.py). A client subscription there would pass for one of
 #: them, so clients may not subscribe there (topics.validate_subscription).
-#: messages a queue-group member or shared-durable consumer may hold unacknowledged,
-#: unless it says otherwise (``Client.subscribe(credit=...)``, ``zbroker sub --credit``)
-DEFAULT_CREDIT = 100
-
 INTERNAL_PREFIXES = ("$ZB.Q.", "$ZB.DURABLE.", "$ZB.SD.", "$ZB.HOST.")
 #: their second segments: a topic there matches only patterns that name it (no wildcard
 #: in the second segment), as a ``$ZB`` topic matches no leading wildcard
