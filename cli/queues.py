@@ -1,9 +1,9 @@
 """``zbroker queues``: a node's work queues — queue groups (members per node as the
 network advertised them) and shared durable subscriptions — with what is stored, in
 flight, delivered, redelivered and redistributed (moved between nodes with the durable's
-home: features/durables/moves.py). Text, or JSON with ``--json`` (the status section
-``queues`` as is). ``zbroker delete-durable``: a durable subscription deleted, with what
-it stored."""
+home: features/durables/moves.py), dropped and (a group's messages this node) lost.
+Text, or JSON with ``--json`` (the status section ``queues`` as is). ``zbroker
+delete-durable``: a durable subscription deleted, with what it stored."""
 
 from __future__ import annotations
 
@@ -78,6 +78,7 @@ def format_queues(rows: list[dict[str, Any]]) -> str:
             "redelivered",
             "redistributed",
             "dropped",
+            "lost",
         ],
         [
             [
@@ -94,6 +95,7 @@ def format_queues(rows: list[dict[str, Any]]) -> str:
                 if "moving_to" not in r
                 else f"{r.get('redistributed', 0)} (moving to {r['moving_to']})",
                 r.get("dropped", "-"),
+                r.get("lost", "-"),
             ]
             for r in rows
         ],

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from .routing.groups import group_key
+from .routing.groups import group_key, revisit_refused
 from .sim import Network
 from .simtypes import MsgId
 
@@ -67,7 +67,7 @@ class QueueNetwork(Network):
             super()._receive(node, link, frame)
             return
         _, topic, msg_id, path, gkey, target = frame
-        if node.id in path:
+        if revisit_refused(path, target, node.id):
             self.group_lost["loop"] += 1
             return
         step = node.engine.groups.step(gkey, target, topic, path)

@@ -310,18 +310,22 @@ def test_a_qcap_entry_with_no_group_key_or_a_stamp_from_the_future_is_bad_input(
     """Was (an audit): a malformed key was ignored uncounted, and a stamp of 2**63-1 was
     kept for good (no real update, stamped by its origin's clock, could replace it)."""
     raw.handshake()
+    gkey = "$ZB.Q.w.jobs.>"
+    # (capacity is kept only for an origin the node has an entry of: the peer's members)
+    raw.link.send(wire.encode_link(wire.ADVERT, True, [[gkey, LINK_PEER, [LINK_PEER]]]))
     before = bad_reasons(counters(raw.b))["bad_value"]
-    entries = [("nokey", "other", 1, 1, 1), ("$ZB.Q.w.jobs.>", "other", 2**63 - 1, 1, 1)]
+    entries = [("nokey", LINK_PEER, 1, 1, 1), (gkey, LINK_PEER, 2**63 - 1, 1, 1)]
     raw.link.send(wire.encode_qcap(entries))
     _assert_survives(raw, caplog, raw.link)
     assert bad_reasons(counters(raw.b))["bad_value"] == before + 2
     # neither was kept: a real capacity, stamped now, is taken for that group and origin
+    # (and none for an origin without an entry here: nothing would ever remove it)
     stamp = ((int(time.time()) - EPOCH) << 32) | 5
-    raw.link.send(wire.encode_qcap([("$ZB.Q.w.jobs.>", "other", stamp, 2, 7)]))
+    raw.link.send(wire.encode_qcap([(gkey, "other", stamp, 2, 7), (gkey, LINK_PEER, stamp, 2, 7)]))
 
     def held(node: Any) -> dict[tuple[str, str], Any]:
         groups = next(f for f in node.features if type(f).__name__ == "QueueGroups")
         return dict(groups._groups.capacity)
 
-    assert wait_for(lambda: ("$ZB.Q.w.jobs.>", "other") in raw.b.call(held))
-    assert raw.b.call(held) == {("$ZB.Q.w.jobs.>", "other"): (stamp, 2, 7)}
+    assert wait_for(lambda: (gkey, LINK_PEER) in raw.b.call(held))
+    assert raw.b.call(held) == {(gkey, LINK_PEER): (stamp, 2, 7)}

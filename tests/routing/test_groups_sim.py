@@ -7,13 +7,15 @@ group, and only a node that has a member."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.routing.test_sim_properties import GAPS, MAX_EVENTS, Topology, name, topologies
-from zbroker.routing.groups import group_key, split_key
+from zbroker.routing.groups import POLICIES, group_key, split_key
 from zbroker.simqueues import QueueNetwork
 from zbroker.topics import match
 
@@ -89,6 +91,9 @@ def test_churn_at_most_one_and_only_to_members(
     topo: Topology, data: st.DataObject, seed: int
 ) -> None:
     net = build(topo, seed)
+    # (round_robin sends messages away from a publisher that has a member, so a leave on
+    # the way sends some back to it: the one way a node is on a path twice)
+    net.set_policy(GROUPS[0], data.draw(st.sampled_from(POLICIES), label="policy"))
     held: list[tuple[str, int]] = []
     sent = []
     links = sorted(net.links)
@@ -110,7 +115,11 @@ def test_churn_at_most_one_and_only_to_members(
     per = Counter((d.msg_id, d.gkey) for d in net.group_deliveries)
     assert all(n == 1 for n in per.values())  # never doubled
     assert all(d.had_member for d in net.group_deliveries)  # only where a member is
+    # a node at most twice on a path (back to where it came from when no member was left
+    # off its path), never more: every path is bounded
+    assert all(max(Counter((*d.path, d.node)).values()) <= 2 for d in net.group_deliveries)
     # once converged again, every message is placed exactly as the rule says
+    net.set_policy(GROUPS[0], "local_first")  # (the rule check_converged checks)
     for ln in links:
         net.set_link(ln, True)
     settle(net)
@@ -191,3 +200,33 @@ def test_member_gone_in_flight_is_picked_again_never_revisiting() -> None:
     (d,) = [d for d in net.group_deliveries if d.msg_id == msg]
     assert d.node == "C" and d.had_member and d.path == ("A", "B")
     assert net.repicked == 1
+
+
+@pytest.mark.parametrize("relays", [(), ("C",), ("C", "D")])
+def test_member_gone_in_flight_goes_back_when_none_is_left_off_its_path(
+    relays: tuple[str, ...],
+) -> None:
+    """Members on A and B (a chain A-relays-B), round_robin from A: every other message
+    goes to B. B's member leaves before they arrive: with no member off their path they
+    go back to A, which is on it (they used to be dropped), each delivered once."""
+    net = QueueNetwork(seed=4, delay=(0.01, 0.01))
+    chain = ("A", *relays, "B")
+    for n in chain:
+        net.add_node(n)
+    for x, y in itertools.pairwise(chain):
+        net.add_link(x, y)
+    net.join("A", "w", "jobs.>")
+    mb = net.join("B", "w", "jobs.>")
+    settle(net)
+    net.set_policy("w", "round_robin")
+    msgs = [net.publish("A", "jobs.x") for _ in range(4)]
+    net.leave("B", mb)  # before they arrive
+    settle(net)
+    assert sorted(d.msg_id for d in net.group_deliveries) == sorted(msgs)
+    assert {d.node for d in net.group_deliveries} == {"A"}
+    # out along the chain until a node that knew B's member had gone, then back to A
+    # (B's withdrawal may overtake them on a longer chain)
+    backs = [(*chain[: k + 1], *reversed(chain[1:k])) for k in range(1, len(chain))]
+    paths = sorted(d.path for d in net.group_deliveries)
+    assert paths[:2] == [(), ()] and all(p in backs for p in paths[2:]), paths
+    assert net.repicked == 2 and net.group_lost == Counter()

@@ -26,11 +26,16 @@ The message then travels to that origin alone, hop by hop along the best entry o
 ``(group key, origin)`` (:meth:`next_hop`): one copy, on the same loop-free tree as plain
 interest, so it cannot be doubled. A node on the way that lost the route (or the origin
 that lost its last member meanwhile) picks again among the origins not on the
-message's path (:meth:`pick` with ``path``), so a retry never revisits a node.
+message's path (:meth:`pick` with ``path``), so a retry does not revisit a node while
+another member is left; with none left off the path, it goes back to one on it (the
+node where it entered, when the member it was sent to left on the way), at most once per
+node (:func:`revisit_refused`), so every path stays bounded.
 
 Capacity (members, free credit) per origin reaches every node by flooding with a stamp
 per origin (newer replaces older); an origin with no capacity heard counts as one member
-with one credit.
+with one credit. A node keeps (and floods) capacity only for the origins it has an entry
+of: the entry's withdrawal, not a "0 members" capacity, says a group is gone there, and it
+takes the capacity with it.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ __all__ = [
     "Capacity",
     "GroupTable",
     "group_key",
+    "revisit_refused",
     "split_key",
 ]
 
@@ -57,6 +63,15 @@ POLICIES = ("local_first", "round_robin", "weighted")
 DEFAULT_POLICY = "local_first"
 #: (stamp, members, free credit) of one origin's members of one group key
 Capacity = tuple[int, int, int]
+
+
+def revisit_refused(path: Path, target: str, me: str) -> bool:
+    """Must a group message whose ``path`` holds ``me`` be dropped here (a loop)? A
+    message never comes back to a node it crossed, but one: the message whose target
+    (the node it is sent to) is on its path, sent back there because no member off its
+    path was left to reach (:meth:`GroupTable.step`), and only once: a node is on a path
+    at most twice, so every path is bounded (and by the links' ttl)."""
+    return me in path and (target not in path or path.count(me) > 1)
 
 
 class GroupTable:
@@ -119,8 +134,16 @@ class GroupTable:
     # -- capacity ------------------------------------------------------------------------------
 
     def set_capacity(self, gkey: str, origin: str, cap: Capacity) -> bool:
-        """Capacity heard (or, for this node, measured); False if not newer than held."""
+        """Capacity heard (or, for this node, measured); False if not newer than held, or
+        if ``origin`` has no entry of ``gkey`` here (its group is gone, or out of reach):
+        only the withdrawal of that entry removes a capacity entry (:meth:`changed`), so
+        one kept without it would stay for ever, and be flooded and sent on every link
+        that comes up. Nothing is lost by refusing it: a picker only weighs origins it
+        has an entry of, and capacity travels behind the interest it is about (the
+        engine's adverts leave before the queue feature's QCAP, on every link)."""
         key = (gkey, origin)
+        if origin not in self.origins.get(gkey, ()):
+            return False
         old = self.capacity.get(key)
         if old is not None and old[0] >= cap[0]:
             return False
@@ -167,7 +190,8 @@ class GroupTable:
         ``(link or None = deliver here, target, picked again?)``; None: nowhere (no
         member left that it may reach). A target no longer reachable (or this node, when
         its last member left) is replaced by a fresh pick among the origins not on
-        ``path``: the message still reaches one member, and never a node twice."""
+        ``path``, or with none left, among those on it (:meth:`_pick_back`): the message
+        still reaches one member, and a node at most twice (:func:`revisit_refused`)."""
         key = (gkey, target, topic, path)
         hit = self._steps.get(key)
         if hit is not None:
@@ -191,14 +215,62 @@ class GroupTable:
                     self._steps.clear()
                 hit = self._steps[key] = (via, target, False)
                 return hit
+        if best is not None and target in path:  # on its way back (see below)
+            back = self._back_via(gkey, target, topic, path)
+            if back is not None:
+                return back[0], target, False
         cands = self.candidates(gkey, topic, path)
         again = target not in cands
         if again:
             picked = self.pick_one(gkey, topic, path)
             if picked is None:
-                return None
+                return self._pick_back(gkey, topic, path)
             target = picked
         return self.next_hop(gkey, target), target, again
+
+    def _pick_back(self, gkey: str, topic: str, path: Path) -> tuple[str | None, str, bool] | None:
+        """No member off the message's path is left to reach: one on it, if any (the node
+        it came from, whose member is still there while the one it was sent to left). It
+        goes back along the best entry toward that node, which the path rules would
+        refuse: :func:`revisit_refused` bounds that instead (each node at most twice on
+        a path, and the links' ttl)."""
+        back: dict[str, tuple[str | None, int]] = {}
+        for origin in set(path):
+            if origin == self.broker_id or origin not in self.origins.get(gkey, ()):
+                continue
+            way = self._back_via(gkey, origin, topic, path)
+            if way is not None:
+                back[origin] = (way[0], len(self._table.best[(gkey, origin)][1]))
+        if not back:
+            return None
+        nearest = min(hops for _, hops in back.values())
+        weights = {
+            o: self._weight(gkey, o, "round_robin") for o, (_, h) in back.items() if h == nearest
+        }
+        target = self._smooth(gkey, weights)
+        return back[target][0], target, True
+
+    def _back_via(self, gkey: str, target: str, topic: str, path: Path) -> tuple[str | None] | None:
+        """``(link,)`` toward ``target``, a node on the message's path, by its best entry
+        (``(None,)``: members here); None: no way it may take (the link is down or refuses
+        the topic, the ttl is spent, or the next node would be on the path a third time)."""
+        best = self._table.best.get((gkey, target))
+        if best is None:
+            return None
+        via, bpath = best
+        if via is None:
+            return (None,)
+        link = self._table.links[via]
+        if (
+            not link.up
+            or not link.can_send
+            or path.count(link.peer) > 1
+            or path_holds(bpath, self.broker_id)
+            or ttl_spent(len(path) + 1, link.options.ttl)
+            or not link.filter.allows_topic(topic)
+        ):
+            return None
+        return (via,)
 
     def pick(
         self, topic: str, path: Path = (), exclude: Iterable[str] = ()

@@ -23,14 +23,16 @@ import zmq
 from ... import wire
 from ...const import DEFAULT_CREDIT
 from ...errors import ConfigError, InvalidTopic
-from ...identity import EPOCH
 from ...names import validate_broker_id
 from ...node import Feature, Op, Request
 from ...node.events import QueueJoined, QueueLeft
-from ...routing.groups import group_key, split_key
+from ...routing.groups import group_key, revisit_refused
 from ...topics import validate_subscription
+from .capacity import CapacityFlood
+from .frames import check_senders, send_outboxes
 from .members import LocalGroup, Member
 from .report import queue_status
+from .spill import spill
 
 if TYPE_CHECKING:
     from ...links.state import Link
@@ -43,9 +45,6 @@ __all__ = ["QueueGroups"]
 PROBE_INTERVAL = 1.0
 #: seconds between floods of changed capacity
 CAPACITY_INTERVAL = 0.1
-#: QMSGS entries per frame at most, and payload bytes after which a frame is cut
-QMSGS_BATCH = 256
-QMSGS_BYTES = 256 * 1024
 #: messages per QDELIVER frame at most
 QDELIVER_BATCH = 256
 
@@ -56,7 +55,8 @@ class QueueGroups(Feature):
     def __init__(self) -> None:
         self._local: dict[str, LocalGroup] = {}  # group key -> members here
         self._out: dict[str, list[list[Any]]] = {}  # engine link id -> QMSGS entries
-        self._dirty: set[str] = set()  # group keys whose local capacity changed
+        self._dirty: set[str] = set()  # group keys whose local capacity changed: to flood
+        self._touched: set[str] = set()  # and since the last pass: saturated again?
         # paths, (target, group key) pairs and topics QMSGS checks found valid
         self._caches: tuple[set[Any], set[Any], set[str]] = (set(), set(), set())
         self._next_probe = 0.0
@@ -65,11 +65,16 @@ class QueueGroups(Feature):
         self.forwarded = 0  # QMSGS entries sent on links
         self.repicked = 0  # picked again on the way (route or member gone)
         self.unroutable = 0  # no member left that the message could reach
+        self.spilled = 0  # waited here with no room, sent to a node with room (.spill)
+        # group key -> its messages this node lost (besides in flight to a member here
+        # that died: LocalGroup.lost): no member left to reach, a link that went down; kept
+        # while the group has members here or elsewhere (its status row), as LocalGroup's
+        self._lost: dict[str, int] = {}
 
     def attach(self, ctx: Context) -> None:
         self._ctx = ctx
         self._groups: GroupTable = ctx.engine.groups
-        self._stamp = ctx.incarnation << 32
+        self._capacity = CapacityFlood(ctx, self._groups)
         for q in ctx.config.queues:
             self._groups.policies[q.group] = q.policy
         ctx.pipeline.group_hook = self.originated
@@ -100,7 +105,7 @@ class QueueGroups(Feature):
         if via is None:
             local = self._local.get(gkey)
             if local is None:  # (cannot happen: a local best entry means members here)
-                self.unroutable += 1
+                self._unroutable(gkey)
                 return
             if not local.offer(m[:8]):
                 self._ctx.drop("queue_pending_full")
@@ -112,7 +117,7 @@ class QueueGroups(Feature):
         entries = wire.decode_qmsgs(value)
         errors: list[tuple[str, str]] = []
         wire.check_qmsgs(entries, self._caches, errors)  # (in place: bad ones become None)
-        _check_senders(entries, link.peer, errors)
+        check_senders(entries, link.peer, errors)
         for reason, detail in errors:
             self._ctx.bad(link.source, reason, detail)
         me = self._ctx.broker_id
@@ -121,14 +126,14 @@ class QueueGroups(Feature):
             if m is None:
                 continue
             path = m[8]
-            if me in path:
-                self._ctx.drop("loop")
-                continue
             target, gkey = m[9]
+            if me in path and revisit_refused(path, target, me):
+                self._ctx.drop("loop")
+                self._lose(gkey)
+                continue
             where = step(gkey, target, m[0], path)
             if where is None:
-                self.unroutable += 1
-                self._ctx.drop("queue_unroutable")
+                self._unroutable(gkey)
                 continue
             via, target, again = where
             self.repicked += again
@@ -136,15 +141,7 @@ class QueueGroups(Feature):
         return len(entries)
 
     def _on_qcap(self, link: Link, value: list[Any]) -> int:
-        me = self._ctx.broker_id
-        # a stamp is its origin's incarnation (seconds since EPOCH) << 32 and a count: one
-        # from over a day ahead of our clock would never be replaced by a real one
-        latest = (int(time.time()) - EPOCH + 86_400) << 32
-        for gkey, origin, stamp, members, free in wire.decode_qcap(value):
-            if split_key(gkey) is None or stamp > latest:
-                self._ctx.bad(link.source, "bad_value", f"QCAP entry {gkey!r} of {origin!r}")
-            elif origin != me:
-                self._groups.set_capacity(gkey, origin, (stamp, members, free))
+        self._capacity.on_qcap(link, value)
         return 1
 
     # -- members --------------------------------------------------------------------------
@@ -177,7 +174,7 @@ class QueueGroups(Feature):
         self._ctx.emit(QueueJoined(group=group, pattern=pattern, members=len(local.members)))
         if len(local.members) == 1:
             self._ctx.add_interest(gkey, "queue")
-        self._dirty.add(gkey)
+        self._changed(gkey)
         if req.req_id:
             reply = {"group": group, "pattern": pattern, "members": len(local.members)}
             self._ctx.reply(req, wire.QUEUE_JOIN, reply)
@@ -198,7 +195,7 @@ class QueueGroups(Feature):
         if found is None or type(upto) is not int:
             return
         found[0].acked(found[1], upto)
-        self._dirty.add(found[0].gkey)
+        self._changed(found[0].gkey)
 
     def _leave(self, req: Request) -> None:
         """A member leaves (it acknowledged what it processed first, on the same
@@ -214,7 +211,7 @@ class QueueGroups(Feature):
 
     def _remove(self, local: LocalGroup, m: Member) -> None:
         local.remove(m)
-        self._dirty.add(local.gkey)
+        self._changed(local.gkey)
         left = QueueLeft(group=local.group, pattern=local.pattern, members=len(local.members))
         self._ctx.emit(left)
         if local.members:
@@ -224,45 +221,74 @@ class QueueGroups(Feature):
         self._ctx.drop_interest(local.gkey, "queue")
         del self._local[local.gkey]
         self._groups.saturated.discard(local.gkey)
+        if local.lost:  # (still told in the group's row while it has members elsewhere)
+            self._lose(local.gkey, local.lost)
         for msg in local.pending:
             step = self._groups.step(local.gkey, self._ctx.broker_id, msg[0], ())
             if step is None or step[0] is None:
-                self.unroutable += 1
-                self._ctx.drop("queue_unroutable")
+                self._unroutable(local.gkey)
                 continue
             self.repicked += 1
             self._send(msg, (), local.gkey, step[1], step[0])
+        local.pending.clear()
 
     # -- the pass -------------------------------------------------------------------------
 
     def before_commit(self) -> None:
+        if self._capacity.ups:
+            self._capacity.send_to_new_links()
         if self._out:
             self._flush_links()
         saturated = self._groups.saturated
+        touched, self._touched = self._touched, set()
         for local in list(self._local.values()):
-            if local.pending:
+            waiting = bool(local.pending)
+            if waiting:
                 self._pump(local)
-            # messages wait that no member here has room for: local_first picks
-            # elsewhere meanwhile (routing/groups.py), rather than queue past the bound
-            if local.pending and not local.free():
-                saturated.add(local.gkey)
-            elif saturated:
+                if local.gkey not in self._local:
+                    continue  # (its last member died: what waited was picked again)
+            if not waiting and local.gkey not in touched:
+                continue  # (neither its members' room nor what waits changed)
+            # no member here has room: what waits goes to other nodes with room
+            # (.spill), and local_first picks those for new messages (routing/groups.py),
+            # rather than queue them behind a slow member, or past the bound. (Not "while
+            # messages wait": with none waiting after a spill, the next would wait here.)
+            if local.free():
                 saturated.discard(local.gkey)
+                continue
+            saturated.add(local.gkey)
+            # (round_robin: each member its exact share, so only once no member here has
+            # had room for a second, as its strict turns stop waiting for such a member)
+            strict = self._groups.policies.get(local.group) == "round_robin"
+            if local.pending and (not strict or local.stuck(time.monotonic())):
+                self.spilled += spill(self._groups, local, self._ctx.broker_id, self._spill_one)
+
+    def _changed(self, gkey: str) -> None:
+        """The room of ``gkey``'s members here changed (or may have)."""
+        self._dirty.add(gkey)
+        self._touched.add(gkey)
+
+    def _spill_one(self, msg: list[Any], gkey: str, target: str) -> None:
+        self._send(msg, (), gkey, target, self._groups.next_hop(gkey, target))
 
     def _flush_links(self) -> None:
         out, self._out = self._out, {}
-        links = self._ctx.links
-        for via, entries in out.items():
-            link = links.by_engine_id.get(via)
-            if link is None:
-                self._ctx.drop("link_down", len(entries))
-                continue
-            for chunk in _cut(entries):
-                if links.send(link, wire.encode_qmsgs(chunk), time.monotonic()):
-                    self.forwarded += len(chunk)
-                    link.msgs_out += len(chunk)
-                else:
-                    self._ctx.drop(links.send_failed_reason(), len(chunk))
+        self.forwarded += send_outboxes(self._ctx.links, out, self._dropped)
+
+    def _dropped(self, entries: list[list[Any]], reason: str) -> None:
+        """QMSGS entries this node could not send on (counted by reason): lost for their
+        groups, which say so too (their ``lost``)."""
+        self._ctx.drop(reason, len(entries))
+        for e in entries:
+            self._lose(e[9][1])
+
+    def _unroutable(self, gkey: str) -> None:
+        self.unroutable += 1
+        self._ctx.drop("queue_unroutable")
+        self._lose(gkey)
+
+    def _lose(self, gkey: str, n: int = 1) -> None:
+        self._lost[gkey] = self._lost.get(gkey, 0) + n
 
     def _pump(self, local: LocalGroup) -> None:
         """Hand what waits to the members with room, then send each member its share in
@@ -279,7 +305,7 @@ class QueueGroups(Feature):
             local.sent(m, msg, now)
             batches.setdefault(m, []).append(msg)
         for m, msgs in batches.items():
-            self._dirty.add(local.gkey)
+            self._changed(local.gkey)
             first = m.n - len(msgs) + 1
             for i in range(0, len(msgs), QDELIVER_BATCH):
                 chunk = msgs[i : i + QDELIVER_BATCH]
@@ -297,9 +323,7 @@ class QueueGroups(Feature):
                 return
 
     def link_up(self, link: Link, now: float) -> None:
-        caps = self._groups.all_capacity()
-        if caps:
-            self._ctx.links.send(link, wire.encode_qcap(caps), now)
+        self._capacity.ups.add(link.engine_id)  # (sent at before_commit: .capacity)
 
     def tick(self, now: float) -> None:
         if self._local and now >= self._next_probe:
@@ -307,7 +331,11 @@ class QueueGroups(Feature):
             self._probe()
         if now >= self._next_cap:
             self._next_cap = now + CAPACITY_INTERVAL
-            self._flood_capacity(now)
+            self._capacity.flood(self._local, self._dirty, now)
+            if self._lost:  # (the count goes with the group's row: no member anywhere)
+                origins = self._groups.origins
+                for gkey in [g for g in self._lost if g not in origins and g not in self._local]:
+                    del self._lost[gkey]
 
     def _probe(self) -> None:
         frame = wire.encode_control(wire.PING, 0, {"incarnation": self._ctx.incarnation})
@@ -320,68 +348,21 @@ class QueueGroups(Feature):
                 if not alive and local.gkey in self._local:
                     self._remove(local, m)
 
-    def _flood_capacity(self, now: float) -> None:
-        me = self._ctx.broker_id
-        for gkey in self._dirty:
-            local = self._local.get(gkey)
-            self._stamp += 1
-            cap = (
-                (self._stamp, 0, 0)
-                if local is None
-                else (
-                    self._stamp,
-                    len(local.members),
-                    local.free(),
-                )
-            )
-            self._groups.set_capacity(gkey, me, cap)
-        self._dirty.clear()
-        changed = self._groups.take_changed()
-        if changed:
-            frame = wire.encode_qcap(changed)
-            for link in self._ctx.links.all():
-                if link.engine_id in self._ctx.links.by_engine_id:
-                    self._ctx.links.send(link, frame, now)
-
     # -- status ---------------------------------------------------------------------------
 
     def status(self, out: dict[str, Any]) -> None:
         # (a list other features add to: shared durables are queues too)
-        rows = queue_status(self._groups, self._local, self._ctx.broker_id)
+        rows = queue_status(self._groups, self._local, self._ctx.broker_id, self._lost)
         out.setdefault("queues", []).extend(rows)
         out["queues_totals"] = {
             "picked": self.picked,
             "forwarded": self.forwarded,
             "repicked": self.repicked,
             "unroutable": self.unroutable,
+            "spilled": self.spilled,
         }
 
 
 def _join_subjects(body: dict[str, Any]) -> Iterable[tuple[str, str]]:
     pattern = body.get("pattern", ">")
     return (("subscribe", pattern),) if isinstance(pattern, str) else ()
-
-
-def _check_senders(entries: list[Any], peer: str, errors: list[tuple[str, str]]) -> None:
-    """A checked QMSGS entry whose path does not end with the link's peer becomes None, bad
-    input (told in ``errors``): every node adds itself to a path before it sends, so such
-    an entry is the peer speaking for others, as on the relay path
-    (:func:`zbroker.node.relay.check_senders`); its path would also steer the repick."""
-    for i, m in enumerate(entries):
-        if m is not None and (not m[8] or m[8][-1] != peer):
-            entries[i] = None
-            errors.append(("path_not_from_peer", f"path {list(m[8])} of {m[0]!r}"))
-
-
-def _cut(entries: list[list[Any]]) -> Iterable[list[list[Any]]]:
-    start = 0
-    while start < len(entries):
-        size = 0
-        end = start
-        while end < len(entries) and end - start < QMSGS_BATCH:
-            size += len(entries[end][1])
-            end += 1
-            if size >= QMSGS_BYTES:
-                break
-        yield entries[start:end]
-        start = end

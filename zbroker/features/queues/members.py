@@ -55,6 +55,7 @@ class LocalGroup:
         "pending",
         "pending_max",
         "rr",
+        "spent",
     )
 
     def __init__(self, gkey: str, group: str, pattern: str, pending_max: int) -> None:
@@ -70,6 +71,8 @@ class LocalGroup:
         self.delivered = 0
         self.dropped = 0  # pending overflowed (oldest dropped)
         self.lost = 0  # in flight to a member that died
+        # per other node: (its capacity stamp, messages spilled to it since: .spill)
+        self.spent: dict[str, tuple[int, int]] = {}
 
     def offer(self, m: list[Any]) -> bool:
         """Queue a message for the members; False if that dropped the oldest waiting."""
@@ -159,6 +162,12 @@ class LocalGroup:
         self.lost += m.window.in_flight()
         if self.members:
             self.rr %= len(self.members)
+
+    def stuck(self, now: float) -> bool:
+        """Has every member's credit been used up for STUCK_AFTER seconds at least?"""
+        return all(
+            m.full_since is not None and now - m.full_since >= STUCK_AFTER for m in self.members
+        )
 
     def free(self) -> int:
         return sum(max(m.window.room(), 0) for m in self.members)

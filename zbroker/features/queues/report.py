@@ -1,8 +1,10 @@
 """The ``queues`` section of a node's status: per queue group, its members per node (as
-the network advertised them), what waits, is in flight and was delivered here."""
+the network advertised them), what waits, is in flight and was delivered here, and what
+this node dropped (its bound) and lost of the group's messages."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ...routing.groups import DEFAULT_POLICY, GroupTable, split_key
@@ -11,8 +13,12 @@ from .members import LocalGroup
 __all__ = ["queue_status"]
 
 
-def queue_status(groups: GroupTable, local: dict[str, LocalGroup], me: str) -> list[dict[str, Any]]:
-    """One row per group key known here (members here or elsewhere), sorted."""
+def queue_status(
+    groups: GroupTable, local: dict[str, LocalGroup], me: str, lost: Mapping[str, int]
+) -> list[dict[str, Any]]:
+    """One row per group key known here (members here or elsewhere), sorted. ``lost``: per
+    group key, what else this node lost of the group's messages (no member left it could
+    reach, a link that went down with them) than in flight to a member here that died."""
     rows = []
     for gkey in sorted(set(groups.origins) | set(local)):
         parts = split_key(gkey)
@@ -37,7 +43,7 @@ def queue_status(groups: GroupTable, local: dict[str, LocalGroup], me: str) -> l
                 "in_flight": 0 if lg is None else lg.in_flight(),
                 "delivered": 0 if lg is None else lg.delivered,
                 "dropped": 0 if lg is None else lg.dropped,
-                "lost": 0 if lg is None else lg.lost,
+                "lost": lost.get(gkey, 0) + (0 if lg is None else lg.lost),
             }
         )
     return rows
