@@ -38,7 +38,9 @@ class StubContext:
         self.sent: list[tuple[str, dict[str, Any]]] = []
         self.pipeline = SimpleNamespace(originate=self._originate)
         self.engine = SimpleNamespace(
-            durable_homes=SimpleNamespace(homes={}), has_route=lambda pattern, origin: True
+            durable_homes=SimpleNamespace(homes={}),
+            has_route=lambda pattern, origin: True,
+            local_branches=(),
         )
         self.store: Store | None = None
 

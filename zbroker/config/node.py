@@ -23,7 +23,7 @@ from ..const import (
 )
 from ..errors import ConfigError, InvalidTopic
 from ..store import OVERFLOW_POLICIES, RetainRule
-from ..topics import validate_pattern
+from ..topics import patterns_overlap, validate_pattern
 from .advisories import AdvisoryConfig
 from .checks import check_float, check_int, check_patterns, validate_broker_id
 from .link import LINK_KEYS, LinkConfig
@@ -149,7 +149,8 @@ class NodeConfig:
 
     def _check_branches(self) -> None:
         """``[[host]]`` and ``[[flood]]``: patterns outside the node's own ``$ZB`` topics
-        (which the node routes itself), and no branch both hosted and flooded."""
+        (which the node routes itself), no branch both hosted and flooded, and no hosted
+        branch that overlaps a local one."""
         src = self.source
         hosts = check_patterns(self.host_branches, f"{src}: host.pattern")
         floods = check_patterns(self.flood_branches, f"{src}: flood.pattern")
@@ -166,6 +167,15 @@ class NodeConfig:
                 f"{src}: {both[0]!r} is both a [[host]] and a [[flood]] branch: route it one "
                 "way (through its hosts, or to every node)"
             )
+        for h in hosts:
+            kept = [p for p in self.local_branches if patterns_overlap(h, p)]
+            if kept:
+                # a host serves every publication of its branch; one it keeps local would
+                # be delivered to no subscriber of another node, however it arrived
+                raise ConfigError(
+                    f"{src}: {h!r} is a [[host]] branch and [routing] local {kept[0]!r} "
+                    "keeps some of its topics on this node: host it, or keep it local"
+                )
         self._set("host_branches", hosts)
         self._set("flood_branches", floods)
 

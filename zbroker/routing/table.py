@@ -14,7 +14,7 @@ from .events import Adv, AdvertIn, Key, LinkOptions, LinkUp, Path
 from .filters import LinkFilter
 from .hosts import HostTable
 from .hostward import HostedParts
-from .keys import split_key
+from .keys import judged_pattern, split_key
 from .loops import path_holds, ttl_spent
 
 __all__ = ["Best", "EngineLink", "InterestTable"]
@@ -243,14 +243,18 @@ class InterestTable:
     def unadvertised(self, pattern: str) -> bool:
         """Is interest in ``pattern`` never advertised (a local or a flooded branch covers
         it)? One test for what is advertised and what is withdrawn. A queue group's key
-        is judged by its pattern (:mod:`.keys`)."""
+        is judged by its pattern, a host's key by its branch (:mod:`.keys`): a node that
+        keeps a hosted branch local must not relay its host's advert, or the nodes behind
+        it would send the branch's publications to the host through a node that drops
+        them all (they take another way to the host, if there is one)."""
+        if self.local_branches and covers(self.local_branches, judged_pattern(pattern)):
+            return True
+        if not self.flood:
+            return False
+        # a flooded branch still lets a host's advert through: the node floods only what
+        # it publishes itself, and the nodes behind it may route the branch to its host
         parts = split_key(pattern)
-        if parts is not None:
-            pattern = parts[1]
-        return bool(
-            (self.local_branches and covers(self.local_branches, pattern))
-            or (self.flood and covers(self.flood, pattern))
-        )
+        return covers(self.flood, pattern if parts is None else parts[1])
 
     def is_sticky(self, key: Key, best: Best) -> bool:
         if best[0] is None:

@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .options import open_options
-from .remote import send
+from .remote import kept_here, send
 from .selecting import mismatch
 from .shared import SharedState
 
@@ -90,6 +90,9 @@ class Adoption:
             return opts
         if name in self._out:
             return f"node {self._ctx.broker_id} is moving {name!r} away itself"
+        kept = kept_here(self._ctx, str(opts["pattern"]))
+        if kept is not None:  # (its consumers elsewhere could not take from it here)
+            return f"node {self._ctx.broker_id} keeps {kept!r} local"
         d = self._f.durables.get(name)
         if d is None:
             d = self._f.create(name, opts)

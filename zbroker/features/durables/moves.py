@@ -66,7 +66,7 @@ from ...names import validate_broker_id
 from ...node import Request
 from .adoption import Adoption
 from .outgoing import HANDOVER_GRACE, ROWS_PER_PASS, Outgoing
-from .remote import qs_of, send
+from .remote import kept_here, qs_of, send
 from .shared import SharedState
 
 if TYPE_CHECKING:
@@ -297,6 +297,8 @@ class Moves:
             return None
         if any(c.node is None for c in d.shared.consumers.values()):
             return None
+        if kept_here(self._ctx, d.pattern) is not None:
+            return None  # (a local branch's messages never leave: remote.kept_here)
         now = time.monotonic()
         refused = {t for t, until in self._refused.get(d.name, {}).items() if until > now}
         me = self._ctx.broker_id

@@ -35,6 +35,11 @@ session still on their way (a stored copy sent after a link comes back) are drop
 the member, whose own session ended when the home's advertisement went; acks of an ended
 session are ignored by the home. So a persistent message is processed once end to end,
 except that a message redelivered (flagged) may have been processed before.
+
+A local branch (``[routing] local``) of the home that the durable's pattern meets keeps
+the durable there (:func:`kept_here`): an attach from another node is refused with an
+error naming the branch, the home never moves it away, and a node never adopts one whose
+pattern its own local branch meets — the branch's messages it stores never leave it.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from ...const import RESERVED_PREFIX
 from ...errors import ConfigError
 from ...names import validate_broker_id
 from ...node.events import DurableAttached
+from ...topics import patterns_overlap
 from .selecting import mismatch
 from .shared import SharedConsumer, SharedState
 
@@ -57,7 +63,16 @@ if TYPE_CHECKING:
     from .feature import Durables
     from .state import Durable
 
-__all__ = ["SD_PREFIX", "SOURCE", "Home", "decode", "remote_ident", "sd_topic", "send"]
+__all__ = [
+    "SD_PREFIX",
+    "SOURCE",
+    "Home",
+    "decode",
+    "kept_here",
+    "remote_ident",
+    "sd_topic",
+    "send",
+]
 
 #: the reserved topics network consumers and homes talk on
 SD_PREFIX = RESERVED_PREFIX + ".SD."
@@ -80,6 +95,13 @@ def remote_ident(node: str) -> bytes:
     """The key of node ``node``'s network consumer among a durable's consumers (no
     ROUTER routing id starts with a zero byte followed by ``sd:``)."""
     return b"\x00sd:" + node.encode()
+
+
+def kept_here(ctx: Context, pattern: str) -> str | None:
+    """The first local branch (``[routing] local``) of this node that ``pattern`` meets,
+    or None. A shared durable homed here on such a pattern stores messages that never
+    leave this node: it has no consumers elsewhere and never moves (nor moves here)."""
+    return next((b for b in ctx.engine.local_branches if patterns_overlap(b, pattern)), None)
 
 
 def send(ctx: Context, node: str, bodies: list[dict[str, Any]]) -> None:
@@ -171,6 +193,12 @@ class Home:
             refused = f"durable subscription {name!r} exists with pattern {d.pattern!r}"
         elif (wrong := mismatch(d, _text(body.get("selector")))) is not None:
             refused = wrong
+        elif (kept := kept_here(self._ctx, d.pattern)) is not None:
+            refused = (
+                f"durable subscription {name!r} on {d.pattern!r} has its home on node "
+                f"{self._ctx.broker_id}, whose local branch {kept!r} keeps its messages "
+                "there: it takes consumers on that node only"
+            )
         elif d.consumer is not None and self._f.alive(d.consumer):
             refused = (
                 f"durable subscription {name!r} is held by an exclusive consumer: "

@@ -20,6 +20,7 @@ from ...errors import InvalidTopic, ProtocolError
 from ...links.state import Link, LinkState
 from ...node import Feature, Op, Request
 from ...node.context import Context
+from ...routing.branches import covers, holds
 from ...stateful import CANCELLED, OWNER, REMOVED, VERSION
 from ...store.state import StateTable
 from ...topics import validate_pattern, validate_publish_topic
@@ -74,10 +75,10 @@ class StateFeature(Feature):
 
     def ops(self) -> Sequence[Op]:
         return (
-            Op(frames.STATE_SET, self._set, _publish_subject),
-            Op(frames.STATE_REMOVE, self._remove, _pattern_subject("publish")),
-            Op(frames.STATE_FETCH, self._fetch, _pattern_subject("subscribe")),
-            Op(frames.STATE_HANDLER, self.missing.register, _branch_subject),
+            Op(frames.STATE_SET, self._set, _subject("publish", "topic")),
+            Op(frames.STATE_REMOVE, self._remove, _subject("publish")),
+            Op(frames.STATE_FETCH, self._fetch, _subject("subscribe")),
+            Op(frames.STATE_HANDLER, self.missing.register, _subject("subscribe", "branch")),
             Op(frames.STATE_MISSING, self.missing.verdict),
         )
 
@@ -163,7 +164,10 @@ class StateFeature(Feature):
         this node's part, answer if done."""
         self.book.pending[q.qid] = q
         forward = q.deadline - time.monotonic() >= MIN_FORWARD
-        for link in list(self._ctx.links.by_engine_id.values()):
+        links = list(self._ctx.links.by_engine_id.values())
+        if q.request is not None and covers(self._ctx.engine.local_branches, q.pattern):
+            links = []  # (a client's query of a local branch stays here, as its interest)
+        for link in links:
             if link is came_by or link.state is not LinkState.UP or link.engine_id in skip:
                 continue
             if only is not None and link is not only:
@@ -190,9 +194,14 @@ class StateFeature(Feature):
         self._maybe_done(q)
 
     def _local(self, q: Query) -> None:
-        """This node's part of ``q``."""
+        """This node's part of ``q``. One that came over a link (another node's query, a
+        replica's sync) neither sees nor removes a local branch's topic: its values never
+        leave this node, as its messages never do."""
+        kept = self._ctx.engine.local_branches if q.reply_to is not None else ()
         if q.kind == "remove":
-            removals = self.topics.remove(q.pattern)
+            matched = self.topics.trie.match(q.pattern) if kept else (q.pattern,)
+            # (with local branches, each other topic alone: a topic is a pattern of itself)
+            removals = [r for t in matched if not holds(kept, t) for r in self.topics.remove(t)]
             self.removals += len(removals)
             self._publish(removals)
             q.add([], [], len(removals))
@@ -200,6 +209,9 @@ class StateFeature(Feature):
             # (a fetch too: a value another node holds, older than a removal here, must
             # not come back; the result drops it)
             values, gone = self.topics.values(q.pattern)
+            if kept:
+                values = [v for v in values if not holds(kept, v[0])]
+                gone = [g for g in gone if not holds(kept, g[0])]
             q.add(values, gone, 0)
         q.local_done = True
 
@@ -374,19 +386,11 @@ def _check_set(topic: Any, payload: Any, fmt: Any, headers: Any) -> None:
     validate_publish_topic(topic)
 
 
-def _publish_subject(body: dict[str, Any]) -> Iterable[tuple[str, str]]:
-    topic = body.get("topic")
-    return (("publish", topic),) if isinstance(topic, str) else ()
+def _subject(kind: str, field: str = "pattern") -> Any:
+    """The ACL subject of a request: (``kind``, its ``field``)."""
 
-
-def _branch_subject(body: dict[str, Any]) -> Iterable[tuple[str, str]]:
-    branch = body.get("branch")
-    return (("subscribe", branch),) if isinstance(branch, str) else ()
-
-
-def _pattern_subject(kind: str) -> Any:
     def subjects(body: dict[str, Any]) -> Iterable[tuple[str, str]]:
-        pattern = body.get("pattern")
-        return ((kind, pattern),) if isinstance(pattern, str) else ()
+        value = body.get(field)
+        return ((kind, value),) if isinstance(value, str) else ()
 
     return subjects

@@ -12,7 +12,9 @@ any node) waits for the handlers that may create it.
   has no topic the pattern matches (it answers ``proceed`` then), and a handler is
   registered there (else it answers ``none``). A primary asks its own primaries in turn
   (tiers of fan-out), never one that asked on the way (the ask carries their IDs:
-  replicate links in a cycle would pass it round for ever).
+  replicate links in a cycle would pass it round for ever). A pattern a local branch
+  (``[routing] local``) covers is never asked over a link, and a primary answers an ask
+  for one its local branch covers ``none``, judging the rest without its local topics.
 * The request waits for every handler asked: any ``cancel`` cancels it; no handler
   reachable (every answer ``none``) proceeds with a warning and a counter; a link that
   drops while asked counts as ``proceed`` (warning, counter); past the timeout
@@ -33,6 +35,7 @@ from ...errors import InvalidTopic
 from ...links.state import Link
 from ...node import Request
 from ...node.context import Context
+from ...routing.branches import covers, holds
 from ...topics import patterns_overlap, validate_pattern
 from ...wire import frames
 from ...wire.control import encode_control
@@ -138,7 +141,10 @@ class MissingTopics:
         if self._notify(mid, pattern, node):
             w.waiting.add(_LOCAL)
         onward = [*path, ctx.broker_id]
-        for r in self._replicas.by_name.values():
+        # a pattern a local branch covers is asked here only: its topics exist on this
+        # node alone, and the pattern itself must not leave it
+        kept = covers(ctx.engine.local_branches, pattern)
+        for r in () if kept else self._replicas.by_name.values():
             link = r.link
             # (a primary that asked already on the way: replicate links in a cycle)
             if link is None or link is came_by or link.peer in onward:
@@ -192,8 +198,13 @@ class MissingTopics:
         def reply(verdict: str) -> None:
             self._send(link, encode_link(frames.MISSING_REPLY, mid, verdict))
 
+        kept = self._ctx.engine.local_branches
         values, _ = self._topics.values(pattern)
-        if values:
+        if kept:  # (another node hears nothing of a local branch's topics, nor of them)
+            values = [v for v in values if not holds(kept, v[0])]
+        if covers(kept, pattern):
+            reply("none")  # what a handler here made of it would never leave this node
+        elif values:
             reply("proceed")  # the primary has a topic it matches: no notification
         elif self._ctx.broker_id in path:
             # asked already on the way (replicate links in a cycle): its handler and
