@@ -6,6 +6,10 @@ exactly as a node does (:meth:`~zbroker.routing.groups.GroupTable.pick` where it
 A member is plain interest in the group key on its node, as on a real node; what the
 simulator records is each *group delivery*: the node, the group key, the message, and
 whether the node had a member then.
+
+A node's local branches (``add_node(local_branches=...)``) hold for groups as on a real
+node, by the same table: a topic one holds is picked and stepped only to members on that
+node, and with none there it is lost there (``group_lost["unroutable"]``), never sent on.
 """
 
 from __future__ import annotations
@@ -58,8 +62,10 @@ class QueueNetwork(Network):
     def publish(self, node_id: str, topic: str, headers: dict[str, Any] | None = None) -> MsgId:
         msg_id = super().publish(node_id, topic, headers)
         node = self.nodes[node_id]
-        for gkey, target in node.engine.groups.pick(topic):
+        held: list[str] = []  # (groups a local branch keeps the topic from: lost here)
+        for gkey, target in node.engine.groups.pick(topic, held=held):
             self._group_hop(node_id, topic, msg_id, (), gkey, target)
+        self.group_lost["unroutable"] += len(held)
         return msg_id
 
     def _receive(self, node: Any, link: Any, frame: tuple[Any, ...]) -> None:

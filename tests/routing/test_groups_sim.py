@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.routing.test_sim_properties import GAPS, MAX_EVENTS, Topology, name, topologies
+from zbroker.features.queues.spill import pick as spill_pick
 from zbroker.routing.groups import POLICIES, group_key, split_key
 from zbroker.simqueues import QueueNetwork
 from zbroker.topics import match
@@ -230,3 +231,35 @@ def test_member_gone_in_flight_goes_back_when_none_is_left_off_its_path(
     paths = sorted(d.path for d in net.group_deliveries)
     assert paths[:2] == [(), ()] and all(p in backs for p in paths[2:]), paths
     assert net.repicked == 2 and net.group_lost == Counter()
+
+
+def test_a_local_branch_keeps_its_topics_from_other_nodes_members() -> None:
+    """C-A-B, A keeps ``CACHE.>``: a topic of it picked on A, or stepped on A, goes to a
+    member on A only, and is lost on A with none there (counted), never sent on. Nor does
+    A spill it to a node with room."""
+    net = QueueNetwork(seed=5)
+    net.add_node("A", local_branches=("CACHE.>",))
+    for n in ("B", "C"):
+        net.add_node(n)
+        net.add_link(n, "A")
+    net.join("B", "w", ">")
+    settle(net)
+    net.publish("A", "CACHE.k")  # kept on A, with no member there
+    net.publish("C", "CACHE.k")  # C's pick of B stops on A
+    net.publish("A", "JOBS.k")  # (other topics go)
+    settle(net)
+    assert [(d.node, d.topic) for d in net.group_deliveries] == [("B", "JOBS.k")]
+    assert net.group_lost == Counter({"unroutable": 2})
+    net.group_deliveries.clear()
+    net.join("A", "w", ">")
+    settle(net)
+    net.set_policy("w", "round_robin")
+    for _ in range(4):
+        net.publish("A", "CACHE.k")
+        net.publish("C", "CACHE.k")  # (C's turns to B picked again on A, for A's member)
+    settle(net)
+    assert Counter(d.node for d in net.group_deliveries) == {"A": 8}
+    assert net.repicked == 2 and net.group_lost == Counter({"unroutable": 2})
+    groups, gkey = net.nodes["A"].engine.groups, group_key("w", ">")
+    assert spill_pick(groups, gkey, "CACHE.k", {"B": 5}, "A") is None
+    assert spill_pick(groups, gkey, "JOBS.k", {"B": 5}, "A") == "B"

@@ -25,7 +25,7 @@ from __future__ import annotations
 from ..topics import match
 from .filters import pattern_covers
 
-__all__ = ["covers", "holds"]
+__all__ = ["KeptTopics", "covers", "holds"]
 
 
 def covers(branches: tuple[str, ...], pattern: str) -> bool:
@@ -36,3 +36,24 @@ def covers(branches: tuple[str, ...], pattern: str) -> bool:
 def holds(branches: tuple[str, ...], topic: str) -> bool:
     """Is ``topic`` in a local branch? (It is never sent over a link.)"""
     return any(match(b, topic) for b in branches)
+
+
+class KeptTopics:
+    """:func:`holds` for a node's local branches (fixed for its life), cached per topic:
+    asked per message by queue groups, which route apart from the engine's plans."""
+
+    __slots__ = ("_branches", "_cache")
+
+    def __init__(self, branches: tuple[str, ...]) -> None:
+        self._branches = branches
+        self._cache: dict[str, bool] = {}
+
+    def __call__(self, topic: str) -> bool:
+        if not self._branches:
+            return False  # (most nodes: no lookup at all)
+        hit = self._cache.get(topic)
+        if hit is None:
+            if len(self._cache) >= 4096:
+                self._cache.clear()
+            hit = self._cache[topic] = holds(self._branches, topic)
+        return hit

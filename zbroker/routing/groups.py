@@ -29,7 +29,8 @@ that lost its last member meanwhile) picks again among the origins not on the
 message's path (:meth:`pick` with ``path``), so a retry does not revisit a node while
 another member is left; with none left off the path, it goes back to one on it (the
 node where it entered, when the member it was sent to left on the way), at most once per
-node (:func:`revisit_refused`), so every path stays bounded.
+node (:func:`revisit_refused`), so every path stays bounded. Every link refuses a topic
+a local branch of this node holds (:mod:`.branches`), as a filter: only members here get it.
 
 Capacity (members, free credit) per origin reaches every node by flooding with a stamp
 per origin (newer replaces older); an origin with no capacity heard counts as one member
@@ -43,6 +44,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..sublist import Sublist
+from .branches import KeptTopics
 from .events import Key, Path
 from .keys import GROUP_PREFIX, group_key, split_key
 from .loops import path_holds, ttl_spent
@@ -63,6 +65,7 @@ POLICIES = ("local_first", "round_robin", "weighted")
 DEFAULT_POLICY = "local_first"
 #: (stamp, members, free credit) of one origin's members of one group key
 Capacity = tuple[int, int, int]
+Held = list[str]  # group keys a local branch keeps a topic from (GroupTable.pick)
 
 
 def revisit_refused(path: Path, target: str, me: str) -> bool:
@@ -98,6 +101,7 @@ class GroupTable:
         self._keys: dict[str, list[str]] = {}  # topic -> matching group keys, sorted
         # step() of a relay on the usual path, by (group key, target, topic, path)
         self._steps: dict[tuple[str, str, str, Path], tuple[str | None, str, bool]] = {}
+        self.keeps = KeptTopics(table.local_branches)  # topic -> no link may take it?
 
     def invalidate(self) -> None:
         """Routes changed (a link came or went, a group key's best entry changed)."""
@@ -210,6 +214,7 @@ class GroupTable:
                 and not any(p in path for p in best[1])
                 and not ttl_spent(len(path) + 1, link.options.ttl)
                 and link.filter.allows_topic(topic)
+                and not self.keeps(topic)
             ):
                 if len(self._steps) >= 4096:
                     self._steps.clear()
@@ -268,15 +273,17 @@ class GroupTable:
             or path_holds(bpath, self.broker_id)
             or ttl_spent(len(path) + 1, link.options.ttl)
             or not link.filter.allows_topic(topic)
+            or self.keeps(topic)
         ):
             return None
         return (via,)
 
     def pick(
-        self, topic: str, path: Path = (), exclude: Iterable[str] = ()
+        self, topic: str, path: Path = (), exclude: Iterable[str] = (), held: Held | None = None
     ) -> list[tuple[str, str]]:
         """One origin per group key matching ``topic``: ``[(group key, origin)]``.
-        ``path``: nodes the message crossed (never picked, nor reached through)."""
+        ``path``: nodes the message crossed (never picked, nor reached through). ``held``
+        gets the keys a local branch keeps ``topic`` from (no member here: it is lost)."""
         out = []
         keys = self._keys.get(topic)
         if keys is None:
@@ -287,6 +294,8 @@ class GroupTable:
             origin = self.pick_one(gkey, topic, path, exclude)
             if origin is not None:
                 out.append((gkey, origin))
+            elif held is not None and self.keeps(topic):
+                held.append(gkey)  # (kept: only a member here was a candidate)
         return out
 
     def pick_one(
@@ -355,6 +364,7 @@ class GroupTable:
                 or any(p in path for p in bpath)
                 or ttl_spent(hops_after, link.options.ttl)
                 or not link.filter.allows_topic(topic)
+                or self.keeps(topic)
             ):
                 continue
             out[origin] = len(bpath)

@@ -10,6 +10,12 @@ somewhere (``engine.groups.active``): plain pub/sub pays nothing for this featur
 engine picks one origin per matching group; the message goes to a local member, or in a
 QMSGS entry toward that origin alone. Nodes on the way follow
 :meth:`~zbroker.routing.groups.GroupTable.step`.
+
+A topic of one of this node's local branches never leaves it for a group either: only
+members here are candidates (:meth:`~zbroker.routing.groups.GroupTable.keeps`), where
+the message starts, where it arrives in a QMSGS entry, and for what waits (no spill), so
+with no member here it is lost here and counted (``queue_unroutable``, the group's
+``lost``), as a message no member is left to reach.
 """
 
 from __future__ import annotations
@@ -78,6 +84,8 @@ class QueueGroups(Feature):
         for q in ctx.config.queues:
             self._groups.policies[q.group] = q.policy
         ctx.pipeline.group_hook = self.originated
+        # only a node with local branches asks which groups a kept topic is lost for
+        self._branches = bool(ctx.engine.local_branches)
 
     def ops(self) -> Sequence[Op]:
         return (
@@ -93,12 +101,19 @@ class QueueGroups(Feature):
 
     def originated(self, m: list[Any]) -> bool:
         """A message starts here (``[topic, payload, fmt, headers, origin, inc, seq,
-        ts]``): one member node per matching group gets it. True if any group took it."""
+        ts]``): one member node per matching group gets it. True if any group took it,
+        or lost it (a local branch keeps its topic here and the group has no member here:
+        counted as a drop, so not as unrouted too)."""
         took = False
-        for gkey, target in self._groups.pick(m[0]):
+        held: list[str] | None = [] if self._branches else None
+        for gkey, target in self._groups.pick(m[0], held=held):
             self.picked += 1
             took = True
             self._send(m, (), gkey, target, self._groups.next_hop(gkey, target))
+        if held:
+            took = True
+            for gkey in held:
+                self._unroutable(gkey)
         return took
 
     def _send(self, m: list[Any], path: tuple[str, ...], gkey: str, target: str, via: Any) -> None:
