@@ -224,7 +224,8 @@ def _state_rows(state: dict[str, Any] | None) -> Rows:
         (
             "stateful topics",
             f"{state.get('owned', 0)} owned, {state.get('replicas', 0)} replicas, "
-            f"{state.get('tombstones', 0)} removed (kept as tombstones)",
+            f"{state.get('tombstones', 0)} removed (kept as tombstones; "
+            f"{state.get('tombstones_expired', 0)} expired)",
         ),
         (
             "snapshot queries",
