@@ -86,6 +86,19 @@ def stuck() -> Iterator[Callable[[], Stuck]]:
         release.set()
 
 
+class Busy(Collector):
+    """Collects; its first call holds the client's thread for ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def __call__(self, msg: Message) -> None:
+        if not len(self):
+            time.sleep(self.seconds)
+        super().__call__(msg)
+
+
 def group_row(broker: Broker, group: str) -> dict[str, Any]:
     return dict(next(r for r in broker.status()["queues"] if r.get("group") == group))
 
@@ -152,14 +165,7 @@ def test_a_member_whose_callback_outlasts_the_heartbeat_timeout_stays(
     pings are answered by the client's libzmq meanwhile, and nothing is taken from it."""
     b = broker_factory(broker_id="B")
     busy_for = 5 * fast_heartbeat
-
-    class Busy(Collector):
-        def __call__(self, msg: Message) -> None:
-            if not len(self):  # the first one holds the client's thread
-                time.sleep(busy_for)
-            super().__call__(msg)
-
-    busy, live = Busy(), Collector()
+    busy, live = Busy(busy_for), Collector()
     client_factory(b.endpoint).subscribe("jobs.>", busy, queue="w", credit=CREDIT)
     client_factory(b.endpoint).subscribe("jobs.>", live, queue="w", credit=CREDIT)
     assert wait_until(lambda: group_row(b, "w")["members"] == {"B": 2}, WAIT)
@@ -264,14 +270,7 @@ def test_a_busy_member_with_more_queued_than_a_default_receive_queue_stays(
     its libzmq keeps reading, answers the node's pings, and keeps its membership."""
     b = broker_factory(broker_id="B")
     n, held = 1500, 10 * fast_heartbeat
-
-    class Busy(Collector):
-        def __call__(self, msg: Message) -> None:
-            if not len(self):
-                time.sleep(held)
-            super().__call__(msg)
-
-    busy = Busy()
+    busy = Busy(held)
     client_factory(b.endpoint).subscribe("jobs.>", busy, queue="w", credit=5000)
     assert wait_until(lambda: group_row(b, "w")["members"] == {"B": 1}, WAIT)
     pub = client_factory(b.endpoint)

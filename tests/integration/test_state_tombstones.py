@@ -22,18 +22,12 @@ from zbroker.config import node as config_node
 from zbroker.wire import frames
 
 from .durables import endpoint
+from .test_replication_sync import wait_for
 
 WAIT = 30.0
 DAY = 86_400.0
 BrokerFactory = Callable[..., Broker]
 ClientFactory = Callable[..., Client]
-
-
-def wait_for(cond: Callable[[], bool], what: Callable[[], Any]) -> None:
-    deadline = time.monotonic() + WAIT
-    while not cond():
-        assert time.monotonic() < deadline, what()
-        time.sleep(0.05)
 
 
 def state(node: Broker) -> dict[str, Any]:
