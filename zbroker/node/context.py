@@ -106,6 +106,14 @@ class Context:
         """Reply after the pass's store commit: what the reply confirms is stored then."""
         self._node.confirms.append((req.ident, req.req_id, op, body))
 
+    def unread(self) -> bool:
+        """Does a frame wait to be read on the control socket? A probe that finds a
+        client's connection gone leaves it for the next one then: the client may have
+        sent its leave (with its acknowledgements) just before it closed, and that is
+        read first, rather than what was in flight to it being taken for lost."""
+        events = self._node.control.sock.getsockopt(zmq.EVENTS)
+        return bool(int(events) & zmq.POLLIN)
+
     def send_to(self, ident: bytes, frame: bytes) -> bool:
         """A frame to a client's connection on the ROUTER: False if the connection is
         gone (ROUTER_MANDATORY tells at once); zmq.Again propagates (its queue is full)."""

@@ -22,7 +22,8 @@ def alive(ctx: Context, ident: bytes) -> bool:
     at once when the connection is gone)?"""
     frame = wire.encode_control(wire.PING, 0, {"incarnation": ctx.incarnation})
     try:
-        return ctx.send_to(ident, frame)
+        # (gone, but frames unread: its close may be among them, read before it is judged)
+        return ctx.send_to(ident, frame) or ctx.unread()
     except zmq.Again:
         return True  # its queue is full: there, and slow
 

@@ -360,7 +360,8 @@ class QueueGroups(Feature):
                     alive = self._ctx.send_to(m.ident, frame)
                 except zmq.Again:
                     continue
-                if not alive and local.gkey in self._local:
+                # (with frames unread, its leave may be among them: the next probe)
+                if not alive and local.gkey in self._local and not self._ctx.unread():
                     self._remove(local, m)
 
     # -- status ---------------------------------------------------------------------------
