@@ -77,6 +77,7 @@ class Session:
         "frame_max",
         "hello",
         "last_ping",
+        "rehello",
         "state",
     )
 
@@ -92,6 +93,9 @@ class Session:
         # measured from a ping we sent, not from the last frame: while callbacks hold the
         # client thread no ping goes out, and a node that was not asked owes no answer.
         self.asked = 0.0
+        # a HELLO sent again to a restarted node, not answered yet: until it is, the
+        # node's "unknown" answers to pings sent before it are expected, not a loss
+        self.rehello = False
 
     def send(self, frame: bytes) -> bool:
         """Send without ever blocking or raising in the client thread: a node that does
@@ -292,7 +296,8 @@ class Sessions:
                 session.send(
                     wire.encode_control(wire.HELLO, 0, {"client_protocol": CLIENT_PROTOCOL})
                 )
-            elif body.get("unknown"):
+                session.rehello = True
+            elif body.get("unknown") and not session.rehello:
                 # the same process no longer knows this connection: libzmq reconnected
                 # it after the node closed the old one (as silent), and what the node
                 # kept for it went with that; start afresh, as after a lost node
@@ -301,6 +306,8 @@ class Sessions:
             # the node is stopping: move now, not after the heartbeat timeout (it still
             # takes what was sent to it, the publish socket's linger flushes that)
             self._fail(session, now, "it is stopping (it said LEAVING)")
+        elif op == wire.HELLO and session.state == "up":
+            session.rehello = False  # (the restarted node knows this connection now)
         elif op == wire.HELLO and session.state == "hello":
             if not isinstance(body.get("ports"), dict):
                 return
