@@ -135,3 +135,29 @@ def test_an_update_that_came_round_the_primary_is_applied_to_the_replica(
     x.stop()
     values = [(m.topic, m.payload) for m in client_factory(s.endpoint).fetch("PRICE.>")]
     assert values == [("PRICE.Z", "v2")]
+
+
+def test_a_topic_the_primary_does_not_see_is_not_taken_as_its_replica(
+    broker_factory: BrokerFactory, client_factory: ClientFactory
+) -> None:
+    """O reaches S only over its own link (O - S - P): O's updates reach S's replica
+    interest, but P never sees O's topics, so they are no replicas of P (its next sync
+    would forget them and tell S's subscribers they were lost). S still serves them, by
+    asking O."""
+    p = broker_factory(broker_id="P")
+    client_factory(p.endpoint).set("PRICE.P", "from P")
+    fan = LinkConfig(name="fan", uri=p.endpoint, replicate=("PRICE.>",), **FAST_LINK)
+    s = broker_factory(broker_id="S", links=(fan,))
+    wait_for(lambda: replication(s)["state"] == "in sync", lambda: replication(s))
+    o = broker_factory(broker_id="O", links=(LinkConfig(name="os", uri=s.endpoint, **FAST_LINK),))
+    co = client_factory(o.endpoint)
+    wait_for(lambda: any(r["origin"] == "S" for r in co.routes("PRICE.>")), co.routes)
+    co.set("PRICE.O", "from O")
+    inbox = Collector()
+    client_factory(s.endpoint).subscribe("PRICE.O", inbox, initial=False)
+    co.set("PRICE.O", "again")
+    assert inbox.wait_for(1)
+    rep = replication(s)
+    assert (rep["topics"], rep["applied"]) == (1, 0)
+    got = [(m.topic, m.payload) for m in client_factory(s.endpoint).fetch("PRICE.>")]
+    assert got == [("PRICE.O", "again"), ("PRICE.P", "from P")]

@@ -286,9 +286,12 @@ class Replicas:
 
     def sink(self, batch: list[list[Any]]) -> None:
         """Updates that reached the replica interest from another node: applied to the
-        replica of the link whose branch holds their topic, by version. Whatever link
-        they came over: in a mesh the shortest way from a topic's owner to this node
-        need not pass the primary, and an update that came round it is as new."""
+        replica of the link whose branch holds their topic, by version. One that came
+        over the primary's link, always; one that came round it (in a mesh the shortest
+        way from a topic's owner to this node need not pass the primary), only to a
+        replica the primary vouched for: a topic the primary does not see (its owner
+        reaches this node only by another way) is no replica of it, and its next sync
+        would forget it and tell subscribers it was lost."""
         rows = self._topics.table.rows
         me = self._topics.me
         for m in batch:
@@ -297,12 +300,14 @@ class Replicas:
                 continue
             if m[8][-1] == me or headers.get(REMOVED) == SESSION_LOST:
                 continue  # (this node's own word to its subscribers: a replica forgotten)
-            topic = m[0]
+            topic, prev = m[0], m[8][-1]
             for r in self.by_name.values():
                 if r.link is None or not r.holds(topic):
                     continue
                 version, owner = headers[VERSION], str(headers.get(OWNER, ""))
                 cur = rows.get(topic)
+                if prev != r.peer and (cur is None or cur.replica_of != r.peer):
+                    break
                 if cur is not None and not newer(version, owner, (cur.version, cur.owner)):
                     break
                 removed = bool(headers.get(REMOVED))
