@@ -103,7 +103,10 @@ def test_cli_delete_durable_drops_it_and_its_messages(
     assert durable_of(broker, "del") is None
     rc, out, err = procs.run(*args, timeout=WAIT)  # a second time: no such durable now
     assert (rc, out) == (1, ""), err
-    assert err == "Error: no durable subscription named 'del': nothing deleted\n"
+    assert (
+        err
+        == "Error: no durable subscription named 'del' on the nodes reachable: nothing deleted\n"
+    )
     rc, out, err = procs.run(*args, "--missing-ok", timeout=WAIT)
     assert (rc, out, err) == (0, "no durable del: nothing deleted\n", "")
     got = Collector()  # made anew, with a selector the old one did not have: nothing old

@@ -99,7 +99,9 @@ class Durables:
         reply = self._request(name, wire.DURABLE_DELETE, {"name": name})
         # (a node before the found key: taken as found, as it cannot say)
         if not missing_ok and reply.get("found", True) is False:
-            raise NoSuchDurable(f"no durable subscription named {name!r}: nothing deleted")
+            raise NoSuchDurable(
+                f"no durable subscription named {name!r} on the nodes reachable: nothing deleted"
+            )
         return int(reply.get("deleted", 0))
 
     def _request(self, name: str, op: int, body: dict[str, Any]) -> dict[str, Any]:

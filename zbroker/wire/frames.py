@@ -119,7 +119,8 @@ HELLO      1      request ``{client_protocol}``; reply ``{broker_id, incarnation
                   and ``permissions: {publish, subscribe, monitor}`` (its patterns,
                   and whether it may read STATUS, ROUTES and PEERS)
 STATUS     2      request ``{}``; reply: the node's status map
-PING       3      request ``{}``; reply ``{}``
+PING       3      request ``{}``; reply ``{incarnation}``, and ``unknown: true`` when
+                  this connection never said HELLO (a reconnect the client must redo)
 GAPS       13     one-way ``{pattern: missed, ...}``: deliveries a subscriber's queue dropped
 ROUTES     4      request ``{pattern?: str}``; reply ``{routes: [{pattern, origin, path,
                   hops, link}]}``
@@ -247,7 +248,8 @@ went down): ``kind`` ``fetch``, ``snapshot`` (the node first waits until it rout
 subscribe or fetch on ``node`` matched no stateful topic; the primary asks its most
 specific handler (and its own primaries) unless it has a topic ``pattern`` matches, and
 answers the verdict (``none``: no handler anywhere). ``path`` names the nodes that asked
-on the way, the sender last: a node on it answers ``none`` at once, and nobody asks a
+on the way, the sender last: a node on it answers ``none`` at once (``proceed`` if it
+holds a topic the pattern matches, as any primary does), and nobody asks a
 primary on it (replicate links that form a cycle would pass the ask round for ever).
 
 ``ADVERT`` carries interest entries (``path`` nil withdraws; ``full`` replaces the
