@@ -107,9 +107,9 @@ class Context:
         self._node.confirms.append((req.ident, req.req_id, op, body))
 
     def unread(self) -> bool:
-        """Does a frame wait to be read on the control socket? A probe that finds a
-        client's connection gone leaves it for the next one then: the client may have
-        sent its leave (with its acknowledgements) just before it closed, and that is
+        """Does a frame wait to be read on the control socket? A queue probe that finds a
+        member's connection gone leaves it for the next probe then (once): the client may
+        have sent its leave (with its acknowledgements) just before it closed, and that is
         read first, rather than what was in flight to it being taken for lost."""
         events = self._node.control.sock.getsockopt(zmq.EVENTS)
         return bool(int(events) & zmq.POLLIN)

@@ -22,8 +22,7 @@ def alive(ctx: Context, ident: bytes) -> bool:
     at once when the connection is gone)?"""
     frame = wire.encode_control(wire.PING, 0, {"incarnation": ctx.incarnation})
     try:
-        # (gone, but frames unread: its close may be among them, read before it is judged)
-        return ctx.send_to(ident, frame) or ctx.unread()
+        return ctx.send_to(ident, frame)
     except zmq.Again:
         return True  # its queue is full: there, and slow
 

@@ -61,6 +61,7 @@ class QueueGroups(Feature):
     def __init__(self) -> None:
         self._local: dict[str, LocalGroup] = {}  # group key -> members here
         self._out: dict[str, list[list[Any]]] = {}  # engine link id -> QMSGS entries
+        self._suspects: set[bytes] = set()  # members a probe found gone, with input unread
         self._dirty: set[str] = set()  # group keys whose local capacity changed: to flood
         self._touched: set[str] = set()  # and since the last pass: saturated again?
         # paths, (target, group key) pairs and topics QMSGS checks found valid
@@ -360,9 +361,16 @@ class QueueGroups(Feature):
                     alive = self._ctx.send_to(m.ident, frame)
                 except zmq.Again:
                     continue
-                # (with frames unread, its leave may be among them: the next probe)
-                if not alive and local.gkey in self._local and not self._ctx.unread():
+                if alive or local.gkey not in self._local:
+                    self._suspects.discard(m.ident)
+                elif m.ident in self._suspects or not self._ctx.unread():
+                    self._suspects.discard(m.ident)
                     self._remove(local, m)
+                else:
+                    # frames wait unread: its leave (with its acknowledgements) may be
+                    # among them, read before the next probe judges it; one probe only,
+                    # as a busy node's control socket seldom has nothing to read
+                    self._suspects.add(m.ident)
 
     # -- status ---------------------------------------------------------------------------
 
