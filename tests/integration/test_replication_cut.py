@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.node_configs import FAST_LINK
+from zbroker import Broker
 from zbroker.config import LinkConfig
 from zbroker.features.state import feature as state_feature
 from zbroker.features.state import replication as state_replication
@@ -28,6 +29,14 @@ from .test_replication_sync import (
 )
 
 
+def behind(broker_factory: BrokerFactory, p: Broker, **options: Any) -> Broker:
+    """X, linked to P (its link up): a node behind the primary."""
+    link = LinkConfig(name="xp", uri=p.endpoint, **FAST_LINK)
+    x = broker_factory(broker_id="X", links=(link,), **options)
+    wait_for(lambda: x.status()["links"][0]["state"] == "up", lambda: x.status()["links"])
+    return x
+
+
 def test_a_branch_that_never_answers_leaves_the_link_partial_and_asked_less_often(
     broker_factory: BrokerFactory, client_factory: ClientFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -38,8 +47,7 @@ def test_a_branch_that_never_answers_leaves_the_link_partial_and_asked_less_ofte
     monkeypatch.setattr(state_replication, "RETRY_FIRST", 0.3)
     monkeypatch.setattr(state_replication, "RETRY_MAX", 1.2)
     p = broker_factory(broker_id="P")
-    x = broker_factory(broker_id="X", links=(LinkConfig(name="xp", uri=p.endpoint, **FAST_LINK),))
-    wait_for(lambda: x.status()["links"][0]["state"] == "up", lambda: x.status()["links"])
+    x = behind(broker_factory, p)
     client_factory(p.endpoint).set("PRICE.A", "a-value")
     client_factory(x.endpoint).set("PRICE.Z", "z-value")
     speak = silence(x)
@@ -75,8 +83,7 @@ def test_a_node_going_down_while_asked_is_a_missing_part_not_a_removal(
     """S, restarted, syncs again; X (hung) goes down while P waits for its part: P's
     answer lacks PRICE.Z, but only because X could not answer, so S keeps its replica."""
     p = broker_factory(broker_id="P")
-    x = broker_factory(broker_id="X", links=(LinkConfig(name="xp", uri=p.endpoint, **FAST_LINK),))
-    wait_for(lambda: x.status()["links"][0]["state"] == "up", lambda: x.status()["links"])
+    x = behind(broker_factory, p)
     client_factory(p.endpoint).set("PRICE.A", "a-value")
     client_factory(x.endpoint).set("PRICE.Z", "z-value")
     s = broker_factory(broker_id="S", data_dir=tmp_path / "S", links=(fan(p),))
@@ -137,14 +144,7 @@ def test_an_owner_out_of_reach_at_a_sync_is_forgotten_not_outranked(
     undo it. Now S forgets the replica (no tombstone, subscribers told as for a lost
     session), and takes it again at its next sync."""
     p = broker_factory(broker_id="P")
-
-    def start_x() -> Any:
-        link = LinkConfig(name="xp", uri=p.endpoint, **FAST_LINK)
-        x = broker_factory(broker_id="X", data_dir=tmp_path / "X", links=(link,))
-        wait_for(lambda: x.status()["links"][0]["state"] == "up", lambda: x.status()["links"])
-        return x
-
-    x = start_x()
+    x = behind(broker_factory, p, data_dir=tmp_path / "X")
     client_factory(p.endpoint).set("PRICE.A", "a-value")
     client_factory(x.endpoint).set("PRICE.Z", "z-value")
     s = broker_factory(broker_id="S", data_dir=tmp_path / "S", links=(fan(p),))
@@ -156,7 +156,7 @@ def test_an_owner_out_of_reach_at_a_sync_is_forgotten_not_outranked(
     wait_for(lambda: replication(s)["state"] == "in sync", lambda: replication(s))
     assert counts(s) == (0, 1, 0)  # PRICE.Z forgotten: no tombstone
     assert values(client_factory(s.endpoint)) == [("PRICE.A", "a-value", "P")]
-    x = start_x()
+    x = behind(broker_factory, p, data_dir=tmp_path / "X")
     both = [("PRICE.A", "a-value", "P"), ("PRICE.Z", "z-value", "X")]
     for node in (x, p):
         assert values(client_factory(node.endpoint)) == both, node.broker_id

@@ -36,6 +36,9 @@ __all__ = ["Session", "SessionEvents", "Sessions", "Settings", "check_options"]
 
 log = logging.getLogger("zbroker.client")
 
+#: what a session says first, and again to a node that restarted under it
+_HELLO = wire.encode_control(wire.HELLO, 0, {"client_protocol": CLIENT_PROTOCOL})
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -226,7 +229,7 @@ class Sessions:
         self._sessions[endpoint] = session
         self._by_socket[dealer] = session
         self._poller.register(dealer, zmq.POLLIN)
-        dealer.send(wire.encode_control(wire.HELLO, 0, {"client_protocol": CLIENT_PROTOCOL}))
+        dealer.send(_HELLO)
 
     def _close(self, session: Session) -> None:
         self._sessions.pop(session.endpoint, None)
@@ -293,9 +296,7 @@ class Sessions:
                 if session is self.primary:
                     self._events.node_restarted(session)
                 # (the new process greets this connection: its pings are not "unknown")
-                session.send(
-                    wire.encode_control(wire.HELLO, 0, {"client_protocol": CLIENT_PROTOCOL})
-                )
+                session.send(_HELLO)
                 session.rehello = True
             elif body.get("unknown") and not session.rehello:
                 # the same process no longer knows this connection: libzmq reconnected

@@ -143,7 +143,7 @@ class QueueGroups(Feature):
                 continue
             path = m[8]
             target, gkey = m[9]
-            if me in path and revisit_refused(path, target, me):
+            if revisit_refused(path, target, me):
                 self._ctx.drop("loop")
                 self._lose(gkey)
                 continue

@@ -380,9 +380,8 @@ def _check_set(topic: Any, payload: Any, fmt: Any, headers: Any) -> None:
         raise ProtocolError("bad_type", "headers must be a map with string keys")
     if headers and any(k in headers for k in _RESERVED_HEADERS):
         raise ProtocolError("bad_value", f"headers {_RESERVED_HEADERS} are the node's")
-    if fmt == frames.FMT_MSGPACK:  # every reader decodes a value: one that did not broke
-        # their fetches
-        unpack(payload)
+    if fmt == frames.FMT_MSGPACK:
+        unpack(payload)  # (every reader decodes a value: one that did not broke fetches)
     validate_publish_topic(topic)
 
 

@@ -293,13 +293,12 @@ class Replicas:
         reaches this node only by another way) is no replica of it, and its next sync
         would forget it and tell subscribers it was lost."""
         rows = self._topics.table.rows
-        me = self._topics.me
         for m in batch:
             headers = m[3]
             if not headers or type(headers.get(VERSION)) is not int or not m[8]:
                 continue
-            if m[8][-1] == me or headers.get(REMOVED) == SESSION_LOST:
-                continue  # (this node's own word to its subscribers: a replica forgotten)
+            # (this node's own word to its subscribers, a replica caught up or forgotten,
+            # comes with a path of this node alone: no row of it is newer, or none is left)
             topic, prev = m[0], m[8][-1]
             for r in self.by_name.values():
                 if r.link is None or not r.holds(topic):
